@@ -1,0 +1,1 @@
+"""gptstack.model"""
