@@ -1,1 +1,76 @@
-"""gptstack.quant"""
+"""gptstack.quant: int8 quantizer, the `.gsm` artifact, and the numpy reference of the C engine.
+
+numpy + safetensors only (no torch). FORMAT.md beside this package is the byte-exact spec.
+
+    spec, tensors = quantize_checkpoint("runs/esp32", tables)
+    write_artifact("model.gsm", spec, tables, tensors)
+    art = read_artifact("model.gsm")
+    check_fits(memory_plan(art, "esp32s3"))
+    ids = generate(art, PromptEncoder(art.tables).encode("ROMEO:"), 100, 0.8, 40, seed=1)
+"""
+
+from .artifact import Artifact, artifact_bytes, read_artifact, write_artifact
+from .budget import BUDGETS, Budget, MemoryPlan, check_fits, memory_plan
+from .corrupt import Corruption, corrupted_artifacts
+from .encode import PromptEncoder, StreamDecoder, decode, encode, split_chunks
+from .errors import (
+    ArtifactError,
+    BadConfigError,
+    BadCrcError,
+    BadHeaderError,
+    BadMagicError,
+    BadOffsetError,
+    BadTensorError,
+    BadTokenizerError,
+    QuantError,
+    TruncatedArtifactError,
+    UnknownCharacterError,
+    UnsupportedPatternError,
+    UnsupportedVersionError,
+)
+from .evaluate import evaluate_loss
+from .format import arena_buffers, arena_bytes, constants, required_tensors
+from .layout import Header, Layout, ModelSpec, TensorEntry, plan_layout
+from .quantize import dequantize_rows, quantize_checkpoint, quantize_rows, quantize_tensors
+from .reference import (
+    KVCache,
+    Session,
+    attention,
+    block,
+    embed,
+    forward_sequence,
+    gelu,
+    layernorm,
+    linear,
+    logits,
+    quantize_vector,
+    weights_of,
+)
+from .rng import PCG_STREAM, Pcg32
+from .sampling import generate, sample
+from .synthetic import synthetic_artifact, synthetic_tables, synthetic_weights
+from .tables import TokenizerTables
+
+__all__ = [
+    # artifact
+    "Artifact", "Header", "Layout", "ModelSpec", "TensorEntry", "TokenizerTables",
+    "artifact_bytes", "plan_layout", "read_artifact", "write_artifact",
+    "arena_buffers", "arena_bytes", "constants", "required_tensors",
+    # quantization
+    "quantize_rows", "dequantize_rows", "quantize_tensors", "quantize_checkpoint",
+    # reference inference
+    "quantize_vector", "linear", "embed", "layernorm", "gelu", "attention", "block", "logits",
+    "KVCache", "Session", "forward_sequence", "weights_of",
+    "Pcg32", "PCG_STREAM", "sample", "generate", "evaluate_loss",
+    # tokenizer tables at run time
+    "PromptEncoder", "StreamDecoder", "encode", "decode", "split_chunks",
+    # memory
+    "BUDGETS", "Budget", "MemoryPlan", "memory_plan", "check_fits",
+    # synthetic test material
+    "synthetic_tables", "synthetic_weights", "synthetic_artifact", "Corruption",
+    "corrupted_artifacts",
+    # errors
+    "ArtifactError", "TruncatedArtifactError", "BadMagicError", "UnsupportedVersionError",
+    "BadHeaderError", "BadCrcError", "BadConfigError", "BadOffsetError", "BadTokenizerError",
+    "BadTensorError", "QuantError", "UnknownCharacterError", "UnsupportedPatternError",
+]

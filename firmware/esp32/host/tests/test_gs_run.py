@@ -1,0 +1,109 @@
+"""gs-run, the host CLI: text equal to the reference's, JSON output, the empty prompt (bos_token),
+errors that name the status and the fix, --bench, --screen."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from gs_testlib import assert_same_tokens, run_gs
+from gptstack.quant import PromptEncoder, decode, generate
+
+
+def test_text_is_the_engines(release_build, engine, bpe_artifact):
+    """stdout is the prompt, then exactly the bytes of the tokens the engine samples (checked
+    against the same engine through ctypes; the engine against the reference:
+    test_engine_reference.py)."""
+    art = bpe_artifact.art
+    prompt = "ROMEO:\nWhat"
+    ids = PromptEncoder(art.tables).encode(prompt)
+    tokens = engine.open(bpe_artifact.data).generate(ids, 30, 0.8, 40, seed=5)
+    out = subprocess.run([release_build.gs_run, bpe_artifact.path, "--prompt", prompt, "--tokens",
+                          "30", "--temperature", "0.8", "--top-k", "40", "--seed", "5"],
+                         capture_output=True, check=True).stdout  # bytes: may be invalid UTF-8
+    assert out == prompt.encode() + decode(art.tables, tokens) + b"\n"
+
+
+def test_json_output(release_build, engine, bpe_artifact):
+    art = bpe_artifact.art
+    out = json.loads(run_gs(release_build.gs_run, bpe_artifact.path, "--prompt", "To be",
+                            "--tokens", 20, "--greedy", "--json").stdout)
+    prompt = PromptEncoder(art.tables).encode("To be")
+    assert out["prompt_ids"] == prompt
+    assert_same_tokens(engine.open(bpe_artifact.data), art, prompt, out["tokens"],
+                       generate(art, prompt, 20, 0.0), "gs-run --json")
+    pieces = [bytes.fromhex(p) for p in out["pieces_hex"]]
+    assert len(pieces) == 21 and b"".join(pieces) == decode(art.tables, out["tokens"])
+    assert out["text"] == b"".join(pieces).decode("utf-8", "replace")
+    assert out["arena_bytes"] == art.header.arena_bytes and out["status"] == "GS_OK"
+
+
+def test_empty_prompt_starts_from_bos(release_build, engine, bpe_artifact, char_artifact):
+    out = json.loads(run_gs(release_build.gs_run, bpe_artifact.path, "--tokens", 10, "--seed", 2,
+                            "--json").stdout)
+    bos = bpe_artifact.art.spec.bos_token
+    assert out["prompt_ids"] == [bos]
+    assert_same_tokens(engine.open(bpe_artifact.data), bpe_artifact.art, [bos], out["tokens"],
+                       generate(bpe_artifact.art, [], 10, 1.0, 0, seed=2), "empty prompt")
+    proc = run_gs(release_build.gs_run, char_artifact.path, "--tokens", 5, check=False)
+    assert proc.returncode == 2 and "no bos_token" in proc.stderr and "--prompt" in proc.stderr
+
+
+def test_encode_only(release_build, char_artifact):
+    out = run_gs(release_build.gs_run, char_artifact.path, "--prompt", "ROMEO:", "--encode-only")
+    assert out.stdout.split() == [str(i) for i in char_artifact.tokenizer.encode("ROMEO:")]
+
+
+def test_prompt_file_with_any_bytes(release_build, utf8_artifact, tmp_path):
+    prompt = tmp_path / "prompt.bin"
+    prompt.write_bytes(b"caf\xc3\xa9 \xff\x00 end")
+    out = json.loads(run_gs(release_build.gs_run, utf8_artifact.path, "--prompt-file", prompt,
+                            "--encode-only", "--json").stdout)
+    assert out["prompt_ids"] == PromptEncoder(utf8_artifact.tables).encode(prompt.read_bytes())
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], ["MODEL.gsm"]),
+    (["--tokens", "many"], ["--tokens", "many"]),
+    (["--seed", "-1"], ["--seed"]),
+    (["--frobnicate"], ["--frobnicate"]),
+    (["--prompt", "a", "--ids", "1"], ["one of --prompt"]),
+    (["--ids", "1,x"], ["--ids"]),
+])
+def test_bad_arguments(release_build, bpe_artifact, args, words):
+    model = [] if not args else [bpe_artifact.path]
+    proc = run_gs(release_build.gs_run, *model, *args, check=False)
+    assert proc.returncode == 2 and "usage: gs-run" in proc.stderr
+    assert all(w in proc.stderr for w in words)
+
+
+def test_artifact_errors_name_status_and_fix(release_build, bpe_artifact, char_artifact, tmp_path):
+    damaged = tmp_path / "damaged.gsm"
+    data = bytearray(bpe_artifact.data)
+    data[len(data) // 2] ^= 1
+    damaged.write_bytes(bytes(data))
+    proc = run_gs(release_build.gs_run, damaged, check=False)
+    assert proc.returncode == 2 and "GS_ERR_CRC" in proc.stderr and "copy it again" in proc.stderr
+    proc = run_gs(release_build.gs_run, tmp_path / "missing.gsm", check=False)
+    assert proc.returncode == 2 and "cannot read" in proc.stderr
+    proc = run_gs(release_build.gs_run, char_artifact.path, "--prompt", "Ω?", check=False)
+    assert proc.returncode == 2 and "GS_ERR_UNKNOWN_CHAR" in proc.stderr
+    proc = run_gs(release_build.gs_run, bpe_artifact.path, "--ids", "99999", check=False)
+    assert proc.returncode == 2 and "GS_ERR_TOKEN" in proc.stderr
+
+
+def test_bench_reports_speed(release_build, bpe_artifact):
+    proc = run_gs(release_build.gs_run, bpe_artifact.path, "--prompt", "ROMEO:", "--tokens", 50,
+                  "--bench", "--quiet")
+    assert proc.stdout == "" and "tokens/s" in proc.stderr and "generated 50 tokens" in proc.stderr
+
+
+def test_screen_png(release_build, bpe_artifact, tmp_path):
+    if "GS_HAVE_OLED:INTERNAL=ON" not in (release_build.build_dir / "CMakeCache.txt").read_text():
+        pytest.skip("this build has no OLED library (firmware/esp32/lib/oled, host/sim)")
+    png = tmp_path / "screen.png"
+    run_gs(release_build.gs_run, bpe_artifact.path, "--prompt", "ROMEO:", "--tokens", 40,
+           "--seed", 1, "--screen", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

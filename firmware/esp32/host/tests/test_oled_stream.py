@@ -1,0 +1,211 @@
+"""The SSD1306 command stream: what lib/oled sends through its transport, and the simulator that
+decodes it back into what the panel shows.
+
+The datasheet facts checked here (SSD1306 Rev 1.1: 8.1.5 I2C, 10.1.x commands, the charge pump
+note) are restated in this file; the decoded screen is compared with the framebuffer the
+firmware drew, so any wrong byte, order or window shows up as a different picture.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+SIM_DIR = Path(__file__).resolve().parents[1] / "sim"
+if "simlib" not in sys.modules:  # importlib mode: load host/sim/simlib.py once per session
+    _spec = importlib.util.spec_from_file_location("simlib", SIM_DIR / "simlib.py")
+    sys.modules["simlib"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["simlib"])
+simlib = sys.modules["simlib"]
+
+ADDR = simlib.I2C_ADDR
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return simlib.load()
+
+
+def random_fb(seed: int) -> bytes:
+    return random.Random(seed).randbytes(simlib.FB_BYTES)
+
+
+def replay(lib, writes, addr: int = ADDR):
+    """Feed captured I2C writes to a fresh simulated panel; return it."""
+    panel = simlib.new_panel(lib, addr)
+    for a, data in writes:
+        assert lib.gs_sim_panel_i2c_write(panel, a, data, len(data)) == 0
+    return panel
+
+
+def commands_of(writes) -> bytes:
+    return b"".join(data[1:] for _, data in writes if data[0] == 0x00)
+
+
+def test_every_write_is_one_control_byte_and_a_bounded_payload(lib):
+    cap = simlib.Capture()
+    dev = cap.device()
+    fb = simlib.framebuffer(random_fb(1))
+    assert lib.oled_init(dev) == 0
+    assert lib.oled_flush(dev, fb) == 0
+    assert lib.oled_flush_pages(dev, fb, 0b1010_0001) == 0
+    assert cap.writes
+    for addr, data in cap.writes:
+        assert addr == 0x3C                       # SA0 low (8.1.5)
+        assert data[0] in (0x00, 0x40)            # Co = 0; D/C# = 0 commands, 1 data
+        assert 2 <= len(data) <= 1 + 64           # fits Arduino's 128-byte Wire buffer
+
+
+def test_init_enables_charge_pump_before_display_on(lib):
+    cap = simlib.Capture()
+    assert lib.oled_init(cap.device()) == 0
+    cmds = commands_of(cap.writes)
+    assert cmds[0] == 0xAE and cmds[-1] == 0xAF   # configured while off, switched on last
+    assert cmds.find(bytes([0x8D, 0x14])) != -1   # charge pump on (A[2] = 1)
+    for sequence in ([0xA8, 0x3F], [0x20, 0x00], [0xDA, 0x12], [0xA1], [0xC8], [0xA4], [0xA6]):
+        assert cmds.find(bytes(sequence)) != -1, f"{bytes(sequence).hex()} missing"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_captured_stream_decodes_to_the_framebuffer(lib, seed):
+    fb = simlib.framebuffer(random_fb(seed))
+    cap = simlib.Capture()
+    dev = cap.device()
+    assert lib.oled_init(dev) == 0
+    assert lib.oled_flush(dev, fb) == 0
+    panel = replay(lib, cap.writes)
+    assert lib.gs_sim_capi_panel_errors(panel) == 0, simlib.panel_error(lib, panel)
+    assert simlib.panel_view(lib, panel) == bytes(fb)
+    assert lib.gs_sim_capi_panel_data_bytes(panel) == 1024
+
+
+def test_partial_flush_updates_only_its_pages(lib):
+    before, after = random_fb(4), random_fb(5)
+    cap = simlib.Capture()
+    dev = cap.device()
+    lib.oled_init(dev)
+    lib.oled_flush(dev, simlib.framebuffer(before))
+    mark = len(cap.writes)
+    mask = 0b0100_0110
+    assert lib.oled_flush_pages(dev, simlib.framebuffer(after), mask) == 0
+    sent = sum(len(d) - 1 for _, d in cap.writes[mark:] if d[0] == 0x40)
+    assert sent == 3 * 128
+    expected = bytearray(before)
+    for page in range(8):
+        if mask >> page & 1:
+            expected[page * 128 : (page + 1) * 128] = after[page * 128 : (page + 1) * 128]
+    panel = replay(lib, cap.writes)
+    assert simlib.panel_view(lib, panel) == bytes(expected)
+
+
+def test_console_through_the_whole_screen_path(lib):
+    """gs_sim_screen: console -> oled_flush_pages -> simulated panel, text split at every byte."""
+    screen = simlib.opaque(lib.gs_sim_capi_sizeof_screen())
+    lib.gs_sim_screen_init(screen)
+    text = "To be, or not to be, that is the question: caf\u00e9 \u20ac5\n" * 3
+    for byte in text.encode():
+        lib.gs_sim_screen_write(screen, bytes([byte]), 1)
+    fb = bytes(lib.gs_sim_capi_screen_fb(screen)[: simlib.FB_BYTES])
+    panel = lib.gs_sim_capi_screen_panel(screen)
+    assert lib.gs_sim_capi_panel_errors(panel) == 0, simlib.panel_error(lib, panel)
+    view = simlib.framebuffer()
+    lib.gs_sim_panel_view(panel, view)
+    assert bytes(view) == fb and any(fb)
+
+
+def test_transport_error_stops_and_is_returned(lib):
+    cap = simlib.Capture(fail_at=0, status=7)
+    assert lib.oled_init(cap.device()) == 7 and cap.writes == []
+    cap = simlib.Capture(fail_at=3, status=-2)
+    assert lib.oled_flush(cap.device(), simlib.framebuffer()) == -2
+    assert len(cap.writes) == 3                   # nothing sent after the failure
+
+
+def test_contrast_and_display_off(lib):
+    cap = simlib.Capture()
+    dev = cap.device()
+    lib.oled_init(dev)
+    lib.oled_flush(dev, simlib.framebuffer(b"\xff" * 1024))
+    assert lib.oled_set_contrast(dev, 0x10) == 0
+    assert cap.writes[-1][1] == bytes([0x00, 0x81, 0x10])
+    assert lib.oled_display_on(dev, 0) == 0
+    assert simlib.panel_view(lib, replay(lib, cap.writes)) == bytes(1024)  # sleeping: dark
+    lib.oled_display_on(dev, 1)
+    assert simlib.panel_view(lib, replay(lib, cap.writes)) == b"\xff" * 1024
+
+
+# ---- the simulator on hand-written streams (datasheet behaviour, not lib/oled's) ------------
+
+def cmd(*b: int) -> bytes:
+    return bytes([0x00, *b])
+
+
+def data(*b: int) -> bytes:
+    return bytes([0x40, *b])
+
+
+ON = [cmd(0x8D, 0x14, 0xA1, 0xC8, 0xAF)]  # pump on, upright module, display on
+
+
+def view_after(lib, writes) -> bytes:
+    panel = replay(lib, [(ADDR, w) for w in writes])
+    assert lib.gs_sim_capi_panel_errors(panel) == 0, simlib.panel_error(lib, panel)
+    return simlib.panel_view(lib, panel)
+
+
+def test_sim_page_addressing_is_the_reset_mode(lib):
+    # 10.1.3: after reset, page mode; B2h selects page 2, 03h/10h column 3.
+    view = view_after(lib, ON + [cmd(0xB2, 0x03, 0x10), data(0xAA, 0x55)])
+    expected = bytearray(1024)
+    expected[2 * 128 + 3], expected[2 * 128 + 4] = 0xAA, 0x55
+    assert view == bytes(expected)
+
+
+def test_sim_vertical_addressing_and_windows(lib):
+    # 10.1.3 vertical mode: the page pointer moves first, inside the 21h/22h window.
+    view = view_after(lib, ON + [cmd(0x20, 0x01, 0x21, 10, 11, 0x22, 6, 7), data(1, 2, 3, 4, 5)])
+    expected = bytearray(1024)
+    expected[6 * 128 + 10], expected[7 * 128 + 10] = 1, 2
+    expected[6 * 128 + 11], expected[7 * 128 + 11] = 3, 4
+    expected[6 * 128 + 10] = 5                    # the window wrapped to its start
+    assert view == bytes(expected)
+
+
+def test_sim_single_byte_control_and_split_commands(lib):
+    # 8.1.5.1: Co = 1 sends one byte per control byte; a command's parameters may follow in a
+    # later transaction.
+    writes = [cmd(0x8D), cmd(0x14), bytes([0x80, 0xA1, 0x80, 0xC8, 0x80, 0xAF]),
+              cmd(0x20, 0x00, 0x21), cmd(0, 127, 0x22, 0, 7), bytes([0xC0, 0xFF, 0x40, 0x01, 0x02])]
+    view = view_after(lib, writes)
+    expected = bytearray(1024)
+    expected[0:3] = b"\xff\x01\x02"
+    assert view == bytes(expected)
+
+
+def test_sim_orientation_and_dark_states(lib):
+    pixel = [cmd(0x20, 0x00, 0x21, 0, 127, 0x22, 0, 7), data(0x01)]  # pixel (0, 0) in RAM
+    assert view_after(lib, ON + pixel)[0] == 0x01
+    mirrored = view_after(lib, [cmd(0x8D, 0x14, 0xAF)] + pixel)      # no A1h/C8h: rotated 180
+    assert mirrored[7 * 128 + 127] == 0x80 and sum(mirrored) == 0x80
+    assert view_after(lib, [cmd(0xA1, 0xC8, 0xAF)] + pixel) == bytes(1024)  # no charge pump
+    assert view_after(lib, [cmd(0x8D, 0x14, 0xA1, 0xC8)] + pixel) == bytes(1024)  # display off
+    assert view_after(lib, ON + [cmd(0xA5)]) == b"\xff" * 1024       # entire display on
+    inverted = view_after(lib, ON + pixel + [cmd(0xA7)])
+    assert inverted[0] == 0xFE and inverted[1:] == b"\xff" * 1023
+
+
+def test_sim_nacks_other_addresses_and_reports_bad_streams(lib):
+    panel = simlib.new_panel(lib)
+    assert lib.gs_sim_panel_i2c_write(panel, 0x3D, cmd(0xAF), 2) == -1
+    assert lib.gs_sim_capi_panel_transactions(panel) == 0
+    assert lib.gs_sim_panel_i2c_write(panel, ADDR, cmd(0xFF), 2) == 0
+    assert lib.gs_sim_capi_panel_errors(panel) == 1
+    assert "unknown command (0xFF)" in simlib.panel_error(lib, panel)
+    for bad in (bytes([0x01, 0xAF]), b"", bytes([0x00])):
+        panel = simlib.new_panel(lib)
+        lib.gs_sim_panel_i2c_write(panel, ADDR, bad, len(bad))
+        assert lib.gs_sim_capi_panel_errors(panel) == 1

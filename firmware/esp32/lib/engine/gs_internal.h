@@ -1,0 +1,92 @@
+/* gs_internal.h: helpers shared by the engine's C files; not part of the public API.
+ *
+ * Little-endian field readers (the artifact may sit at any address, and byte reads keep the
+ * code free of alignment and strict-aliasing assumptions), the float math the engine uses, and
+ * the int8 kernels of FORMAT.md section 7 (gs_kernels.c). */
+#ifndef GS_INTERNAL_H
+#define GS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_engine.h"
+
+/* Only freestanding headers are required: a freestanding build (xtensa size check, no libc
+ * headers) declares the four libm functions itself, which C99 7.1.4 allows. */
+#if defined(__STDC_HOSTED__) && __STDC_HOSTED__
+#include <math.h>
+#else
+float expf(float x);
+float tanhf(float x);
+float sqrtf(float x);
+float rintf(float x);
+#endif
+
+static inline uint32_t gs_rd_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+/* The i-th u32 of a little-endian array. */
+static inline uint32_t gs_u32_at(const uint8_t *array, size_t i)
+{
+    return gs_rd_u32(array + 4 * i);
+}
+
+/* The i-th f32 of a little-endian array (union punning is defined in C99, TC3 6.5.2.3). */
+static inline float gs_f32_at(const uint8_t *array, size_t i)
+{
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = gs_rd_u32(array + 4 * i);
+    return v.f;
+}
+
+/* Round n up to a multiple of GS_ALIGN (FORMAT.md section 1). */
+static inline uint64_t gs_align16(uint64_t n)
+{
+    return (n + (GS_ALIGN - 1u)) / GS_ALIGN * GS_ALIGN;
+}
+
+/* ---- tokenizer section (gs_tokenizer.c) ---- */
+
+/* Step 10 of FORMAT.md section 6: parse and check the section at data + offset. */
+gs_status gs_tokenizer_parse(gs_tokenizer *tok, const uint8_t *section, uint32_t n_bytes,
+                             uint32_t vocab_size);
+
+/* Bytes of token id (< n_tokens, unchecked). */
+const uint8_t *gs_tok_bytes(const gs_tokenizer *tok, uint32_t id, uint32_t *n_bytes);
+
+/* The ordinary id whose bytes are exactly key[0..n), or GS_NO_TOKEN (binary search of
+ * sorted_ids). */
+uint32_t gs_tok_lookup(const gs_tokenizer *tok, const uint8_t *key, size_t n);
+
+/* ---- tensor table (gs_tensors.c) ---- */
+
+/* Steps 11 and 12: the table's entries against section 4, then their offsets in the payload. */
+gs_status gs_tensors_check(const gs_model *model, const uint8_t *table, uint32_t n_tensors,
+                           uint64_t payload_offset, uint64_t payload_bytes);
+
+/* Views of the whole-model tensors once the table is valid (model->data set). */
+void gs_tensors_bind(gs_model *model, const uint8_t *table);
+
+/* ---- int8 arithmetic, FORMAT.md section 7 (gs_kernels.c) ---- */
+
+/* (q, s) = quantize_vector(x[n]); returns s. */
+float gs_quantize_vector(int8_t *q, const float *x, uint32_t n);
+
+/* y[R] = linear(x[K], W (R, K), bias f32[R] or NULL); act_q: K bytes of scratch. */
+void gs_linear(float *y, const float *x, const gs_qmatrix *w, const uint8_t *bias,
+               int8_t *act_q);
+
+/* y[n] = layernorm(x[n], w, b or NULL, eps). y may alias x. */
+void gs_layernorm(float *y, const float *x, const uint8_t *w, const uint8_t *b, uint32_t n,
+                  float eps);
+
+/* x[n] = gelu(x[n]), tanh form. */
+void gs_gelu(float *x, uint32_t n);
+
+#endif /* GS_INTERNAL_H */

@@ -1,0 +1,95 @@
+/* gs_kernels.c: the int8 arithmetic of FORMAT.md section 7, step by step in the order written
+ * there, float32 only (no double, no fused multiply-add: build with -ffp-contract=off so that
+ * `a * b + c` rounds twice, as numpy does).
+ *
+ * gs_linear is the hot spot (over 95% of the multiply-adds): int8 x int8 products summed exactly
+ * in int32, so any summation order gives the same integer and the host may vectorize it
+ * (-O3 -march=native in the `openmp` host variant) and split output rows over threads
+ * (OpenMP), while the ESP32 runs the plain loop. */
+#include "gs_internal.h"
+
+/* Multiply-adds below which OpenMP's fork/join costs more than it saves (host only). */
+#define GS_OMP_MIN_WORK (1L << 20)
+
+/* int8 clamp of an already rounded value; NaN (only from a corrupt, CRC-consistent artifact)
+ * becomes 0 so that the conversion stays defined. */
+static int8_t clamp_i8(float r)
+{
+    if (r > 127.0f) return 127;
+    if (r < -127.0f) return -127;
+    if (r != r) return 0;
+    return (int8_t)r;
+}
+
+float gs_quantize_vector(int8_t *q, const float *x, uint32_t n)
+{
+    float m = 0.0f, inv;
+    uint32_t i;
+    for (i = 0; i < n; i++) {
+        float a = x[i] < 0.0f ? -x[i] : x[i];
+        if (a > m) m = a;
+    }
+    if (m == 0.0f) {
+        for (i = 0; i < n; i++) q[i] = 0;
+        return 0.0f;
+    }
+    inv = 127.0f / m;
+    for (i = 0; i < n; i++) q[i] = clamp_i8(rintf(x[i] * inv));
+    return m / 127.0f;
+}
+
+/* Exact int8 dot product. |q| <= 127, |w| <= 128 and n <= 4C <= 131072 for any artifact under
+ * 4 GiB (4C^2 weight bytes must fit), so the int32 sum cannot overflow. */
+static int32_t dot_i8(const int8_t *q, const int8_t *w, uint32_t n)
+{
+    int32_t acc = 0;
+    uint32_t k;
+    for (k = 0; k < n; k++) acc += (int32_t)q[k] * (int32_t)w[k];
+    return acc;
+}
+
+/* y[R] = W (R, K) @ x[K], per FORMAT.md 7 `linear`: y_r = ((f32)acc_r * s) * sW[r] (+ b_r). */
+void gs_linear(float *y, const float *x, const gs_qmatrix *w, const uint8_t *bias,
+               int8_t *act_q)
+{
+    const uint32_t R = w->rows, K = w->cols;
+    const float s = gs_quantize_vector(act_q, x, K);
+    int32_t r; /* signed: the OpenMP 2.5 loop form older compilers accept */
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if ((uint64_t)R * K >= GS_OMP_MIN_WORK)
+#endif
+    for (r = 0; r < (int32_t)R; r++) {
+        const int8_t *row = w->q + (size_t)r * K;
+        float yr = ((float)dot_i8(act_q, row, K) * s) * gs_f32_at(w->scale, (size_t)r);
+        if (bias != NULL) yr = yr + gs_f32_at(bias, (size_t)r);
+        y[r] = yr;
+    }
+}
+
+void gs_layernorm(float *y, const float *x, const uint8_t *w, const uint8_t *b, uint32_t n,
+                  float eps)
+{
+    float mean = 0.0f, var = 0.0f, rstd;
+    uint32_t i;
+    for (i = 0; i < n; i++) mean += x[i];
+    mean = mean / (float)n;
+    for (i = 0; i < n; i++) {
+        float d = x[i] - mean;
+        var += d * d;
+    }
+    var = var / (float)n;
+    rstd = 1.0f / sqrtf(var + eps);
+    for (i = 0; i < n; i++) {
+        float v = ((x[i] - mean) * rstd) * gs_f32_at(w, i);
+        y[i] = b != NULL ? v + gs_f32_at(b, i) : v;
+    }
+}
+
+void gs_gelu(float *x, uint32_t n)
+{
+    uint32_t i;
+    for (i = 0; i < n; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    }
+}

@@ -1,0 +1,1 @@
+"""The benchmark suites, one module per question (see packages/bench/README.md)."""

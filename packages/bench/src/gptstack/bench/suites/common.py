@@ -1,0 +1,116 @@
+"""What every suite shares: the device, the settings, the progress line and the result file.
+
+    ctx = SuiteContext.create("train", params, device="auto", settings=Settings(), out=path)
+    ... ctx.result.add_row(...)
+    data = ctx.finish()
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..environment import environment
+from ..errors import BenchError
+from ..harness import Progress, Settings
+from ..results import Result
+
+# MEASURING.md rule 5: relative error ||out - ref|| / ||ref|| against an fp32/fp64 reference.
+TOLERANCES = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3}
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' (cuda if available), 'cuda' or 'cpu'; BenchError if CUDA is asked for but absent."""
+    if name not in ("auto", "cuda", "cpu"):
+        raise BenchError(f"device {name!r} is unknown: use auto, cuda or cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BenchError("--device cuda but torch sees no CUDA GPU: use --device cpu")
+    use_cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
+    return torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """'auto' is bf16 on a GPU and fp32 on a CPU."""
+    table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in table:
+        raise BenchError(f"dtype {name!r} is unknown: use auto, fp32, bf16 or fp16")
+    return table[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+        dtype, str(dtype))
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| computed in float64."""
+    out64, ref64 = out.detach().double(), ref.detach().double()
+    denom = ref64.norm().item()
+    return (out64 - ref64).norm().item() / (denom if denom > 0 else 1.0)
+
+
+def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, against: str) -> dict:
+    """{"rel_err", "tol", "ok", "against"}: MEASURING.md rule 5's check of a fast path."""
+    err = relative_error(out, ref)
+    tol = TOLERANCES.get(dtype, 1e-2)
+    return {"rel_err": err, "tol": tol, "ok": bool(err < tol), "against": against}
+
+
+def compile_callable(fn: Any, backend: str, mode: str | None = None, **kwargs: Any) -> Any:
+    """torch.compile with a backend choice (inductor for real runs; aot_eager/eager let CPU CI
+    exercise Dynamo and AOTAutograd without minutes of C++ compilation). A mode applies to
+    inductor only."""
+    if backend not in COMPILE_BACKENDS:
+        raise BenchError(f"compile backend {backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
+    if backend == "inductor":
+        return torch.compile(fn, mode=mode, **kwargs)
+    return torch.compile(fn, backend=backend, **kwargs)
+
+
+def release_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class SuiteContext:
+    """The device, settings, progress line and result of one suite run."""
+
+    device: torch.device
+    settings: Settings
+    progress: Progress
+    result: Result
+    smoke: bool
+    compile_backend: str
+
+    @classmethod
+    def create(cls, suite: str, params: dict[str, Any], *, device: str | torch.device = "auto",
+               settings: Settings | None = None, out: str | os.PathLike | None = None,
+               smoke: bool = False, compile_backend: str = "inductor", progress: bool = True,
+               command: list[str] | None = None) -> SuiteContext:
+        dev = device if isinstance(device, torch.device) else resolve_device(device)
+        settings = settings or (Settings.smoke() if smoke else Settings())
+        if compile_backend not in COMPILE_BACKENDS:
+            raise BenchError(
+                f"compile backend {compile_backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
+        params = {**params, "smoke": smoke, "compile_backend": compile_backend}
+        result = Result(suite, params=params, settings=settings.to_dict(),
+                        env=environment(dev, command), path=out)
+        return cls(dev, settings, Progress(suite, enabled=progress), result, smoke, compile_backend)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def finish(self) -> dict[str, Any]:
+        self.progress.done()
+        return self.result.finish()

@@ -1,0 +1,383 @@
+"""Suite `train`: what makes a training step fast? The ladder, rung by rung, per preset.
+
+    data = run_train([ModelShape("esp32", 512, 64, 6, 8, 256, batch_size=64, dropout=0.2)],
+                     device="cuda", out="benchmarks/results/train-h200-....json")
+
+A step is what `gptstack train` does per optimizer step with grad_accum micro-batches: forward
+(+ loss) and backward per micro-batch, clip the global grad norm to 1.0, AdamW step, zero grads
+(set_to_none). Every rung starts from the same initial weights and sees the same rotating random
+batches; all rungs of a preset run alternately in one process (rung 1, rung 2, ..., rung 1, ...),
+and each is reported as a ratio to its parent rung and to fp32 eager (medians of per-round
+ratios). MFU = flops_per_token (GPT.flops_per_token: 6N + 12·L·C·T, PaLM appendix B) x tokens/s
+over the dense peak of the rung's math dtype from peaks.py, named in the row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from gptstack.model import split_decay_params
+
+from ..errors import BenchError
+from ..harness import Comparison, Settings, Variant, compare, error_text
+from ..peaks import peak_flops
+from ..results import Column, make_row, ratio_entry
+from ..shapes import ModelShape, random_tokens
+from .common import SuiteContext, compile_callable, release_memory
+
+# Optimizer hyper-parameters of the presets (AdamW, weight decay 0.1, beta2 0.99 / 0.95); their
+# values do not change the work of a step, a small lr keeps warm-up steps from moving the loss.
+LR, BETAS, WEIGHT_DECAY, GRAD_CLIP = 1e-4, (0.9, 0.95), 0.1, 1.0
+INPUT_SETS = 4  # rotating batches per preset
+# First-step loss of every rung vs fp32 eager: dropout masks differ between rungs (and between
+# eager and compiled code), so this is a sanity bound that catches broken rungs, not an equality.
+LOSS_SANITY_RTOL = 0.05
+
+
+@dataclass(frozen=True)
+class Rung:
+    key: str
+    name: str
+    parent: str | None  # the rung this one adds to (its "vs previous" ratio)
+    dtype: str  # "fp32" (TF32 off), "tf32" (fp32 with TF32 matmuls), "bf16" (autocast)
+    fused: bool  # AdamW(fused=True)
+    compile: str | None  # None, "default" or "reduce-overhead" (torch.compile mode)
+    step_graph: bool  # the whole step captured in one torch.cuda.CUDAGraph
+    gpu_only: bool
+    about: str
+
+
+RUNGS: tuple[Rung, ...] = (
+    Rung("fp32", "fp32 eager", None, "fp32", False, None, False, False,
+         "fp32 weights and math, TF32 off, AdamW (foreach)"),
+    Rung("tf32", "TF32 matmuls", "fp32", "tf32", False, None, False, True,
+         "fp32 weights, matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)"),
+    Rung("bf16", "bf16 autocast", "tf32", "bf16", False, None, False, False,
+         "torch.autocast(dtype=bfloat16) around forward and loss"),
+    Rung("fused", "+ fused AdamW", "bf16", "bf16", True, None, False, False,
+         "AdamW(fused=True): one kernel updates every parameter"),
+    Rung("graph-eager", "+ whole-step CUDA graph (no compile)", "fused", "bf16", True, None, True,
+         True, "eager model; forward, backward, clip and AdamW(fused, capturable) captured in "
+         "one torch.cuda.CUDAGraph, replayed each step"),
+    Rung("compile", "+ torch.compile", "fused", "bf16", True, "default", False, False,
+         "torch.compile(model), default mode: what `gptstack train` does today on CUDA"),
+    Rung("reduce-overhead", "+ compile(mode=reduce-overhead)", "compile", "bf16", True,
+         "reduce-overhead", False, True,
+         "Inductor CUDA graph trees around forward and backward; clip and AdamW stay eager"),
+    Rung("graph", "+ whole-step CUDA graph", "compile", "bf16", True, "default", True, True,
+         "compiled model; forward, backward, clip and AdamW(fused, capturable) captured in one "
+         "torch.cuda.CUDAGraph, replayed each step"),
+)
+RUNG_KEYS = tuple(r.key for r in RUNGS)
+BASELINE = "fp32"
+# The settings of `gptstack train` on CUDA today (tools/runtime.py + tools/train.py): bf16
+# autocast, TF32 allowed, AdamW fused on CUDA, torch.compile(model) default mode, grad clip 1.0.
+TRAIN_DEFAULT = "compile"
+TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + fused AdamW + torch.compile(model) default "
+                      "mode + grad clip 1.0 (tools/runtime.py, tools/train.py)")
+
+
+def _set_tf32(allowed: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    torch.backends.cudnn.allow_tf32 = allowed
+
+
+class RungStep:
+    """One rung's model copy, optimizer and step function: step(batch) with batch a list of
+    grad_accum (x, y) pairs of (B, T) int64 tokens. `first_loss` is the loss of the first step
+    it ever ran (from the shared initial weights)."""
+
+    def __init__(self, rung: Rung, base: torch.nn.Module, device: torch.device, backend: str,
+                 example: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.rung, self.device = rung, device
+        self.model = copy.deepcopy(base).to(device).train()
+        decay, no_decay = split_decay_params(self.model)
+        groups = [{"params": decay, "weight_decay": WEIGHT_DECAY},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        extra = {"fused": True} if rung.fused else {}
+        if rung.step_graph:
+            extra["capturable"] = True  # step count on the device: no host sync inside the graph
+        self.opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, **extra)
+        self.params = [p for g in groups for p in g["params"]]
+        self.fwd: Callable = self.model
+        if rung.compile is not None:
+            self.fwd = compile_callable(self.model, backend, None if rung.compile == "default"
+                                        else rung.compile)
+        self.first_loss: float | None = None
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._static = [(x.clone(), y.clone()) for x, y in example] if rung.step_graph else []
+        self._static_loss: torch.Tensor | None = None
+
+    def _autocast(self, cache_enabled: bool = True):
+        if self.rung.dtype != "bf16":
+            return contextlib.nullcontext()
+        # Captured graphs need cache_enabled=False (torch.cuda.graphs docs: autocast caching
+        # of cast weights is not graph safe).
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=cache_enabled)
+
+    def _body(self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]], cache: bool) -> torch.Tensor:
+        loss = None
+        for x, y in batch:
+            with self._autocast(cache):
+                _, loss = self.fwd(x, y)
+            (loss / len(batch)).backward()
+        torch.nn.utils.clip_grad_norm_(self.params, GRAD_CLIP)
+        self.opt.step()
+        return loss
+
+    def step(self, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        if self.device.type == "cuda":
+            _set_tf32(self.rung.dtype != "fp32")
+        if self.rung.step_graph:
+            return self._graph_step(batch)
+        if self.rung.compile == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+        loss = self._body(batch, cache=True)
+        self.opt.zero_grad(set_to_none=True)
+        if self.first_loss is None:
+            self.first_loss = loss.item()
+        return loss
+
+    def _graph_step(self, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        if self._graph is None:
+            self._capture()
+        for (sx, sy), (x, y) in zip(self._static, batch):
+            sx.copy_(x)
+            sy.copy_(y)
+        self._graph.replay()
+        return self._static_loss
+
+    def _capture(self) -> None:
+        # PyTorch's whole-network capture recipe (torch.cuda.graphs docs): warm up on a side
+        # stream, grads set to None, then capture forward + backward + optimizer step.
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self.opt.zero_grad(set_to_none=True)
+                loss = self._body(self._static, cache=False)
+                if self.first_loss is None:
+                    self.first_loss = loss.item()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.opt.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._static_loss = self._body(self._static, cache=False)
+        self._graph = graph
+
+
+def _ancestor_measured(rung: Rung, measured: set[str]) -> str | None:
+    by_key = {r.key: r for r in RUNGS}
+    parent = rung.parent
+    while parent is not None and parent not in measured:
+        parent = by_key[parent].parent
+    return parent
+
+
+def _cudagraph_skips() -> int | None:
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(sum(counters["inductor"].get(k, 0) for k in counters["inductor"]
+                       if "cudagraph_skip" in k))
+    except Exception:
+        return None
+
+
+def _build_rungs(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module,
+                 rungs: Sequence[Rung], inputs: list,
+                 params: dict) -> tuple[dict[str, RungStep], dict[str, dict]]:
+    """Build each rung from the shared initial weights and run its first step (compilation,
+    capture) alone, recording its peak memory; failures become error rows."""
+    built: dict[str, RungStep] = {}
+    info: dict[str, dict] = {}
+    for rung in rungs:
+        if rung.gpu_only and not ctx.cuda:
+            ctx.result.add_row(make_row(
+                section="ladder", group=shape.name, name=rung.name, params=params,
+                status="skipped", note=f"GPU only ({rung.about}); this run is on a CPU"))
+            continue
+        ctx.progress.step(rung.name, "build, compile, first step")
+        skips_before = _cudagraph_skips()
+        try:
+            if ctx.cuda:
+                torch.cuda.synchronize(ctx.device)
+                torch.cuda.reset_peak_memory_stats(ctx.device)
+                before = torch.cuda.memory_allocated(ctx.device)
+            step = RungStep(rung, base, ctx.device, ctx.compile_backend, inputs[0])
+            step.step(inputs[0])
+            peak = None
+            if ctx.cuda:
+                torch.cuda.synchronize(ctx.device)
+                peak = torch.cuda.max_memory_allocated(ctx.device) - before
+        except Exception as e:
+            ctx.result.add_row(make_row(section="ladder", group=shape.name, name=rung.name,
+                                        params=params, status="error", note=error_text(e)))
+            release_memory(ctx.device)
+            continue
+        skips_after = _cudagraph_skips()
+        info[rung.key] = {
+            "peak_mem_bytes": peak,
+            "cudagraph_skips": (skips_after - skips_before
+                                if None not in (skips_before, skips_after) else None),
+        }
+        built[rung.key] = step
+    return built, info
+
+
+def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cmp: Comparison,
+                 built: dict[str, RungStep], info: dict[str, dict], params: dict,
+                 seq_len: int, grad_accum: int) -> dict[str, Any]:
+    tokens = shape.batch_size * seq_len * grad_accum
+    model = next(iter(built.values())).model
+    flops_per_token = model.flops_per_token(seq_len)
+    device_name = torch.cuda.get_device_name(ctx.device) if ctx.cuda else "cpu"
+    measured = set(cmp.measurements)
+    by_name = {r.name: r for r in RUNGS}
+    ref_loss = built[BASELINE].first_loss if BASELINE in built else None
+    summary: dict[str, Any] = {}
+    for rung in rungs:
+        if rung.key not in built:
+            continue
+        name = rung.name
+        if name not in cmp.measurements:
+            ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name,
+                                        params=params, status="error",
+                                        note=cmp.failures.get(name, "did not run")))
+            continue
+        m = cmp.measurements[name]
+        med = m.stats["median"]
+        peak = peak_flops(device_name, rung.dtype) if ctx.cuda else None
+        tok_s = tokens / med
+        metrics = {
+            "ms_per_step": med * 1e3, "tokens_per_step": tokens, "tokens_per_s": tok_s,
+            "flops_per_token": flops_per_token,
+            "mfu": flops_per_token * tok_s / peak.flops if peak else None,
+            "mfu_peak": peak.label if peak else None,
+            **info[rung.key],
+        }
+        parent_key = _ancestor_measured(rung, {by_name[n].key for n in measured})
+        parent = next((r.name for r in RUNGS if r.key == parent_key), None)
+        ratios = {}
+        for key, other in (("vs_previous", parent), ("vs_fp32", by_name_key(BASELINE)),
+                           ("vs_train_default", by_name_key(TRAIN_DEFAULT))):
+            entry = ratio_entry(cmp, other, name) if other and other != name else None
+            if entry is not None:
+                ratios[key] = entry
+        check = None
+        first = built[rung.key].first_loss
+        if ref_loss is not None and first is not None:
+            rel = abs(first - ref_loss) / abs(ref_loss)
+            check = {"rel_err": rel, "tol": LOSS_SANITY_RTOL, "ok": rel < LOSS_SANITY_RTOL,
+                     "against": "fp32 eager first-step loss (sanity bound: dropout differs)",
+                     "loss": first}
+        ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name, params=params,
+                                    measurement=m, metrics=metrics, ratios=ratios, check=check))
+        summary[name] = tok_s
+    return summary
+
+
+def by_name_key(key: str) -> str:
+    return next(r.name for r in RUNGS if r.key == key)
+
+
+def _summarize(ctx: SuiteContext, shape: ModelShape) -> None:
+    rows = [r for r in ctx.result.rows if r["group"] == shape.name and r["status"] == "ok"]
+    if not rows:
+        return
+    best = max(rows, key=lambda r: r["metrics"]["tokens_per_s"])
+    default = by_name_key(TRAIN_DEFAULT)
+    entry = {"fastest": best["name"], "fastest_tokens_per_s": best["metrics"]["tokens_per_s"]}
+    if "vs_train_default" in best["ratios"]:
+        entry["fastest_vs_train_default"] = best["ratios"]["vs_train_default"]["median"]
+    entry["train_default"] = default
+    ctx.result.data["summary"][shape.name] = entry
+    ctx.result.save()
+
+
+def run_train(
+    shapes: Sequence[ModelShape],
+    *,
+    rungs: Sequence[str] = RUNG_KEYS,
+    seq_len: int | None = None,
+    grad_accum: int = 1,
+    device: str | torch.device = "auto",
+    settings: Settings | None = None,
+    out: str | os.PathLike | None = None,
+    smoke: bool = False,
+    compile_backend: str = "inductor",
+    progress: bool = True,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Run the ladder for each shape (batch = shape.batch_size, T = seq_len or block_size);
+    returns the result dict (also written to `out` as it goes)."""
+    unknown = [k for k in rungs if k not in RUNG_KEYS]
+    if unknown or not rungs:
+        raise BenchError(f"rungs {unknown or '(none)'}: choose from {', '.join(RUNG_KEYS)}")
+    if grad_accum < 1:
+        raise BenchError(f"grad_accum is {grad_accum}: it must be >= 1")
+    chosen = [r for r in RUNGS if r.key in rungs]
+    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    params = {"shapes": [s.to_dict() for s in shapes], "rungs": [asdict(r) for r in chosen],
+              "seq_len": seq_len, "grad_accum": grad_accum, "lr": LR, "betas": list(BETAS),
+              "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
+              "train_default": {"rung": by_name_key(TRAIN_DEFAULT), "what": TRAIN_DEFAULT_TEXT}}
+    ctx = SuiteContext.create("train", params, device=device, settings=settings, out=out,
+                              smoke=smoke, compile_backend=compile_backend, progress=progress,
+                              command=command)
+    _declare(ctx)
+    if not ctx.cuda:
+        ctx.result.note("CPU run: TF32 and the CUDA-graph rungs are GPU only (skipped rows); no "
+                        "MFU (no peak table for CPUs).")
+    for shape in shapes:
+        T = min(seq_len or shape.block_size, shape.block_size)
+        ctx.progress.row(f"{shape.name} B={shape.batch_size} T={T}")
+        g = torch.Generator().manual_seed(1)
+        inputs = [[(random_tokens((shape.batch_size, T), shape.vocab_size, ctx.device, g),
+                    random_tokens((shape.batch_size, T), shape.vocab_size, ctx.device, g))
+                   for _ in range(grad_accum)] for _ in range(INPUT_SETS)]
+        base = shape.build(torch.device("cpu"), seed=0)
+        row_params = {"batch": shape.batch_size, "seq_len": T, "grad_accum": grad_accum,
+                      "n_params": base.num_params()}
+        built, info = _build_rungs(ctx, shape, base, chosen, inputs, row_params)
+        if built:
+            variants = [Variant(r.name, built[r.key].step, inputs)
+                        for r in chosen if r.key in built]
+            cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+            _ladder_rows(ctx, shape, chosen, cmp, built, info, row_params, T, grad_accum)
+            _summarize(ctx, shape)
+        del built, base
+        torch._dynamo.reset()  # fresh compile caches per preset (recompile limits)
+        release_memory(ctx.device)
+    if ctx.cuda:
+        _set_tf32(True)
+    return ctx.finish()
+
+
+def _declare(ctx: SuiteContext) -> None:
+    ctx.result.table(
+        "Training step ladder", "ladder",
+        [Column("preset", "group"), Column("rung", "name"), Column("B", "params.batch", "int"),
+         Column("T", "params.seq_len", "int"),
+         Column("ms/step (median, min–max)", "time_s", "time_ms"),
+         Column("tokens/s", "metrics.tokens_per_s", "int"), Column("MFU", "metrics.mfu", "pct"),
+         Column("peak MiB", "metrics.peak_mem_bytes", "mib"),
+         Column("× vs previous", "ratios.vs_previous", "ratio"),
+         Column("× vs fp32 eager", "ratios.vs_fp32", "ratio"),
+         Column("× vs train default", "ratios.vs_train_default", "ratio"),
+         Column("loss check", "check", "check"), Column("note", "note")],
+        about="One optimizer step (forward+backward per micro-batch, clip 1.0, AdamW, zero_grad). "
+              "Ratios: median of per-round speedups (> 1 is faster), min–max in brackets. "
+              "MFU over the dense peak of the rung's dtype, named in `metrics.mfu_peak` of the JSON. "
+              "Peak MiB: allocated during the rung's build and first step (model, optimizer "
+              "state, activations, graph pools). 'train default' = " + TRAIN_DEFAULT_TEXT + ".")
+    ctx.result.plot("bars", "ladder", "Training step: speedup over fp32 eager",
+                    value="ratios.vs_fp32.median", label="group", series="name", log=False,
+                    ylabel="× vs fp32 eager (median of pairs)")

@@ -1,0 +1,105 @@
+"""GPTConfig: the hyper-parameters of a gptstack GPT.
+
+The same fields travel in a checkpoint's `config.json` and in the `.gsm` artifact header, so they
+are validated once, here, when the object is built (`__post_init__`), and serialised through
+`to_dict()` / `from_dict()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .attention import attention_backends
+from .errors import ModelConfigError
+
+
+@dataclass
+class GPTConfig:
+    """Shape and behaviour of a GPT. Every field is checked in `__post_init__`."""
+
+    # Number of token ids; the LM head's output size V (GPT-2 pads 50257 up to 50304, a multiple
+    # of 64, so the head's matmul tiles evenly).
+    vocab_size: int
+    # Longest context T the model sees: the size of the learned position table `wpe`.
+    block_size: int
+    # Number of transformer blocks L (depth).
+    n_layer: int
+    # Number of attention heads nh; each head has hs = n_embd // n_head dimensions.
+    n_head: int
+    # Residual stream width C (also the embedding size).
+    n_embd: int
+    # Dropout probability on attention weights and residual branches while training (0 = off).
+    dropout: float = 0.0
+    # Biases in Linear layers and LayerNorms (True is GPT-2; False is slightly faster and smaller).
+    bias: bool = True
+    # Attention backend by registry name: "manual", "sdpa", or one registered later ("gptstack").
+    attention: str = "sdpa"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ModelConfigError(
+                    f"GPTConfig.{name} is {value!r}: it must be a positive integer; "
+                    f"set {name} to a value >= 1"
+                )
+        if self.n_embd % self.n_head != 0:
+            raise ModelConfigError(
+                f"GPTConfig.n_embd is {self.n_embd}, not divisible by n_head={self.n_head}: "
+                f"each head needs n_embd / n_head dimensions; choose n_embd a multiple of n_head"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
+            0.0 <= self.dropout < 1.0
+        ):
+            raise ModelConfigError(
+                f"GPTConfig.dropout is {self.dropout!r}: it must be a number in [0, 1); "
+                f"use 0.0 to disable dropout"
+            )
+        self.dropout = float(self.dropout)
+        if not isinstance(self.bias, bool):
+            raise ModelConfigError(
+                f"GPTConfig.bias is {self.bias!r}: it must be true or false"
+            )
+        known = attention_backends()
+        if self.attention not in known:
+            raise ModelConfigError(
+                f"GPTConfig.attention is {self.attention!r}, not a registered attention backend; "
+                f"choose one of {sorted(known)} (a third-party backend must be registered with "
+                f"gptstack.model.register_attention_backend before the config is built)"
+            )
+
+    @property
+    def head_size(self) -> int:
+        """hs = C // nh, the width of one attention head."""
+        return self.n_embd // self.n_head
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain JSON-ready dict (what `config.json` stores)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
+        """Build a config from `to_dict()` output; unknown/missing keys raise ModelConfigError."""
+        if not isinstance(d, dict):
+            raise ModelConfigError(
+                f"model config must be a dict of fields, got {type(d).__name__}"
+            )
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ModelConfigError(
+                f"model config has unknown key(s) {unknown}; valid keys are {list(fields)}"
+            )
+        required = [
+            name
+            for name, f in fields.items()
+            if f.default is dataclasses.MISSING and name not in d
+        ]
+        if required:
+            raise ModelConfigError(
+                f"model config is missing required key(s) {required}; "
+                f"valid keys are {list(fields)}"
+            )
+        return cls(**d)

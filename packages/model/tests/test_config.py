@@ -1,0 +1,66 @@
+"""GPTConfig validation and (de)serialisation."""
+
+import pytest
+
+from gptstack.model import GPTConfig, ModelConfigError, ModelError
+from gptstack.model import attention as attention_module
+from gptstack.model import register_attention_backend
+
+GOOD = dict(vocab_size=65, block_size=32, n_layer=2, n_head=4, n_embd=64)
+
+
+def test_round_trip_through_dict():
+    cfg = GPTConfig(**GOOD, dropout=0.1, bias=False, attention="manual")
+    d = cfg.to_dict()
+    assert d == {**GOOD, "dropout": 0.1, "bias": False, "attention": "manual"}
+    assert GPTConfig.from_dict(d) == cfg
+    assert cfg.head_size == 16
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("vocab_size", 0),
+        ("block_size", -4),
+        ("n_layer", 1.5),
+        ("n_head", True),
+        ("n_embd", "64"),
+        ("dropout", 1.0),
+        ("dropout", -0.1),
+        ("bias", "yes"),
+        ("attention", "flash"),
+    ],
+)
+def test_bad_field_names_field_and_value(field, value):
+    with pytest.raises(ModelConfigError) as excinfo:
+        GPTConfig(**{**GOOD, field: value})
+    message = str(excinfo.value)
+    assert f"GPTConfig.{field}" in message and repr(value) in message
+
+
+def test_n_embd_must_divide_by_n_head():
+    with pytest.raises(ModelConfigError, match=r"n_embd is 60.*n_head=8"):
+        GPTConfig(**{**GOOD, "n_embd": 60, "n_head": 8})
+
+
+def test_config_error_is_a_model_error():
+    assert issubclass(ModelConfigError, ModelError)
+
+
+def test_from_dict_rejects_unknown_and_missing_keys():
+    with pytest.raises(ModelConfigError, match=r"unknown key\(s\) \['n_heads'\]"):
+        GPTConfig.from_dict({**GOOD, "n_heads": 4})
+    partial = dict(GOOD)
+    del partial["n_layer"]
+    with pytest.raises(ModelConfigError, match=r"missing required key\(s\) \['n_layer'\]"):
+        GPTConfig.from_dict(partial)
+    with pytest.raises(ModelConfigError, match="must be a dict"):
+        GPTConfig.from_dict([("vocab_size", 3)])
+
+
+def test_registered_backend_becomes_a_valid_choice(monkeypatch):
+    monkeypatch.setattr(attention_module, "_BACKENDS", dict(attention_module._BACKENDS))
+    with pytest.raises(ModelConfigError):
+        GPTConfig(**GOOD, attention="custom")
+    register_attention_backend("custom", attention_module.manual_attention)
+    assert GPTConfig(**GOOD, attention="custom").attention == "custom"

@@ -1,0 +1,165 @@
+"""What each `gptstack` subcommand does, given its parsed arguments (see cli.py for the flags)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import ConfigError, GptstackError
+
+
+def _device(name: str):
+    import torch
+
+    if name == "cuda" and not torch.cuda.is_available():
+        raise GptstackError("--device cuda but no CUDA GPU is visible; use --device cpu")
+    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+# --- tokenizer ---------------------------------------------------------------------------
+
+def _load_tokenizer_arg(arg: Path):
+    from gptstack.tokenizer import gpt2_tokenizer, load_tokenizer
+
+    return gpt2_tokenizer() if str(arg) == "gpt2" else load_tokenizer(arg)
+
+
+def cmd_tokenizer_train(args) -> int:
+    from gptstack.tokenizer import train_bpe
+    from tqdm import tqdm
+
+    from .datasets import read_corpus, resolve_dataset
+
+    path = args.data if args.data else resolve_dataset(args.dataset)
+    text = read_corpus(path)
+    if args.vocab_size <= 256:
+        raise ConfigError(f"--vocab-size must be above 256 (the byte tokens), got {args.vocab_size}")
+    bar = tqdm(total=args.vocab_size - 256, unit="merge", dynamic_ncols=True)
+    start = time.perf_counter()
+    tok = train_bpe(text, args.vocab_size, pattern=args.pattern,
+                    progress=lambda step, total: bar.update(step - bar.n))
+    seconds = time.perf_counter() - start
+    bar.close()
+    tok.save(args.out)
+    n_bytes = len(text.encode("utf-8"))
+    n_tokens = len(tok.encode(text))
+    print(f"trained on {path} ({n_bytes:,} bytes) in {seconds:.2f} s: vocab {tok.vocab_size}, "
+          f"{n_bytes / n_tokens:.3f} bytes/token -> {args.out}")
+    return 0
+
+
+def cmd_tokenizer_encode(args) -> int:
+    tok = _load_tokenizer_arg(args.tokenizer)
+    text = args.text if args.text is not None else sys.stdin.read()
+    print(" ".join(str(i) for i in tok.encode(text)))
+    return 0
+
+
+def cmd_tokenizer_decode(args) -> int:
+    tok = _load_tokenizer_arg(args.tokenizer)
+    ids = args.ids if args.ids else [int(x) for x in sys.stdin.read().split()]
+    bad = [i for i in ids if not 0 <= i < tok.vocab_size]
+    if bad:
+        raise GptstackError(f"token ids {bad[:5]} are outside this tokenizer's vocabulary 0..{tok.vocab_size - 1}")
+    sys.stdout.write(tok.decode(ids) + "\n")
+    return 0
+
+
+# --- train / sample / eval / plot --------------------------------------------------------
+
+def run_config_from_args(args):
+    from .checkpoint import read_meta, resolve_checkpoint
+    from .config import RunConfig, apply_overrides, load_config_file, load_preset
+
+    if args.preset:
+        cfg = load_preset(args.preset)
+    elif args.config:
+        cfg = load_config_file(args.config)
+    elif getattr(args, "resume", None):
+        ckpt = resolve_checkpoint(args.resume, prefer="last")
+        cfg = RunConfig.from_dict(read_meta(ckpt)["run"], source=f"{ckpt}/config.json")
+    else:
+        raise ConfigError("say what to train: --preset NAME, --config FILE, or --resume RUN_DIR")
+    if getattr(args, "data", None):
+        cfg.data.path = str(args.data)
+    return apply_overrides(cfg, list(args.overrides))
+
+
+def cmd_train(args) -> int:
+    from .plot import plot_run
+    from .train import train
+
+    cfg = run_config_from_args(args)
+    if args.resume and not args.out:
+        from .checkpoint import resolve_checkpoint
+
+        run_dir = resolve_checkpoint(args.resume, prefer="last").parent
+    else:
+        run_dir = args.out or Path("runs") / cfg.name
+    result = train(cfg, run_dir, resume=args.resume, stop_at=args.stop_at,
+                   progress=not args.no_progress)
+    plot = plot_run(run_dir)
+    state = "stopped at" if result.interrupted else "finished"
+    print(f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s "
+          f"({result.tokens_per_s:,.0f} tokens/s median)")
+    print(f"best val loss {result.best_val_loss:.4f} ({result.best_val_bpc:.4f} bits/char) -> {run_dir / 'best'}")
+    print(f"last checkpoint -> {run_dir / 'last'}; metrics -> {run_dir / 'metrics.jsonl'}; plot -> {plot}")
+    stopped_as_asked = args.stop_at is not None and result.step >= args.stop_at
+    return 130 if result.interrupted and not stopped_as_asked else 0
+
+
+def cmd_sample(args) -> int:
+    from .checkpoint import load_checkpoint
+    from .sample import sample
+
+    ckpt = load_checkpoint(args.ckpt, device=_device(args.device))
+    result = sample(ckpt, args.prompt, tokens=args.tokens, temperature=args.temperature,
+                    top_k=args.top_k or None, top_p=args.top_p, seed=args.seed, mode=args.mode)
+    print(f"[{result.new_tokens} tokens in {result.seconds:.2f} s: {result.tokens_per_s:,.1f} tokens/s, "
+          f"{args.mode} decoding on {next(ckpt.model.parameters()).device}]", file=sys.stderr)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from .evaluate_cli import run_eval
+
+    if not args.ckpt and not args.artifact:
+        raise ConfigError("pass --ckpt DIR (float model), --artifact FILE (int8), or both")
+    results = run_eval(args.ckpt, args.artifact, device=_device(args.device), samples=args.samples,
+                       sample_tokens=args.sample_tokens, seed=args.seed)
+    if args.json:
+        _write_json(args.json, results)
+        print(f"results -> {args.json}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .plot import plot_run
+
+    print(f"plot -> {plot_run(args.run_dir, args.out)}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .export import export_checkpoint
+
+    result = export_checkpoint(args.ckpt, args.out, target=args.target, clip=args.clip)
+    print(result.plan_text)
+    print(f"artifact -> {result.path} ({result.path.stat().st_size:,} bytes)")
+    return 0
+
+
+def cmd_pipeline(args) -> int:
+    from .pipeline import run_pipeline
+
+    return run_pipeline(args)

@@ -1,0 +1,227 @@
+"""Run configuration: presets (TOML shipped in this package), config files and --set overrides.
+
+A run is described by one `RunConfig` of four sections (model, tokenizer, data, train). A preset
+or `--config FILE` gives the values; `--set section.key=value` overrides one, parsed against the
+dataclass field's type. An unknown key or a bad value is reported with the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+
+@dataclass
+class ModelSection:
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    block_size: int = 256  # context length in tokens
+    dropout: float = 0.0
+    bias: bool = True  # biases in linear layers and LayerNorms (GPT-2 has them)
+    attention: str = "sdpa"  # manual | sdpa
+
+
+@dataclass
+class TokenizerSection:
+    kind: str = "char"  # char | bpe | gpt2
+    vocab_size: int = 512  # bpe only: 256 bytes + merges (+ specials)
+    pattern: str = "gpt2"  # bpe only: gpt2 | gpt4 pre-tokenization regex
+    # Round the model's vocabulary up to a multiple of this (GPT-2: 50257 -> 50304, "padded up
+    # to nearest multiple of 64 for efficiency", nanoGPT model.py); padded ids are never sampled.
+    pad_vocab_to: int = 1
+
+
+@dataclass
+class DataSection:
+    dataset: str = "tinyshakespeare"  # a named dataset (gptstack.tools.datasets)
+    path: str = ""  # a text file instead of the named dataset (--data FILE)
+    val_fraction: float = 0.1  # the last 10% of the text is the validation split
+
+
+@dataclass
+class TrainSection:
+    batch_size: int = 64  # sequences per micro-batch
+    grad_accum: int = 1  # micro-batches per optimizer step
+    max_steps: int = 5000
+    cpu_max_steps: int = 0  # shortened schedule when training on a CPU (0: same as max_steps)
+    lr: float = 1e-3
+    min_lr: float = 1e-4  # cosine floor (nanoGPT: lr/10, per Chinchilla)
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # clip the global grad norm; 0 disables
+    eval_interval: int = 250  # steps between val-loss evaluations and checkpoints
+    eval_batches: int = 200  # batches averaged per evaluation (nanoGPT's eval_iters)
+    log_interval: int = 10  # steps between metrics.jsonl lines
+    seed: int = 1337
+    device: str = "auto"  # auto (cuda if available) | cuda | cpu
+    dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | bf16 | fp32
+    compile: str = "auto"  # auto (on CUDA) | true | false: torch.compile the model
+
+
+@dataclass
+class RunConfig:
+    name: str = "custom"
+    description: str = ""
+    model: ModelSection = field(default_factory=ModelSection)
+    tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
+    data: DataSection = field(default_factory=DataSection)
+    train: TrainSection = field(default_factory=TrainSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> RunConfig:
+        cfg = cls()
+        for key, value in d.items():
+            if key in ("name", "description"):
+                setattr(cfg, key, str(value))
+            elif key in SECTIONS:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{source}: [{key}] must be a table, got {value!r}")
+                for k, v in value.items():
+                    _set_field(cfg, key, k, v, source=source)
+            else:
+                raise ConfigError(
+                    f"{source}: unknown section {key!r}; valid: {', '.join(SECTIONS)}"
+                )
+        validate(cfg, source=source)
+        return cfg
+
+
+SECTIONS = ("model", "tokenizer", "data", "train")
+CHOICES = {
+    ("model", "attention"): ("manual", "sdpa"),
+    ("tokenizer", "kind"): ("char", "bpe", "gpt2"),
+    ("tokenizer", "pattern"): ("gpt2", "gpt4"),
+    ("train", "device"): ("auto", "cuda", "cpu"),
+    ("train", "dtype"): ("auto", "bf16", "fp32"),
+    ("train", "compile"): ("auto", "true", "false"),
+}
+
+
+def _field_type(section_obj: Any, key: str) -> type:
+    hints = typing.get_type_hints(type(section_obj))
+    t = hints[key]
+    if isinstance(t, types.UnionType):  # none are optional today; keep the first concrete type
+        t = typing.get_args(t)[0]
+    return t
+
+
+def _coerce(value: Any, t: type, where: str) -> Any:
+    if isinstance(value, str) and t is not str:
+        text = value.strip()
+        try:
+            if t is bool:
+                if text.lower() in ("true", "1", "yes", "on"):
+                    return True
+                if text.lower() in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError
+            return t(float(text)) if t is int and "e" in text.lower() else t(text)
+        except ValueError:
+            raise ConfigError(f"{where}: {value!r} is not a valid {t.__name__}") from None
+    if t is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if t is int and (isinstance(value, bool) or not isinstance(value, int)):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if t is str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    if not isinstance(value, t):
+        raise ConfigError(f"{where}: expected {t.__name__}, got {value!r}")
+    return value
+
+
+def _set_field(cfg: RunConfig, section: str, key: str, value: Any, *, source: str) -> None:
+    obj = getattr(cfg, section)
+    names = [f.name for f in dataclasses.fields(obj)]
+    if key not in names:
+        raise ConfigError(
+            f"{source}: unknown key {section}.{key}; valid keys of [{section}]: {', '.join(names)}"
+        )
+    where = f"{source}: {section}.{key}"
+    v = _coerce(value, _field_type(obj, key), where)
+    choices = CHOICES.get((section, key))
+    if choices and v not in choices:
+        raise ConfigError(f"{where} = {v!r}; choose one of {', '.join(choices)}")
+    setattr(obj, key, v)
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """Apply `section.key=value` strings (from --set) in order, then re-validate."""
+    for item in overrides:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise ConfigError(
+                f"--set {item!r}: write section.key=value, e.g. train.lr=3e-4 "
+                f"(sections: {', '.join(SECTIONS)})"
+            )
+        dotted, value = item.split("=", 1)
+        section, key = dotted.strip().split(".", 1)
+        if section not in SECTIONS:
+            raise ConfigError(f"--set {item!r}: unknown section {section!r}; valid: {', '.join(SECTIONS)}")
+        _set_field(cfg, section, key, value, source="--set")
+    validate(cfg, source="--set")
+    return cfg
+
+
+def validate(cfg: RunConfig, *, source: str) -> None:
+    """Cross-field rules that a single field's type cannot express."""
+    m, t, tok = cfg.model, cfg.train, cfg.tokenizer
+    rules = [
+        (m.n_layer >= 1 and m.n_head >= 1 and m.n_embd >= 1, "model sizes must be positive"),
+        (m.n_embd % m.n_head == 0, f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})"),
+        (m.block_size >= 2, f"model.block_size must be at least 2, got {m.block_size}"),
+        (0.0 <= m.dropout < 1.0, f"model.dropout must be in [0, 1), got {m.dropout}"),
+        (tok.kind != "bpe" or 256 < tok.vocab_size <= 65536,
+         f"tokenizer.vocab_size must be in (256, 65536] for bpe, got {tok.vocab_size}"),
+        (tok.pad_vocab_to >= 1, "tokenizer.pad_vocab_to must be >= 1"),
+        (0.0 < cfg.data.val_fraction < 1.0, "data.val_fraction must be in (0, 1)"),
+        (t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size and train.grad_accum must be >= 1"),
+        (t.max_steps >= 1, f"train.max_steps must be >= 1, got {t.max_steps}"),
+        (t.cpu_max_steps >= 0, "train.cpu_max_steps must be >= 0"),
+        (t.lr > 0 and 0 <= t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and lr > 0"),
+        (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
+        (t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
+         "train.eval_interval, eval_batches and log_interval must be >= 1"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(f"{source}: {message}")
+
+
+def preset_names() -> list[str]:
+    files = resources.files("gptstack.tools").joinpath("presets").iterdir()
+    return sorted(p.name.removesuffix(".toml") for p in files if p.name.endswith(".toml"))
+
+
+def load_preset(name: str) -> RunConfig:
+    path = resources.files("gptstack.tools").joinpath("presets", f"{name}.toml")
+    if not path.is_file():
+        raise ConfigError(f"unknown preset {name!r}; available: {', '.join(preset_names())}")
+    return RunConfig.from_dict(tomllib.loads(path.read_text(encoding="utf-8")), source=f"preset {name}")
+
+
+def load_config_file(path: Path) -> RunConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    return RunConfig.from_dict(data, source=str(path))

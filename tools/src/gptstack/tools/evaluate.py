@@ -1,0 +1,110 @@
+"""Evaluation: loss estimates during training, and `gptstack eval` on a checkpoint.
+
+`gptstack eval` reports, on the whole val split (non-overlapping windows of block_size): val loss,
+perplexity and bits per character (loss in bits x tokens / characters, so char and BPE models
+compare). Beyond loss, for generated text: the fraction of generated words that are real words of
+the training split, and the fraction of generated word 8-grams copied verbatim from the training
+split (memorization); the same two numbers for the real held-out text are printed beside them as
+the yardstick.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import torch
+
+from .data import Corpus, batch_rng, get_batch
+from .runtime import Runtime
+
+EVAL_STREAM = 1 << 30  # batch_rng stream id of evaluation batches (training uses step numbers)
+WORD = re.compile(r"[A-Za-z']+")
+NGRAM = 8
+
+
+@torch.no_grad()
+def estimate_loss(model, corpus: Corpus, *, batch_size: int, block_size: int, batches: int,
+                  seed: int, runtime: Runtime) -> dict[str, float]:
+    """Mean loss over `batches` random batches of each split; the same batches at every call."""
+    was_training = model.training
+    model.eval()
+    out = {}
+    for split_id, (split, tokens) in enumerate((("train", corpus.train), ("val", corpus.val))):
+        total = 0.0
+        for i in range(batches):
+            x, y = get_batch(tokens, batch_size, block_size, batch_rng(seed, EVAL_STREAM, split_id, i))
+            x, y = torch.from_numpy(x).to(runtime.device), torch.from_numpy(y).to(runtime.device)
+            with runtime.autocast():
+                _, loss = model(x, y)
+            total += loss.item()
+        out[split] = total / batches
+    model.train(was_training)
+    return out
+
+
+def windows(tokens: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-overlapping (x, y) windows covering the split: (N, T) each, int64."""
+    n = (len(tokens) - 1) // block_size
+    arr = np.asarray(tokens[: n * block_size + 1], dtype=np.int64)
+    return arr[:-1].reshape(n, block_size), arr[1:].reshape(n, block_size)
+
+
+@torch.no_grad()
+def split_loss(model, tokens: np.ndarray, block_size: int, runtime: Runtime, batch_size: int = 64) -> float:
+    """Mean next-token loss (nats) over the whole split in non-overlapping windows."""
+    model.eval()
+    x_all, y_all = windows(tokens, block_size)
+    total, count = 0.0, 0
+    for i in range(0, len(x_all), batch_size):
+        x = torch.from_numpy(x_all[i : i + batch_size]).to(runtime.device)
+        y = torch.from_numpy(y_all[i : i + batch_size]).to(runtime.device)
+        with runtime.autocast():
+            _, loss = model(x, y)
+        total += loss.item() * y.numel()
+        count += y.numel()
+    return total / count
+
+
+def word_stats(generated: str, train_text: str) -> dict[str, float]:
+    """Fraction of generated words that are training words, and of word 8-grams seen in training."""
+    train_words = [w.lower() for w in WORD.findall(train_text)]
+    vocab = set(train_words)
+    train_grams = {tuple(train_words[i : i + NGRAM]) for i in range(len(train_words) - NGRAM + 1)}
+    words = [w.lower() for w in WORD.findall(generated)]
+    grams = [tuple(words[i : i + NGRAM]) for i in range(len(words) - NGRAM + 1)]
+    return {
+        "words": len(words),
+        "real_word_fraction": sum(w in vocab for w in words) / max(1, len(words)),
+        "ngrams": len(grams),
+        "copied_8gram_fraction": sum(g in train_grams for g in grams) / max(1, len(grams)),
+    }
+
+
+def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
+                   samples: int = 10, sample_tokens: int = 200, seed: int = 1,
+                   temperature: float = 0.8, top_k: int | None = 200) -> dict[str, Any]:
+    """Every number `gptstack eval` reports, as one dict (also the JSON it writes)."""
+    from gptstack.model import generate
+
+    val_loss = split_loss(model, corpus.val, block_size, runtime)
+    result: dict[str, Any] = {
+        "val_loss": val_loss,
+        "perplexity": math.exp(val_loss),
+        "val_bits_per_char": corpus.bits_per_char(val_loss),
+        "val_tokens": int(len(corpus.val)),
+    }
+    if samples > 0:
+        start = torch.tensor([corpus.tokenizer.encode("\n")[:1]] * samples, device=runtime.device)
+        out = generate(model, start, sample_tokens, mode="kv", temperature=temperature,
+                       top_k=top_k, seed=seed)
+        texts = [corpus.tokenizer.decode(row[1:].tolist()) for row in out.cpu()]
+        generated = word_stats("\n".join(texts), corpus.train_text)
+        reference = word_stats(corpus.val_text, corpus.train_text)
+        result.update(
+            samples=samples, sample_tokens=sample_tokens, temperature=temperature, top_k=top_k,
+            seed=seed, generated=generated, heldout_reference=reference, sample_text=texts[0],
+        )
+    return result

@@ -1,0 +1,53 @@
+"""Device, precision and compile choices for a run, resolved once from the config."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from gptstack.bench import Peak, peak_flops
+
+from .config import TrainSection
+from .errors import ConfigError
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    dtype: str  # "bf16" (autocast) or "fp32"
+    compile: bool
+    peak: Peak | None  # for MFU; None on CPUs and unknown GPUs
+
+    @property
+    def device_type(self) -> str:
+        return self.device.type
+
+    def autocast(self):
+        if self.dtype == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def describe(self) -> str:
+        name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
+        extra = ", torch.compile" if self.compile else ""
+        return f"{name} ({self.device}), {self.dtype}{extra}"
+
+
+def resolve_runtime(train: TrainSection) -> Runtime:
+    if train.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device = cuda but no CUDA GPU is visible; use train.device=cpu")
+    use_cuda = train.device == "cuda" or (train.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if use_cuda else "cpu")
+    dtype = train.dtype if train.dtype != "auto" else ("bf16" if use_cuda else "fp32")
+    if dtype == "bf16" and use_cuda and not torch.cuda.is_bf16_supported():
+        dtype = "fp32"
+    compile_ = train.compile == "true" or (train.compile == "auto" and use_cuda)
+    peak = None
+    if use_cuda:
+        # fp32 matmuls run as TF32 on tensor cores (allowed below), so that is their peak.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        peak = peak_flops(torch.cuda.get_device_name(device), "bf16" if dtype == "bf16" else "tf32")
+    return Runtime(device, dtype, compile_, peak)

@@ -1,0 +1,31 @@
+"""Learning-rate schedule and step budget: pure functions of the step, so resume stays exact."""
+
+from __future__ import annotations
+
+import math
+
+from .config import TrainSection
+
+
+def total_steps(train: TrainSection, device_type: str) -> int:
+    """max_steps, or the shortened cpu_max_steps when training on a CPU."""
+    if device_type == "cpu" and train.cpu_max_steps > 0:
+        return min(train.cpu_max_steps, train.max_steps)
+    return train.max_steps
+
+
+def warmup_steps(train: TrainSection, max_steps: int) -> int:
+    """The configured warmup, capped at a tenth of a (shortened) schedule."""
+    return min(train.warmup_steps, max_steps // 10)
+
+
+def get_lr(step: int, train: TrainSection, max_steps: int) -> float:
+    """Linear warmup to lr, then cosine decay to min_lr at max_steps (nanoGPT's get_lr)."""
+    warm = warmup_steps(train, max_steps)
+    if step < warm:
+        return train.lr * (step + 1) / warm
+    if step >= max_steps:
+        return train.min_lr
+    progress = (step - warm) / max(1, max_steps - warm)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * progress))  # 1 -> 0
+    return train.min_lr + coeff * (train.lr - train.min_lr)

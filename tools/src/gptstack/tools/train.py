@@ -1,0 +1,267 @@
+"""The training loop: `train(cfg, run_dir)` -> TrainResult.
+
+AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipping, bf16 autocast
+and torch.compile on CUDA. Every `eval_interval` steps: train/val loss and val bits/char, the
+checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
+to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step, saves `last/` and returns.
+Resuming from `last/` continues exactly: the batch of a step depends only on (seed, step).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tqdm import tqdm
+
+from gptstack.model import GPT, GPTConfig, load_safetensors
+
+from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
+from .config import RunConfig
+from .data import Corpus, batch_rng, get_batch, prepare_corpus
+from .errors import CheckpointError
+from .evaluate import estimate_loss
+from .runtime import Runtime, resolve_runtime
+from .schedule import get_lr, total_steps
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int  # optimizer steps completed
+    max_steps: int
+    best_val_loss: float
+    last_val_loss: float
+    best_val_bpc: float
+    wall_time_s: float
+    tokens_per_s: float  # median of the logged intervals
+    interrupted: bool
+
+
+def padded_vocab(vocab_size: int, multiple: int) -> int:
+    return ((vocab_size + multiple - 1) // multiple) * multiple
+
+
+def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
+    m = cfg.model
+    return GPTConfig(
+        vocab_size=padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to),
+        block_size=m.block_size, n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd,
+        dropout=m.dropout, bias=m.bias, attention=m.attention,
+    )
+
+
+class _StopOnInterrupt:
+    """First Ctrl-C asks the loop to stop after the current step; a second one aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __enter__(self):
+        self._previous = signal.getsignal(signal.SIGINT)
+        try:
+            signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: leave Ctrl-C alone
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+class _Metrics:
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "a", encoding="utf-8")
+
+    def write(self, **record: Any) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _restore(resume: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str, Any]:
+    ckpt = resolve_checkpoint(resume, prefer="last")
+    state_path = ckpt / "train_state.pt"
+    if not state_path.is_file():
+        raise CheckpointError(
+            f"{ckpt} has no train_state.pt, so it cannot be resumed exactly (best/ checkpoints "
+            "carry weights only): resume from the run directory or its last/"
+        )
+    load_safetensors(model, ckpt / "model.safetensors")
+    state = torch.load(state_path, map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    if runtime.device_type == "cuda" and state.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(state["cuda_rng"], runtime.device)
+    return state
+
+
+def train(
+    cfg: RunConfig,
+    run_dir: Path,
+    *,
+    resume: Path | None = None,
+    corpus: Corpus | None = None,
+    stop_at: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> TrainResult:
+    """Train `cfg` into `run_dir` (or continue the run saved in `resume`).
+
+    `stop_at` stops after that many steps as Ctrl-C would (saving last/), so a long schedule can be
+    run in stages on machines with a time limit and resumed exactly.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    runtime = resolve_runtime(cfg.train)
+    t, T = cfg.train, cfg.model.block_size
+    max_steps = total_steps(t, runtime.device_type)
+
+    tokenizer = None
+    if resume is not None:
+        from gptstack.tokenizer import load_tokenizer
+
+        ckpt = resolve_checkpoint(resume, prefer="last")
+        read_meta(ckpt)
+        tokenizer = load_tokenizer(ckpt / "tokenizer.json")
+    if corpus is None:
+        corpus = prepare_corpus(cfg, tokenizer)
+    torch.manual_seed(t.seed)
+    mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
+    model = GPT(mcfg).to(runtime.device)
+    optimizer = model.configure_optimizer(t.weight_decay, t.lr, (t.beta1, t.beta2), runtime.device_type)
+
+    start, best_val, best_bpc, elapsed0 = 0, math.inf, math.inf, 0.0
+    if resume is not None:
+        state = _restore(resume, model, optimizer, runtime)
+        start, best_val = state["step"], state["best_val_loss"]
+        best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
+    fwd = torch.compile(model) if runtime.compile else model
+
+    tokens_per_step = t.batch_size * t.grad_accum * T
+    flops_per_token = model.flops_per_token()
+    log(f"run {cfg.name}: {model.num_params() / 1e6:.2f}M parameters, vocab {mcfg.vocab_size}, "
+        f"{tokens_per_step:,} tokens/step, {max_steps:,} steps on {runtime.describe()}")
+    log(f"data {corpus.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens "
+        f"({corpus.tokenizer.kind} tokenizer, vocab {corpus.tokenizer.vocab_size})")
+    if runtime.peak is not None:
+        log(f"MFU peak: {runtime.peak.label}")
+
+    metrics = _Metrics(run_dir / "metrics.jsonl")
+    metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
+                  device=runtime.describe(), n_params=model.num_params(), time=time.time())
+
+    def evaluate(step: int) -> float:
+        nonlocal best_val, best_bpc
+        losses = estimate_loss(fwd, corpus, batch_size=t.batch_size, block_size=T,
+                               batches=t.eval_batches, seed=t.seed, runtime=runtime)
+        val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
+        metrics.write(event="eval", step=step, train_loss=losses["train"], val_loss=val,
+                      val_bpc=bpc, lr=get_lr(step, t, max_steps), time=time.time())
+        meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
+        improved = val < best_val
+        if improved:
+            best_val, best_bpc = val, bpc
+            save_checkpoint(run_dir / "best", model=model, tokenizer=corpus.tokenizer, meta=meta)
+        save_last(step, meta)
+        bar.write(f"step {step:>6}: train {losses['train']:.4f}  val {val:.4f}  "
+                  f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}")
+        return val
+
+    def save_last(step: int, meta: dict[str, Any]) -> None:
+        state = {"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "cuda_rng": torch.cuda.get_rng_state(runtime.device) if runtime.device_type == "cuda" else None,
+                 "best_val_loss": best_val, "best_val_bpc": best_bpc,
+                 "elapsed_s": elapsed0 + time.perf_counter() - t0}
+        save_checkpoint(run_dir / "last", model=model, tokenizer=corpus.tokenizer, meta=meta,
+                        train_state=state)
+
+    t0 = time.perf_counter()
+    last_val, step, rates = math.nan, start, []
+    bar = tqdm(total=max_steps, initial=start, unit="step", dynamic_ncols=True,
+               disable=not progress, smoothing=0.1)
+    interval_t, interval_steps = time.perf_counter(), 0
+    with _StopOnInterrupt() as stop:
+        try:
+            for step in range(start, max_steps):
+                if step % t.eval_interval == 0 and not (resume is not None and step == start):
+                    last_val = evaluate(step)
+                    interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
+                lr = get_lr(step, t, max_steps)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                model.train()
+                for micro in range(t.grad_accum):
+                    x, y = get_batch(corpus.train, t.batch_size, T, batch_rng(t.seed, step, micro))
+                    x = torch.from_numpy(x).to(runtime.device, non_blocking=True)
+                    y = torch.from_numpy(y).to(runtime.device, non_blocking=True)
+                    with runtime.autocast():
+                        _, loss = fwd(x, y)
+                    (loss / t.grad_accum).backward()
+                if t.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                interval_steps += 1
+                if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:
+                    loss_value = loss.item()  # synchronizes the device
+                    now = time.perf_counter()
+                    tok_s = interval_steps * tokens_per_step / (now - interval_t)
+                    interval_t, interval_steps = now, 0
+                    rates.append(tok_s)
+                    mfu = flops_per_token * tok_s / runtime.peak.flops if runtime.peak else None
+                    metrics.write(event="train", step=step + 1, loss=loss_value, lr=lr,
+                                  tokens_per_s=tok_s, mfu=mfu, time=time.time())
+                    post = {"loss": f"{loss_value:.4f}", "tok/s": f"{tok_s:,.0f}"}
+                    if mfu is not None:
+                        post["mfu"] = f"{100 * mfu:.1f}%"
+                    bar.set_postfix(post, refresh=False)
+                bar.update(1)
+                if stop_at is not None and step + 1 >= stop_at:
+                    stop.requested = True
+                if stop.requested:
+                    step += 1
+                    break
+            else:
+                step = max_steps
+            if stop.requested and step < max_steps:
+                bar.write(f"stopped: saving {run_dir / 'last'} at step {step} (continue with --resume {run_dir})")
+                save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
+            else:
+                last_val = evaluate(step)
+        finally:
+            bar.close()
+            metrics.write(event="end", step=step, best_val_loss=best_val, time=time.time(),
+                          interrupted=stop.requested)
+            metrics.close()
+    wall = time.perf_counter() - t0
+    rates.sort()
+    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall,
+                       rates[len(rates) // 2] if rates else math.nan, stop.requested)
+
+
+def checkpoint_meta(
+    mcfg: GPTConfig, cfg: RunConfig, corpus: Corpus, step: int,
+    *, val_loss: float | None = None, val_bpc: float | None = None,
+) -> dict[str, Any]:
+    """What config.json records besides format/version (ARCHITECTURE.md, checkpoints)."""
+    tok = corpus.tokenizer
+    return {"model": mcfg.to_dict(), "run": cfg.to_dict(), "step": step, "val_loss": val_loss,
+            "val_bpc": val_bpc,
+            "tokenizer": {"kind": tok.kind, "vocab_size": tok.vocab_size, "fingerprint": tok.fingerprint()},
+            "data": {"name": corpus.name, "sha256": corpus.sha256,
+                     "val_chars_per_token": corpus.val_chars_per_token}}

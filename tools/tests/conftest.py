@@ -1,0 +1,17 @@
+"""Fixtures for the tools tests: an isolated cache dir and a tiny corpus."""
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch):
+    # Token memmaps go to a per-session temp folder, never to ~/.cache.
+    monkeypatch.setenv("GPTSTACK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture
+def small_corpus(tmp_path, shakespeare_text):
+    """The first 60k characters of Tiny Shakespeare as a --data file."""
+    path = tmp_path / "small.txt"
+    path.write_text(shakespeare_text[:60_000], encoding="utf-8")
+    return path

@@ -1,0 +1,109 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from gptstack.tools import checkpoint as ckpt_mod
+from gptstack.tools.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from gptstack.tools.config import apply_overrides, load_preset
+from gptstack.tools.train import train
+
+
+def smoke_cfg(data, *extra):
+    return apply_overrides(load_preset("smoke"), [f"data.path={data}", *extra])
+
+
+def train_losses(run_dir):
+    lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in lines if r["event"] == "train"}
+
+
+def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus):
+    cfg = smoke_cfg(small_corpus, "train.max_steps=60", "train.eval_interval=20", "train.log_interval=1")
+    result = train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
+    run = tmp_path / "run"
+    assert result.step == 60 and not result.interrupted
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (run / "best" / name).is_file() and (run / "last" / name).is_file()
+    assert (run / "last" / "train_state.pt").is_file()
+    losses = train_losses(run)
+    assert losses[60] < losses[1] - 0.5  # it learns something in 60 steps
+    evals = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()
+             if '"eval"' in l]
+    assert [e["step"] for e in evals] == [0, 20, 40, 60]
+    assert result.best_val_loss == min(e["val_loss"] for e in evals)
+    meta = json.loads((run / "best" / "config.json").read_text())
+    assert meta["val_loss"] == result.best_val_loss and meta["format"] == "gptstack-checkpoint"
+    # bits/char = loss in bits * tokens / chars; for a char tokenizer tokens == chars
+    assert meta["val_bpc"] == pytest.approx(meta["val_loss"] / torch.log(torch.tensor(2.0)).item())
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, small_corpus):
+    # dropout > 0 so the RNG state must be restored too; eval_interval doesn't divide the stop step
+    extra = ["train.max_steps=24", "train.log_interval=1", "train.eval_interval=10", "model.dropout=0.1"]
+    full = tmp_path / "full"
+    train(smoke_cfg(small_corpus, *extra), full, progress=False, log=lambda s: None)
+    staged = tmp_path / "staged"
+    first = train(smoke_cfg(small_corpus, *extra), staged, stop_at=13, progress=False, log=lambda s: None)
+    assert first.interrupted and first.step == 13
+    assert json.loads((staged / "last" / "config.json").read_text())["step"] == 13
+    second = train(smoke_cfg(small_corpus, *extra), staged, resume=staged, progress=False, log=lambda s: None)
+    assert second.step == 24 and not second.interrupted
+    a, b = train_losses(full), train_losses(staged)
+    assert [a[s] for s in range(14, 25)] == [b[s] for s in range(14, 25)]  # exact, not approx
+    wa = load_checkpoint(full / "last").model.state_dict()
+    wb = load_checkpoint(staged / "last").model.state_dict()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(tmp_path, small_corpus, monkeypatch):
+    train(smoke_cfg(small_corpus, "train.max_steps=10"), tmp_path / "run", progress=False, log=lambda s: None)
+    last = tmp_path / "run" / "last"
+    before = load_checkpoint(last)
+    ref = {k: v.clone() for k, v in before.model.state_dict().items()}
+
+    def crash(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt_mod, "save_safetensors", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(last, model=before.model, tokenizer=before.tokenizer, meta=before.meta)
+    after = load_checkpoint(last)
+    assert all(torch.equal(ref[k], v) for k, v in after.model.state_dict().items())
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_crash_between_the_two_renames_is_recovered(tmp_path, small_corpus):
+    train(smoke_cfg(small_corpus, "train.max_steps=5"), tmp_path / "run", progress=False, log=lambda s: None)
+    run = tmp_path / "run"
+    os.rename(run / "last", run / ".last.old")  # as if the process died right after the first rename
+    assert resolve_checkpoint(run, prefer="last") == run / ".last.old"
+    load_checkpoint(run / ".last.old")
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_exits_cleanly(tmp_path, small_corpus):
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gptstack.tools.cli", "train", "--preset", "smoke", "--data", str(small_corpus),
+         "--out", str(run), "--set", "train.max_steps=100000", "--set", "train.log_interval=1",
+         "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        metrics = run / "metrics.jsonl"
+        if metrics.is_file() and '"train"' in metrics.read_text():
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    step = json.loads((run / "last" / "config.json").read_text())["step"]
+    assert 0 < step < 100000
+    assert f"--resume {run}" in out
