@@ -97,6 +97,7 @@ def run_config_from_args(args):
 
 def cmd_train(args) -> int:
     from .plot import plot_run
+    from .summary import write_run_summary
     from .train import train
 
     cfg = run_config_from_args(args)
@@ -109,11 +110,13 @@ def cmd_train(args) -> int:
     result = train(cfg, run_dir, resume=args.resume, stop_at=args.stop_at,
                    progress=not args.no_progress)
     plot = plot_run(run_dir)
+    summary = write_run_summary(run_dir)
     state = "stopped at" if result.interrupted else "finished"
     print(f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s "
           f"({result.tokens_per_s:,.0f} tokens/s median)")
     print(f"best val loss {result.best_val_loss:.4f} ({result.best_val_bpc:.4f} bits/char) -> {run_dir / 'best'}")
-    print(f"last checkpoint -> {run_dir / 'last'}; metrics -> {run_dir / 'metrics.jsonl'}; plot -> {plot}")
+    print(f"last checkpoint -> {run_dir / 'last'}; metrics -> {run_dir / 'metrics.jsonl'}; plot -> {plot}; "
+          f"summary -> {summary}")
     stopped_as_asked = args.stop_at is not None and result.step >= args.stop_at
     return 130 if result.interrupted and not stopped_as_asked else 0
 

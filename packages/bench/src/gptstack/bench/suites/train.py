@@ -191,22 +191,22 @@ def _cudagraph_skips() -> int | None:
         return None
 
 
-def _build_rungs(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module,
-                 rungs: Sequence[Rung], inputs: list,
-                 params: dict) -> tuple[dict[str, RungStep], dict[str, dict]]:
+def _build_rungs(ctx: SuiteContext, base: torch.nn.Module, rungs: Sequence[Rung],
+                 inputs: list) -> tuple[dict[str, RungStep], dict[str, dict], dict[str, tuple]]:
     """Build each rung from the shared initial weights and run its first step (compilation,
-    capture) alone, recording its peak memory; failures become error rows."""
+    capture) alone, recording its peak memory. Returns (built, info, not_run) where not_run maps
+    a rung key to (status, note)."""
     built: dict[str, RungStep] = {}
     info: dict[str, dict] = {}
+    not_run: dict[str, tuple[str, str]] = {}
     for rung in rungs:
         if rung.gpu_only and not ctx.cuda:
-            ctx.result.add_row(make_row(
-                section="ladder", group=shape.name, name=rung.name, params=params,
-                status="skipped", note=f"GPU only ({rung.about}); this run is on a CPU"))
+            not_run[rung.key] = ("skipped", f"GPU only ({rung.about}); this run is on a CPU")
             continue
         ctx.progress.step(rung.name, "build, compile, first step")
         skips_before = _cudagraph_skips()
         try:
+            before = 0
             if ctx.cuda:
                 torch.cuda.synchronize(ctx.device)
                 torch.cuda.reset_peak_memory_stats(ctx.device)
@@ -218,8 +218,7 @@ def _build_rungs(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module,
                 torch.cuda.synchronize(ctx.device)
                 peak = torch.cuda.max_memory_allocated(ctx.device) - before
         except Exception as e:
-            ctx.result.add_row(make_row(section="ladder", group=shape.name, name=rung.name,
-                                        params=params, status="error", note=error_text(e)))
+            not_run[rung.key] = ("error", error_text(e))
             release_memory(ctx.device)
             continue
         skips_after = _cudagraph_skips()
@@ -229,24 +228,28 @@ def _build_rungs(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module,
                                 if None not in (skips_before, skips_after) else None),
         }
         built[rung.key] = step
-    return built, info
+    return built, info, not_run
 
 
 def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cmp: Comparison,
-                 built: dict[str, RungStep], info: dict[str, dict], params: dict,
-                 seq_len: int, grad_accum: int) -> dict[str, Any]:
+                 built: dict[str, RungStep], info: dict[str, dict],
+                 not_run: dict[str, tuple[str, str]], params: dict, seq_len: int,
+                 grad_accum: int) -> None:
+    """One row per rung, in ladder order: measured, skipped or failed."""
     tokens = shape.batch_size * seq_len * grad_accum
-    model = next(iter(built.values())).model
-    flops_per_token = model.flops_per_token(seq_len)
+    flops_per_token = (next(iter(built.values())).model.flops_per_token(seq_len)
+                       if built else None)
     device_name = torch.cuda.get_device_name(ctx.device) if ctx.cuda else "cpu"
     measured = set(cmp.measurements)
     by_name = {r.name: r for r in RUNGS}
     ref_loss = built[BASELINE].first_loss if BASELINE in built else None
-    summary: dict[str, Any] = {}
     for rung in rungs:
-        if rung.key not in built:
-            continue
         name = rung.name
+        if rung.key in not_run:
+            status, note = not_run[rung.key]
+            ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name,
+                                        params=params, status=status, note=note))
+            continue
         if name not in cmp.measurements:
             ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name,
                                         params=params, status="error",
@@ -280,8 +283,6 @@ def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cm
                      "loss": first}
         ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name, params=params,
                                     measurement=m, metrics=metrics, ratios=ratios, check=check))
-        summary[name] = tok_s
-    return summary
 
 
 def by_name_key(key: str) -> str:
@@ -346,13 +347,11 @@ def run_train(
         base = shape.build(torch.device("cpu"), seed=0)
         row_params = {"batch": shape.batch_size, "seq_len": T, "grad_accum": grad_accum,
                       "n_params": base.num_params()}
-        built, info = _build_rungs(ctx, shape, base, chosen, inputs, row_params)
-        if built:
-            variants = [Variant(r.name, built[r.key].step, inputs)
-                        for r in chosen if r.key in built]
-            cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
-            _ladder_rows(ctx, shape, chosen, cmp, built, info, row_params, T, grad_accum)
-            _summarize(ctx, shape)
+        built, info, not_run = _build_rungs(ctx, base, chosen, inputs)
+        variants = [Variant(r.name, built[r.key].step, inputs) for r in chosen if r.key in built]
+        cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+        _ladder_rows(ctx, shape, chosen, cmp, built, info, not_run, row_params, T, grad_accum)
+        _summarize(ctx, shape)
         del built, base
         torch._dynamo.reset()  # fresh compile caches per preset (recompile limits)
         release_memory(ctx.device)

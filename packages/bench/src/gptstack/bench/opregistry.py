@@ -1,0 +1,115 @@
+"""The op registry: every op the `ops` suite measures, and the place native kernels plug in.
+
+    from gptstack.bench import register_op, add_candidate
+    register_op("layernorm", reference=F.layer_norm_wrapper, candidates={},
+                make_inputs=make_ln_inputs, bytes_moved=ln_bytes, flops=ln_flops)
+    add_candidate("layernorm", "cuda_ops", gptstack.cuda_ops.layernorm)   # later, from cuda_ops
+
+An op is measured at sizes derived from a model shape (`OpSize`: B, T, C, nh). For each size the
+suite times the reference (eager PyTorch), `torch.compile(reference)` and every candidate,
+alternately, and checks each output against the reference computed in float32 (float64 for
+fp32 runs). `make_inputs(size, device, dtype, generator)` returns the argument tuple;
+`bytes_moved(inputs)` and `flops(inputs)` give the work that sets the floors (MEASURING.md rule 4):
+bytes that must cross memory at least once, and FLOPs counted as stated in the op's `about`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .errors import BenchError
+
+
+@dataclass(frozen=True)
+class OpSize:
+    """The sizes an op is measured at, from one model shape (shape letters B, T, C, nh)."""
+
+    name: str
+    B: int
+    T: int
+    C: int
+    nh: int
+
+    @property
+    def hs(self) -> int:
+        return self.C // self.nh
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "B": self.B, "T": self.T, "C": self.C, "nh": self.nh}
+
+
+MakeInputs = Callable[[OpSize, torch.device, torch.dtype, torch.Generator], tuple]
+
+
+@dataclass
+class Op:
+    name: str
+    reference: Callable[..., torch.Tensor]
+    make_inputs: MakeInputs
+    bytes_moved: Callable[[tuple], int]
+    flops: Callable[[tuple], int]
+    candidates: dict[str, Callable[..., torch.Tensor]] = field(default_factory=dict)
+    about: str = ""
+
+
+_OPS: dict[str, Op] = {}
+_builtins_loaded = False
+
+
+def register_op(
+    name: str,
+    reference: Callable[..., torch.Tensor],
+    candidates: dict[str, Callable[..., torch.Tensor]] | None = None,
+    make_inputs: MakeInputs | None = None,
+    bytes_moved: Callable[[tuple], int] | None = None,
+    flops: Callable[[tuple], int] | None = None,
+    *,
+    about: str = "",
+    replace: bool = False,
+) -> Op:
+    """Add an op to the registry; BenchError if the name is taken (replace=True to override)."""
+    _load_builtins()
+    if not name or not callable(reference):
+        raise BenchError(f"op {name!r}: needs a non-empty name and a callable reference")
+    if make_inputs is None or bytes_moved is None or flops is None:
+        raise BenchError(f"op {name!r}: make_inputs, bytes_moved and flops are all required")
+    if name in _OPS and not replace:
+        raise BenchError(f"op {name!r} is already registered; pass replace=True to override it")
+    op = Op(name, reference, make_inputs, bytes_moved, flops, dict(candidates or {}), about)
+    _OPS[name] = op
+    return op
+
+
+def add_candidate(op_name: str, name: str, fn: Callable[..., torch.Tensor], *,
+                  replace: bool = False) -> None:
+    """Add an implementation (e.g. a gptstack.cuda_ops kernel) to compare with the reference."""
+    op = get_op(op_name)
+    if name in ("eager", "torch.compile") or (name in op.candidates and not replace):
+        raise BenchError(f"op {op_name!r} already has an implementation named {name!r}; pick "
+                         f"another name or pass replace=True")
+    op.candidates[name] = fn
+
+
+def get_op(name: str) -> Op:
+    _load_builtins()
+    if name not in _OPS:
+        raise BenchError(f"op {name!r} is not registered; known: {', '.join(sorted(_OPS))}")
+    return _OPS[name]
+
+
+def registered_ops() -> dict[str, Op]:
+    _load_builtins()
+    return dict(_OPS)
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        from . import builtin_ops
+
+        builtin_ops.register_all()

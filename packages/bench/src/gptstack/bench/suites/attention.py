@@ -1,0 +1,206 @@
+"""Suite `attention`: does batching the heads pay, and which attention kernel should we use?
+
+    data = run_attention([shape_esp32, shape_char, shape_gpt2], device="cuda", out=path)
+
+Op level (causal self-attention, q/k/v (B, nh, T, hs), forward): a Python loop over heads (one
+(B, 1, T, hs) attention each, what a per-head implementation does), the batched `manual`
+backend (all heads in one matmul, materialized scores), `sdpa` (PyTorch's fused kernel), and
+the `gptstack` backend when gptstack.cuda_ops registers it. End to end: the whole model's
+forward (B, T) -> logits with each backend, same weights (MEASURING.md rule 1).
+
+Each output is checked against the manual backend in float32 (float64 for fp32 runs) on the
+same inputs: relative error under 1e-5 (fp32) or 1e-2 (bf16).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from gptstack.model import (
+    attention_backends,
+    get_attention_backend,
+    manual_attention,
+    register_attention_backend,
+)
+
+from ..harness import Settings, Variant, compare
+from ..results import Column, make_row, ratio_entry
+from ..shapes import ModelShape, random_tokens
+from .common import SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
+
+INPUT_SETS = 3
+PER_HEAD_BACKEND = "bench_per_head_loop"  # registered by this suite for the end-to-end rows
+NATIVE_BACKEND = "gptstack"  # registered by gptstack.cuda_ops when it is installed
+
+
+def per_head_loop(q, k, v, *, q_start=0, kv_len=None, dropout_p=0.0):
+    """Attention one head at a time: nh (B, 1, T, hs) problems and a concatenation."""
+    heads = [manual_attention(q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1], q_start=q_start,
+                              kv_len=kv_len, dropout_p=dropout_p) for h in range(q.size(1))]
+    return torch.cat(heads, dim=1)  # (B, nh, T, hs)
+
+
+def _native_backend() -> tuple[Any, str]:
+    """(the gptstack backend or None, why not)."""
+    try:
+        import gptstack.cuda_ops  # noqa: F401  (registers the "gptstack" backend)
+    except ImportError as e:
+        return None, f"gptstack.cuda_ops is not installed ({e.name or e}): no native kernel yet"
+    if NATIVE_BACKEND not in attention_backends():
+        return None, "gptstack.cuda_ops did not register a 'gptstack' attention backend"
+    return get_attention_backend(NATIVE_BACKEND), ""
+
+
+def _backends() -> list[tuple[str, str, Any]]:
+    native, _ = _native_backend()
+    out = [("per-head loop", PER_HEAD_BACKEND, per_head_loop),
+           ("manual (batched heads)", "manual", get_attention_backend("manual")),
+           ("sdpa", "sdpa", get_attention_backend("sdpa"))]
+    out.append(("native (cuda_ops)", NATIVE_BACKEND, native))
+    return out
+
+
+def _ref_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
+def _op_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype) -> None:
+    B, nh, hs = shape.batch_size, shape.n_head, shape.head_size
+    group = f"{shape.name} B={B} nh={nh} T={T} hs={hs}"
+    params = {"model": shape.name, "batch": B, "n_head": nh, "seq_len": T, "head_size": hs,
+              "dtype": dtype_name(dtype)}
+    g = torch.Generator().manual_seed(3)
+    inputs = [tuple(torch.randn(B, nh, T, hs, generator=g).to(ctx.device, dtype)
+                    for _ in range(3)) for _ in range(INPUT_SETS)]
+    q, k, v = inputs[0]
+    rd = _ref_dtype(dtype)
+    ref = manual_attention(q.to(rd), k.to(rd), v.to(rd))
+    variants, checks, not_run = [], {}, {}
+    _, why_native = _native_backend()
+    for name, _, fn in _backends():
+        if fn is None:
+            not_run[name] = ("skipped", why_native)
+            continue
+        with torch.no_grad():
+            checks[name] = check_close(fn(q, k, v), ref, dtype, f"manual attention in {rd}")
+        variants.append(Variant(name, lambda x, fn=fn: fn(*x), inputs))
+    ctx.progress.row(f"op {group}")
+    with torch.no_grad():
+        cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+    _emit(ctx, "op", group, params, cmp, checks, not_run,
+          flops=2 * B * nh * T * T * hs)  # QK^T and PV, causal half: 2 * (2 B nh T^2 hs) / 2
+
+
+def _model_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype) -> None:
+    B = shape.batch_size
+    group = f"{shape.name} B={B} T={T}"
+    params = {"model": shape.name, "batch": B, "seq_len": T, "dtype": dtype_name(dtype)}
+    register_attention_backend(PER_HEAD_BACKEND, per_head_loop, replace=True)
+    model = shape.build(ctx.device, dtype=dtype, dropout=0.0).eval()
+    g = torch.Generator().manual_seed(4)
+    inputs = [random_tokens((B, T), shape.vocab_size, ctx.device, g) for _ in range(INPUT_SETS)]
+    rd = _ref_dtype(dtype)
+    ref_model = copy.deepcopy(model).to(rd)
+    ref_model.set_attention_backend("manual")
+    with torch.no_grad():
+        ref, _ = ref_model(inputs[0])
+    del ref_model
+    variants, checks, not_run = [], {}, {}
+    _, why_native = _native_backend()
+    for name, backend, fn in _backends():
+        if fn is None:
+            not_run[name] = ("skipped", why_native)
+            continue
+
+        def forward(idx, backend=backend):
+            model.set_attention_backend(backend)
+            return model(idx)[0]
+
+        with torch.no_grad():
+            checks[name] = check_close(forward(inputs[0]), ref, dtype,
+                                       f"manual backend, whole model in {rd}")
+        variants.append(Variant(name, forward, inputs))
+    ctx.progress.row(f"model forward {group}")
+    with torch.no_grad():
+        cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+    _emit(ctx, "model", group, params, cmp, checks, not_run,
+          flops=B * T * model.flops_per_token(T) // 3)  # forward = 1/3 of 6N + attention
+    del model
+    release_memory(ctx.device)
+
+
+def _emit(ctx, section, group, params, cmp, checks, not_run, *, flops: int) -> None:
+    for name, _, _ in _backends():
+        if name in not_run or name not in cmp.measurements:
+            status, note = not_run.get(name, ("error", cmp.failures.get(name, "did not run")))
+            ctx.result.add_row(make_row(section=section, group=group, name=name, params=params,
+                                        status=status, note=note))
+            continue
+        m = cmp.measurements[name]
+        ratios = {}
+        for key, other in (("vs_loop", "per-head loop"), ("vs_manual", "manual (batched heads)")):
+            entry = ratio_entry(cmp, other, name) if other != name else None
+            if entry is not None:
+                ratios[key] = entry
+        metrics = {"flops": flops, "flops_per_s": flops / m.stats["median"]}
+        ctx.result.add_row(make_row(section=section, group=group, name=name, params=params,
+                                    measurement=m, metrics=metrics, ratios=ratios,
+                                    check=checks[name]))
+
+
+def run_attention(
+    shapes: Sequence[ModelShape],
+    *,
+    seq_len: int | None = None,
+    dtype: str = "auto",
+    device: str | torch.device = "auto",
+    settings: Settings | None = None,
+    out: str | os.PathLike | None = None,
+    smoke: bool = False,
+    compile_backend: str = "inductor",
+    progress: bool = True,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Op-level and whole-model attention rows for each shape (B = shape.batch_size,
+    T = seq_len or block_size)."""
+    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    params = {"shapes": [s.to_dict() for s in shapes], "seq_len": seq_len, "dtype": dtype,
+              "backends": [name for name, _, _ in _backends()]}
+    ctx = SuiteContext.create("attention", params, device=device, settings=settings, out=out,
+                              smoke=smoke, compile_backend=compile_backend, progress=progress,
+                              command=command)
+    _declare(ctx)
+    dt = resolve_dtype(dtype, ctx.device)
+    for shape in shapes:
+        T = min(seq_len or shape.block_size, shape.block_size)
+        _op_rows(ctx, shape, T, dt)
+        release_memory(ctx.device)
+        _model_rows(ctx, shape, T, dt)
+    return ctx.finish()
+
+
+def _declare(ctx: SuiteContext) -> None:
+    cols = [Column("time ms (median, min–max)", "time_s", "time_ms"),
+            Column("TFLOP/s", "metrics.flops_per_s", "tflops"),
+            Column("× vs per-head loop", "ratios.vs_loop", "ratio"),
+            Column("× vs manual", "ratios.vs_manual", "ratio"),
+            Column("check (rel. err)", "check", "check"), Column("note", "note")]
+    ctx.result.table("Attention op (forward, causal)", "op",
+                     [Column("shape", "group"), Column("implementation", "name"),
+                      Column("dtype", "params.dtype"), *cols],
+                     about="q, k, v random (B, nh, T, hs); FLOPs count QKᵀ and PV with the causal "
+                           "half skipped (2·B·nh·T²·hs).")
+    ctx.result.table("Whole-model forward by attention backend", "model",
+                     [Column("model", "group"), Column("backend", "name"),
+                      Column("dtype", "params.dtype"), *cols],
+                     about="GPT forward (B, T) -> logits, no grad, random weights; FLOPs = "
+                           "B·T·flops_per_token(T)/3 (the forward third of 6N + attention).")
+    for section in ("op", "model"):
+        ctx.result.plot("bars", section, f"Attention ({section}): speedup over the manual backend",
+                        value="ratios.vs_manual.median", label="group", series="name", log=True,
+                        ylabel="× vs manual (median of pairs)")

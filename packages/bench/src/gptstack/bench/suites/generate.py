@@ -1,0 +1,255 @@
+"""Suite `generate`: how fast does a model decode, and when does the KV cache start to pay?
+
+    data = run_generate([shape_esp32, shape_char, shape_gpt2], device="cuda", out=path)
+
+Decoders (gptstack.model.generate): naive (forward of the whole window per token, the
+reference), KV cache (prefill, then one token against a growing cache), static cache (fixed
+shapes, position as a tensor), static cache + CUDA graph (the decode step captured once and
+replayed), and optionally + torch.compile inside the graph (gpt-fast's recipe; compile time is
+paid once per model and batch). Random weights, greedy decoding, rotating random prompts.
+
+Each `generate()` call is timed end to end (prefill included). Achieved bandwidth = model bytes x
+decode steps per second (every step reads every weight once for the whole batch; KV-cache reads
+are not counted), compared with the measured device copy bandwidth (floors.py). The sweeps
+vary the prompt length (fixed short generation) and the generated length (fixed short prompt)
+at batch 1 to show where the cache starts to beat recomputation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gptstack.model import KVCacheDecoder, StaticCacheDecoder, generate
+
+from ..errors import BenchError
+from ..floors import measure_floors
+from ..harness import Settings, Variant, compare, error_text
+from ..results import Column, make_row, ratio_entry
+from ..shapes import ModelShape, model_bytes, random_tokens
+from .common import SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
+
+INPUT_SETS = 4  # rotating prompts per row
+SWEEP_NEW_FOR_PROMPTS = 16  # generated tokens in the prompt-length sweep
+SWEEP_PROMPT_FOR_NEW = 4  # prompt tokens in the generated-length sweep
+
+
+@dataclass(frozen=True)
+class Decoder:
+    key: str
+    name: str
+    mode: str
+    cuda_graph: bool
+    compile: bool
+    gpu_only: bool
+
+
+DECODERS: tuple[Decoder, ...] = (
+    Decoder("naive", "naive (recompute)", "naive", False, False, False),
+    Decoder("kv", "KV cache", "kv", False, False, False),
+    Decoder("static", "static cache", "static", False, False, False),
+    Decoder("graph", "static cache + CUDA graph", "static", True, False, True),
+    Decoder("graph-compile", "static + CUDA graph + compile", "static", True, True, True),
+)
+DECODER_KEYS = tuple(d.key for d in DECODERS)
+DEFAULT_DECODERS = ("naive", "kv", "static", "graph")
+
+
+def _make_decoder(d: Decoder, model: torch.nn.Module, batch: int):
+    if d.mode == "kv":
+        return KVCacheDecoder(model)
+    if d.mode == "static":
+        return StaticCacheDecoder(model, batch, cuda_graph=d.cuda_graph, compile=d.compile)
+    return None
+
+
+@torch.no_grad()
+def _decode_check(d: Decoder, model, decoder, prompt: torch.Tensor, dtype: torch.dtype) -> dict:
+    """One decode step of this decoder against the full forward of the same sequence."""
+    if decoder is None:
+        return {"ok": True, "against": "is the reference"}
+    if prompt.size(1) < 2:  # the check needs a prefix to prefill and one token to decode
+        prompt = torch.cat([prompt, prompt], dim=1)
+    B, P = prompt.shape
+    token = prompt[:, -1]
+    decoder.prefill(prompt[:, :-1])
+    got = decoder.decode(token, P - 1)  # (B, V): the last prompt token at position P-1
+    ref, _ = model(prompt, last_only=True)
+    return check_close(got.float(), ref[:, -1].float(), dtype, "naive forward logits, one step")
+
+
+def _first_divergence(a: torch.Tensor, b: torch.Tensor) -> int:
+    diff = (a != b).any(dim=0).nonzero()
+    return int(diff[0]) if len(diff) else a.size(1)
+
+
+def _bench_point(ctx: SuiteContext, model, decoders: dict, chosen: Sequence[Decoder],
+                 section: str, group: str, shape: ModelShape, batch: int, prompt_len: int,
+                 new_tokens: int, dtype: torch.dtype, nbytes: int, copy_bw: float | None,
+                 gen: torch.Generator) -> None:
+    params = {"model": shape.name, "batch": batch, "prompt_len": prompt_len,
+              "new_tokens": new_tokens, "dtype": dtype_name(dtype)}
+    prompts = [random_tokens((batch, prompt_len), shape.vocab_size, ctx.device, gen)
+               for _ in range(INPUT_SETS)]
+    variants, checks, not_run = [], {}, {}
+    reference = generate(model, prompts[0], new_tokens, mode="naive", temperature=0)
+    for d in chosen:
+        if d.gpu_only and not ctx.cuda:
+            not_run[d.key] = ("skipped", "GPU only (CUDA graph); this run is on a CPU")
+            continue
+        try:
+            dec = decoders.get(d.key)
+            checks[d.key] = _decode_check(d, model, dec, prompts[0], dtype)
+            out = generate(model, prompts[0], new_tokens, mode=d.mode, temperature=0,
+                           cuda_graph=d.cuda_graph, decoder=dec)
+            checks[d.key]["greedy_match"] = _first_divergence(
+                out[:, prompt_len:], reference[:, prompt_len:]) / new_tokens
+        except Exception as e:
+            not_run[d.key] = ("error", error_text(e))
+            continue
+
+        def fn(prompt, d=d, dec=dec):
+            return generate(model, prompt, new_tokens, mode=d.mode, temperature=0,
+                            cuda_graph=d.cuda_graph, decoder=dec)
+
+        variants.append(Variant(d.name, fn, prompts))
+    ctx.progress.row(f"{group} P={prompt_len} N={new_tokens}")
+    cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+    names = {d.key: d.name for d in chosen}
+    for d in chosen:
+        if d.key in not_run or d.name not in cmp.measurements:
+            status, note = not_run.get(d.key, ("error", cmp.failures.get(d.name, "did not run")))
+            ctx.result.add_row(make_row(section=section, group=group, name=d.name, params=params,
+                                        status=status, note=note))
+            continue
+        m = cmp.measurements[d.name]
+        med = m.stats["median"]
+        bw = nbytes * new_tokens / med
+        metrics = {"tokens_per_s": batch * new_tokens / med, "ms_per_token": med / new_tokens * 1e3,
+                   "model_bytes": nbytes, "bandwidth_bytes_per_s": bw,
+                   "copy_fraction": bw / copy_bw if copy_bw else None,
+                   "greedy_match": checks[d.key].pop("greedy_match", None)}
+        ratios = {}
+        for key, other in (("vs_naive", names["naive"] if "naive" in names else None),
+                           ("vs_kv", names["kv"] if "kv" in names else None)):
+            entry = ratio_entry(cmp, other, d.name) if other and other != d.name else None
+            if entry is not None:
+                ratios[key] = entry
+        ctx.result.add_row(make_row(section=section, group=group, name=d.name, params=params,
+                                    measurement=m, metrics=metrics, ratios=ratios,
+                                    check=checks[d.key]))
+
+
+def _geometric(points: Sequence[int], limit: int) -> list[int]:
+    return sorted({p for p in points if 1 <= p <= limit})
+
+
+def run_generate(
+    shapes: Sequence[ModelShape],
+    *,
+    batches: Sequence[int] = (1, 8),
+    decoders: Sequence[str] = DEFAULT_DECODERS,
+    prompt_len: int | None = None,
+    new_tokens: int | None = None,
+    sweep_prompt: Sequence[int] = (8, 32, 128, 512),
+    sweep_new: Sequence[int] = (8, 32, 128),
+    dtype: str = "auto",
+    device: str | torch.device = "auto",
+    settings: Settings | None = None,
+    out: str | os.PathLike | None = None,
+    smoke: bool = False,
+    compile_backend: str = "inductor",
+    progress: bool = True,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Decode throughput per model, batch and decoder, plus the cache-regime sweeps (batch 1).
+    prompt_len defaults to block_size/8, new_tokens to min(block_size/2, 128)."""
+    unknown = [k for k in decoders if k not in DECODER_KEYS]
+    if unknown or "naive" not in decoders:
+        raise BenchError(f"decoders {list(decoders)}: need 'naive' (the reference) and only "
+                         f"{', '.join(DECODER_KEYS)}")
+    chosen = [d for d in DECODERS if d.key in decoders]
+    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    params = {"shapes": [s.to_dict() for s in shapes], "batches": list(batches),
+              "decoders": [d.name for d in chosen], "prompt_len": prompt_len,
+              "new_tokens": new_tokens, "sweep_prompt": list(sweep_prompt),
+              "sweep_new": list(sweep_new), "dtype": dtype, "sampling": "greedy"}
+    ctx = SuiteContext.create("generate", params, device=device, settings=settings, out=out,
+                              smoke=smoke, compile_backend=compile_backend, progress=progress,
+                              command=command)
+    _declare(ctx)
+    dt = resolve_dtype(dtype, ctx.device)
+    ctx.progress.row("floors: copy bandwidth and matmul rate")
+    floors = measure_floors(ctx.device, ctx.settings, smoke=smoke)
+    ctx.result.data["floors"] = floors
+    copy_bw = floors.get("copy", {}).get("bytes_per_s")
+    for shape in shapes:
+        model = shape.build(ctx.device, dtype=dt, dropout=0.0).eval()
+        nbytes = model_bytes(model)
+        gen = torch.Generator().manual_seed(2)
+        P = prompt_len or max(1, shape.block_size // 8)
+        N = new_tokens or min(shape.block_size // 2, 128)
+        if P + N > shape.block_size:
+            raise BenchError(f"{shape.name}: prompt {P} + new {N} tokens exceed block_size "
+                             f"{shape.block_size}; lower --prompt-len or --new-tokens")
+        for b in batches:
+            decs = {}
+            for d in chosen:
+                try:
+                    if not (d.gpu_only and not ctx.cuda):
+                        decs[d.key] = _make_decoder(d, model, b)
+                except Exception:  # reported by _bench_point when the decoder is missing
+                    pass
+            _bench_point(ctx, model, decs, chosen, "decode", f"{shape.name} B={b}", shape, b, P,
+                         N, dt, nbytes, copy_bw, gen)
+            if b == 1:
+                sweep = [d for d in chosen if d.key in ("naive", "kv", "graph" if ctx.cuda
+                                                         else "static")]
+                for p in _geometric(sweep_prompt, shape.block_size - SWEEP_NEW_FOR_PROMPTS):
+                    _bench_point(ctx, model, decs, sweep, "sweep_prompt", shape.name, shape, 1,
+                                 p, SWEEP_NEW_FOR_PROMPTS, dt, nbytes, copy_bw, gen)
+                for n in _geometric(sweep_new, shape.block_size - SWEEP_PROMPT_FOR_NEW):
+                    _bench_point(ctx, model, decs, sweep, "sweep_new", shape.name, shape, 1,
+                                 SWEEP_PROMPT_FOR_NEW, n, dt, nbytes, copy_bw, gen)
+            del decs
+            release_memory(ctx.device)
+        del model
+        release_memory(ctx.device)
+    return ctx.finish()
+
+
+def _declare(ctx: SuiteContext) -> None:
+    common = [Column("tokens/s", "metrics.tokens_per_s", "int"),
+              Column("ms/call (median, min–max)", "time_s", "time_ms")]
+    ctx.result.table(
+        "Decoding throughput", "decode",
+        [Column("model, batch", "group"), Column("decoder", "name"),
+         Column("prompt", "params.prompt_len", "int"), Column("new", "params.new_tokens", "int"),
+         Column("dtype", "params.dtype"), *common,
+         Column("weights GB/s", "metrics.bandwidth_bytes_per_s", "gbs"),
+         Column("of copy bw", "metrics.copy_fraction", "pct"),
+         Column("× vs naive", "ratios.vs_naive", "ratio"),
+         Column("× vs KV cache", "ratios.vs_kv", "ratio"),
+         Column("decode check", "check", "check"), Column("note", "note")],
+        about="One generate() call per sample (prefill + new tokens, greedy). Weights GB/s = "
+              "model bytes × decode steps/s, against the measured device copy bandwidth "
+              "(`floors.copy` in the JSON). Decode check: one decode step's logits against the "
+              "full forward, relative error.")
+    for section, what in (("sweep_prompt", "prompt length (16 new tokens)"),
+                          ("sweep_new", "generated length (4-token prompt)")):
+        ctx.result.table(
+            f"When the cache pays: sweep over {what}, batch 1", section,
+            [Column("model", "group"), Column("decoder", "name"),
+             Column("prompt", "params.prompt_len", "int"),
+             Column("new", "params.new_tokens", "int"), *common,
+             Column("× vs naive", "ratios.vs_naive", "ratio"), Column("note", "note")])
+        x = "params.prompt_len" if section == "sweep_prompt" else "params.new_tokens"
+        ctx.result.plot("lines", section, f"Speedup over naive decoding vs {what}", x=x,
+                        y="ratios.vs_naive.median", series=["group", "name"], logx=True,
+                        xlabel=x.split(".")[1], ylabel="× vs naive (median of pairs)")
+    ctx.result.plot("bars", "decode", "Decoding: tokens/s", value="metrics.tokens_per_s",
+                    label="group", series="name", log=True, ylabel="tokens/s")
