@@ -1,7 +1,340 @@
-"""`gptstack bench ...`: run the benchmark suites of gptstack.bench and regenerate the report."""
+"""`gptstack bench ...`: run the benchmark suites of gptstack.bench and regenerate the report.
+
+    gptstack bench train [--preset esp32 --preset gpt2-124m] [--rungs fp32,bf16,compile]
+    gptstack bench generate | attention | ops [--preset NAME ...] [--batch-size B]
+    gptstack bench engine [--artifact model.gsm] [--variants release,openmp]
+    gptstack bench tokenizer [--data FILE] [--vocab-size 512]
+    gptstack bench report                  README.md + plots from benchmarks/results/*.json
+    gptstack bench summary FILE.json ...   a short text table of result files
+
+Every suite takes --device, --smoke (CI size, a few repeats), --out DIR (default
+benchmarks/results of this checkout) and the harness settings. Model sizes come from the preset
+TOML files of gptstack.tools (bench itself cannot import tools); the engine suite gets gs-run
+from firmware_host.build_host().
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import GptstackError
+
+SUITE_HELP = {
+    "train": "training-step ladder per preset: fp32 -> bf16 -> fused AdamW -> compile -> graphs",
+    "generate": "decoding: naive vs KV cache vs static cache + CUDA graph; cache-regime sweeps",
+    "attention": "per-head loop vs batched heads; manual vs SDPA (vs native); op and whole model",
+    "ops": "LayerNorm, GELU, softmax, SDPA vs torch.compile, against measured floors",
+    "engine": "the firmware C engine (gs-run) vs PyTorch fp32 on the CPU, batch 1",
+    "tokenizer": "BPE training time and encode MB/s: ours vs HF tokenizers vs tiktoken",
+}
+DEFAULT_PRESETS = {
+    "train": ["esp32", "shakespeare-char", "gpt2-124m"],
+    "generate": ["esp32", "shakespeare-char", "gpt2-124m"],
+    "attention": ["esp32", "shakespeare-char", "gpt2-124m"],
+    "ops": ["esp32", "shakespeare-char", "gpt2-124m"],
+}
+# A char tokenizer's vocabulary is counted from the corpus at training time; for Tiny
+# Shakespeare, the presets' dataset, it is 65 characters (tokenizer README).
+CHAR_VOCAB_TINYSHAKESPEARE = 65
+GPT2_VOCAB = 50257  # GPT-2's ids, before padding (tokenizer README)
+
+
+def _repo_benchmarks() -> Path:
+    root = Path(__file__).resolve().parents[4]
+    if (root / "packages").is_dir():
+        return root / "benchmarks"
+    return Path.cwd() / "benchmarks"
+
+
+def preset_shape(name: str, batch_size: int | None = None):
+    """The ModelShape of a preset (model sizes, training batch) from its TOML file."""
+    from gptstack.bench import ModelShape
+
+    from .config import load_preset
+
+    cfg = load_preset(name)
+    m, tok = cfg.model, cfg.tokenizer
+    if tok.kind == "bpe":
+        vocab = tok.vocab_size
+    elif tok.kind == "gpt2":
+        vocab = GPT2_VOCAB
+    else:
+        vocab = CHAR_VOCAB_TINYSHAKESPEARE
+    pad = tok.pad_vocab_to
+    vocab = -(-vocab // pad) * pad
+    return ModelShape(name, vocab_size=vocab, block_size=m.block_size, n_layer=m.n_layer,
+                      n_head=m.n_head, n_embd=m.n_embd,
+                      batch_size=batch_size or cfg.train.batch_size, dropout=m.dropout,
+                      bias=m.bias)
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers")
+
+
+def _add_common(p: argparse.ArgumentParser, *, device: bool = True, presets: bool = True) -> None:
+    if device:
+        p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                       help="where to run (default: cuda if available)")
+        p.add_argument("--compile-backend", default="inductor",
+                       choices=["inductor", "aot_eager", "eager"],
+                       help="torch.compile backend (aot_eager: quick CPU checks of the compile "
+                            "path)")
+    if presets:
+        p.add_argument("--preset", dest="presets", action="append", metavar="NAME",
+                       help="model shape from this preset (repeatable; default: see --help)")
+        p.add_argument("--batch-size", type=int, help="override every preset's batch size")
+    p.add_argument("--smoke", action="store_true", help="CI size: tiny models, a few repeats")
+    p.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
+    p.add_argument("--tag", default="", help="extra word in the result file name")
+    p.add_argument("--warmup", type=int, help="warm-up calls per variant (default 3)")
+    p.add_argument("--min-repeats", type=int, help="rounds at least, under 1 s/call (default 20)")
+    p.add_argument("--min-repeats-slow", type=int,
+                   help="rounds at least, over 1 s/call (default 5)")
+    p.add_argument("--max-repeats", type=int, help="rounds at most (default 200)")
+    p.add_argument("--budget-s", type=float, help="seconds of timed rounds per row (default 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+
 
 def add_bench_parser(sub) -> None:
-    sub.add_parser("bench", help="benchmark suites (train, generate, attention, ops, engine, tokenizer)")
+    bench = sub.add_parser(
+        "bench", help="benchmark suites (train, generate, attention, ops, engine, tokenizer)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bsub = bench.add_subparsers(dest="bench_command", metavar="SUITE", required=True)
+
+    p = bsub.add_parser("train", help=SUITE_HELP["train"])
+    _add_common(p)
+    p.add_argument("--rungs", type=_csv, help="comma-separated rung keys (default: all of "
+                   "fp32,tf32,bf16,fused,graph-eager,compile,reduce-overhead,graph)")
+    p.add_argument("--seq-len", type=int, help="tokens per sequence (default: block_size)")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (default 1)")
+    p.set_defaults(func=cmd_train)
+
+    p = bsub.add_parser("generate", help=SUITE_HELP["generate"])
+    _add_common(p)
+    p.add_argument("--batches", type=_ints, default=[1, 8], help="batch sizes (default 1,8)")
+    p.add_argument("--decoders", type=_csv, default=["naive", "kv", "static", "graph"],
+                   help="of naive,kv,static,graph,graph-compile (default: all but graph-compile)")
+    p.add_argument("--prompt-len", type=int, help="prompt tokens (default block_size/8)")
+    p.add_argument("--new-tokens", type=int, help="generated tokens (default min(block/2, 64))")
+    p.add_argument("--sweep-prompt", type=_ints, default=[8, 32, 128, 512],
+                   help="prompt lengths of the sweep (16 new tokens, batch 1)")
+    p.add_argument("--sweep-new", type=_ints, default=[4, 16, 64],
+                   help="generated lengths of the sweep (4-token prompt, batch 1)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="weights dtype (auto: bf16 on GPU, fp32 on CPU)")
+    p.set_defaults(func=cmd_generate)
+
+    for name, func in (("attention", cmd_attention), ("ops", cmd_ops)):
+        p = bsub.add_parser(name, help=SUITE_HELP[name])
+        _add_common(p)
+        p.add_argument("--seq-len", type=int, help="T (default: block_size)")
+        p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+        if name == "ops":
+            p.add_argument("--ops", type=_csv, help="registered op names (default: all)")
+            p.add_argument("--graph-inner", type=int, default=10,
+                           help="calls per captured CUDA graph (default 10)")
+        p.set_defaults(func=func)
+
+    p = bsub.add_parser("engine", help=SUITE_HELP["engine"])
+    _add_common(p, device=False, presets=False)
+    p.add_argument("--artifact", type=Path,
+                   help="a .gsm (default: firmware/esp32/data/model.gsm if it exists, else a "
+                        "synthetic one)")
+    p.add_argument("--synthetic", action="store_true", help="use a synthetic esp32 artifact")
+    p.add_argument("--variants", type=_csv, default=["release", "openmp"],
+                   help="host builds of the engine (default release,openmp)")
+    p.add_argument("--tokens", type=int, help="tokens to generate (default block_size-1)")
+    p.set_defaults(func=cmd_engine)
+
+    p = bsub.add_parser("tokenizer", help=SUITE_HELP["tokenizer"])
+    _add_common(p, device=False, presets=False)
+    p.add_argument("--data", type=Path,
+                   help="text file (default $GPTSTACK_DATA_DIR/tinyshakespeare.txt)")
+    p.add_argument("--vocab-size", type=int, default=512)
+    p.set_defaults(func=cmd_tokenizer)
+
+    p = bsub.add_parser("report", help="regenerate benchmarks/README.md and plots from all results")
+    p.add_argument("--results", type=Path, help="results folder (default benchmarks/results)")
+    p.add_argument("--readme", type=Path, help="markdown to write (default benchmarks/README.md)")
+    p.add_argument("--plots", type=Path, help="plot folder (default benchmarks/plots)")
+    p.set_defaults(func=cmd_report)
+
+    p = bsub.add_parser("summary", help="print a short table of result files")
+    p.add_argument("files", nargs="+", type=Path)
+    p.add_argument("--short", action="store_true",
+                   help="only the fastest variant of each row group, and a count of skips/errors")
+    p.set_defaults(func=cmd_summary)
+
+
+# --- running a suite -------------------------------------------------------------------------
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command line as typed (`python -m gptstack.tools.cli` written as `gptstack`), or
+    rebuilt from the parsed options when called programmatically."""
+    if sys.argv[1:2] == ["bench"] and args.bench_command in sys.argv[2:3]:
+        return ["gptstack", *sys.argv[1:]]
+    skip = {"func", "command", "bench_command", "debug"}
+    out = ["gptstack", "bench", args.bench_command]
+    for key, value in vars(args).items():
+        if key in skip or value in (None, False, [], ""):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if key == "presets":
+            out += [x for v in value for x in ("--preset", v)]
+        elif value is True:
+            out.append(flag)
+        elif isinstance(value, list):
+            out += [flag, ",".join(map(str, value))]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def _settings(args: argparse.Namespace):
+    from gptstack.bench import Settings
+
+    base = Settings.smoke() if args.smoke else Settings()
+    changes = {k: getattr(args, k) for k in ("warmup", "min_repeats", "min_repeats_slow",
+                                             "max_repeats", "budget_s")
+               if getattr(args, k, None) is not None}
+    if changes:
+        merged = {**base.to_dict(), **changes}
+        merged["max_repeats"] = max(merged["max_repeats"], merged["min_repeats"],
+                                    merged["min_repeats_slow"])
+        return Settings(**merged)
+    return base
+
+
+def _shapes(args: argparse.Namespace, suite: str):
+    names = args.presets or DEFAULT_PRESETS[suite]
+    return [preset_shape(n, args.batch_size) for n in names]
+
+
+def _run(args: argparse.Namespace, suite: str, call) -> int:
+    """Common part of every suite command: result path, BenchError -> GptstackError, summary."""
+    import torch
+    from gptstack.bench import BenchError, result_path, text_summary
+
+    out_dir = args.out or (_repo_benchmarks() / "results")
+    device = torch.device("cpu")
+    if getattr(args, "device", "cpu") != "cpu" and torch.cuda.is_available():
+        device = torch.device("cuda")
+    path = result_path(out_dir, suite, device, args.tag + ("smoke" if args.smoke and not args.tag
+                                                             else ""))
+    common = {"settings": _settings(args), "out": path, "smoke": args.smoke,
+              "progress": not args.no_progress, "command": _command(args)}
+    try:
+        data = call(common)
+    except BenchError as e:
+        raise GptstackError(str(e)) from e
+    print(text_summary([data]))
+    print(f"wrote {path}")
+    return 0
+
+
+def _device_kwargs(args: argparse.Namespace) -> dict:
+    return {"device": args.device, "compile_backend": args.compile_backend}
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from gptstack.bench import RUNG_KEYS, run_train
+
+    return _run(args, "train", lambda c: run_train(
+        _shapes(args, "train"), rungs=args.rungs or RUNG_KEYS, seq_len=args.seq_len,
+        grad_accum=args.grad_accum, **_device_kwargs(args), **c))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from gptstack.bench import run_generate
+
+    return _run(args, "generate", lambda c: run_generate(
+        _shapes(args, "generate"), batches=args.batches, decoders=args.decoders,
+        prompt_len=args.prompt_len, new_tokens=args.new_tokens, sweep_prompt=args.sweep_prompt,
+        sweep_new=args.sweep_new, dtype=args.dtype, **_device_kwargs(args), **c))
+
+
+def cmd_attention(args: argparse.Namespace) -> int:
+    from gptstack.bench import run_attention
+
+    return _run(args, "attention", lambda c: run_attention(
+        _shapes(args, "attention"), seq_len=args.seq_len, dtype=args.dtype,
+        **_device_kwargs(args), **c))
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    from gptstack.bench import run_ops
+
+    return _run(args, "ops", lambda c: run_ops(
+        _shapes(args, "ops"), ops=args.ops, seq_len=args.seq_len, dtype=args.dtype,
+        graph_inner=args.graph_inner, **_device_kwargs(args), **c))
+
+
+def _engines(variants: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
+    """gs-run of each host build; a build that fails is reported, not fatal."""
+    from .firmware_host import VARIANTS, build_host
+
+    found, missing = {}, {}
+    for v in variants:
+        if v not in VARIANTS:
+            raise GptstackError(f"engine variant {v!r} is unknown: use release or openmp")
+        try:
+            found[v] = build_host(v).gs_run
+        except GptstackError as e:
+            missing[v] = f"host build failed: {str(e).splitlines()[0]}"
+    return found, missing
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    from gptstack.bench import run_engine
+
+    from .firmware_host import firmware_dir
+
+    engines, missing = _engines(args.variants)
+    artifact = args.artifact
+    if artifact is None and not args.synthetic and not args.smoke:
+        trained = firmware_dir() / "data" / "model.gsm"
+        artifact = trained if trained.is_file() else None
+    return _run(args, "engine", lambda c: run_engine(
+        preset_shape("esp32"), engines=engines, unavailable=missing, artifact=artifact,
+        tokens=args.tokens, **c))
+
+
+def cmd_tokenizer(args: argparse.Namespace) -> int:
+    from gptstack.bench import run_tokenizer
+
+    return _run(args, "tokenizer", lambda c: run_tokenizer(
+        data=args.data, vocab_size=args.vocab_size, **c))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gptstack.bench import BenchError, build_report
+
+    bench = _repo_benchmarks()
+    try:
+        report = build_report(args.results or bench / "results", args.readme or bench / "README.md",
+                              args.plots or bench / "plots")
+    except BenchError as e:
+        raise GptstackError(str(e)) from e
+    print(f"wrote {report.readme} from {len(report.results)} result file(s), "
+          f"{len(report.plots)} plot(s)")
+    return 0
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from gptstack.bench import BenchError, summarize_files
+
+    try:
+        print(summarize_files(args.files, short=args.short))
+    except BenchError as e:
+        raise GptstackError(str(e)) from e
+    return 0

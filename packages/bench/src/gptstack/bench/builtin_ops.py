@@ -17,7 +17,7 @@ LAYER_NORM_EPS = 1e-5  # as gptstack.model (GPT-2's epsilon)
 
 
 def _randn(shape, device, dtype, g) -> torch.Tensor:
-    return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    return torch.randn(*shape, generator=g, device=device, dtype=dtype)  # g lives on device
 
 
 def _nbytes(*tensors: torch.Tensor) -> int:

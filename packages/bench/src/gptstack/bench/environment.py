@@ -48,7 +48,7 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def git_state() -> dict[str, Any]:
-    """{"commit", "dirty", "source"}: from git, else from GPTSTACK_GIT_COMMIT/_DIRTY, else unknown."""
+    """{"commit", "dirty", "source"}: from GPTSTACK_GIT_COMMIT/_DIRTY, else git, else unknown."""
     env_commit = os.environ.get("GPTSTACK_GIT_COMMIT")
     if env_commit:
         return {"commit": env_commit, "dirty": os.environ.get("GPTSTACK_GIT_DIRTY", "") == "1",

@@ -31,11 +31,11 @@ def measure_floors(device: torch.device, settings: Settings, *, dtype: torch.dty
     nbytes = SMOKE_COPY_BYTES if smoke else COPY_BYTES[kind]
     n = SMOKE_MATMUL_N if smoke else MATMUL_N[kind]
     dtype = dtype or (torch.bfloat16 if kind == "cuda" else torch.float32)
-    g = torch.Generator().manual_seed(0)
-    src = torch.rand(nbytes // 4, generator=g).to(device)
+    g = torch.Generator(device=device).manual_seed(0)
+    src = torch.rand(nbytes // 4, generator=g, device=device)  # float32
     dst = torch.empty_like(src)
-    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    a = torch.randn(n, n, generator=g, device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g, device=device, dtype=dtype)
     cmp = compare([Variant("copy", lambda _: dst.copy_(src), [None]),
                    Variant("matmul", lambda _: a @ b, [None])], settings, device=device)
     if cmp.failures:
@@ -43,7 +43,6 @@ def measure_floors(device: torch.device, settings: Settings, *, dtype: torch.dty
     copy, mm = cmp.measurements["copy"], cmp.measurements["matmul"]
     moved = 2 * src.numel() * src.element_size()  # read src + write dst
     flops = 2 * n**3
-    del src, dst, a, b
     return {
         "copy": {"bytes_moved": moved, "samples_s": copy.samples, "time_s": copy.stats,
                  "bytes_per_s": moved / copy.stats["median"],

@@ -46,8 +46,8 @@ class Settings:
             raise BenchError(f"settings {self}: warmup must be >= 0 and repeats >= 1")
         if self.max_repeats < max(self.min_repeats, self.min_repeats_slow):
             raise BenchError(
-                f"max_repeats ({self.max_repeats}) is below min_repeats ({self.min_repeats}): "
-                f"raise --max-repeats"
+                f"max_repeats ({self.max_repeats}) is below min_repeats ({self.min_repeats}) or "
+                f"min_repeats_slow ({self.min_repeats_slow}): raise --max-repeats"
             )
 
     @classmethod

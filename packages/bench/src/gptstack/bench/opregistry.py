@@ -8,7 +8,8 @@
 An op is measured at sizes derived from a model shape (`OpSize`: B, T, C, nh). For each size the
 suite times the reference (eager PyTorch), `torch.compile(reference)` and every candidate,
 alternately, and checks each output against the reference computed in float32 (float64 for
-fp32 runs). `make_inputs(size, device, dtype, generator)` returns the argument tuple;
+fp32 runs). `make_inputs(size, device, dtype, generator)` returns the argument tuple (the
+generator lives on `device`, so large inputs are drawn where they are used);
 `bytes_moved(inputs)` and `flops(inputs)` give the work that sets the floors (MEASURING.md rule 4):
 bytes that must cross memory at least once, and FLOPs counted as stated in the op's `about`.
 """
@@ -104,6 +105,30 @@ def get_op(name: str) -> Op:
 def registered_ops() -> dict[str, Op]:
     _load_builtins()
     return dict(_OPS)
+
+
+def load_native_candidates() -> str:
+    """Add the kernels of gptstack.cuda_ops, if installed, as candidates; says what happened.
+
+    cuda_ops cannot import bench (dependencies point down), so it offers its kernels through a
+    function: `gptstack.cuda_ops.bench_candidates() -> {op name: {implementation name: fn}}`,
+    each fn taking the same arguments as the op's reference.
+    """
+    try:
+        import gptstack.cuda_ops as cuda_ops
+    except ImportError as e:
+        return f"gptstack.cuda_ops is not installed ({e.name or e}): no native candidates"
+    hook = getattr(cuda_ops, "bench_candidates", None)
+    if hook is None:
+        return "gptstack.cuda_ops has no bench_candidates(): no native candidates"
+    added = []
+    for op_name, impls in hook().items():
+        if op_name not in registered_ops():
+            continue
+        for name, fn in impls.items():
+            add_candidate(op_name, name, fn, replace=True)
+            added.append(f"{op_name}/{name}")
+    return f"native candidates from gptstack.cuda_ops: {', '.join(added) or 'none'}"
 
 
 def _load_builtins() -> None:

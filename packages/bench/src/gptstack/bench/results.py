@@ -97,12 +97,8 @@ def ratio_entry(comparison: Comparison, baseline: str, candidate: str) -> dict[s
     return {"vs": baseline, **summarize(speedups(m[baseline].samples, m[candidate].samples))}
 
 
-def failure_row(section: str, group: str, name: str, error: str, params: dict | None = None) -> dict:
-    return make_row(section=section, group=group, name=name, params=params, status="error",
-                    note=error)
-
-
-def result_path(out_dir: str | os.PathLike, suite: str, device: torch.device, tag: str = "") -> Path:
+def result_path(out_dir: str | os.PathLike, suite: str, device: torch.device,
+                tag: str = "") -> Path:
     """<out_dir>/<suite>-<device>[-<tag>]-<UTC date-time>.json"""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     parts = [suite, device_slug(device), *([tag] if tag else []), stamp]
@@ -162,7 +158,8 @@ class Result:
             timespec="seconds")
         problems = validate_result(self.data)
         if problems:
-            raise BenchError(f"result of suite {self.data['suite']} fails its schema: {problems[0]}")
+            raise BenchError(
+                f"result of suite {self.data['suite']} fails its schema: {problems[0]}")
         self.save()
         return self.data
 
@@ -209,7 +206,8 @@ def _check_row(i: int, row: Any) -> list[str]:
         if value is not None and not isinstance(value, (int, float, str, bool)):
             out.append(f"{where}: metric {name} is {type(value).__name__}, expected a number")
     for key, r in row["ratios"].items():
-        if "." in key or not isinstance(r, dict) or not {"vs", "median", "min", "max", "n"} <= set(r):
+        fields = {"vs", "median", "min", "max", "n"}
+        if "." in key or not isinstance(r, dict) or not fields <= set(r):
             out.append(f"{where}: ratio {key!r} needs vs, n, median, min, max (no dot in the key)")
     return out
 
@@ -251,7 +249,8 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
-        raise BenchError(f"result file {path} cannot be read as JSON ({e}): re-run its suite") from None
+        raise BenchError(
+            f"result file {path} cannot be read as JSON ({e}): re-run its suite") from None
     problems = validate_result(data)
     if problems:
         raise BenchError(f"result file {path} fails the schema: {problems[0]} "

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from gptstack.model import GPT, GPTConfig
 
 from .errors import BenchError
@@ -44,7 +43,8 @@ class ModelShape:
         sizes = (self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd,
                  self.batch_size)
         if min(sizes) < 1 or self.n_embd % self.n_head:
-            raise BenchError(f"model shape {self}: sizes must be >= 1 and n_embd divisible by n_head")
+            raise BenchError(
+                f"model shape {self}: sizes must be >= 1 and n_embd divisible by n_head")
 
     @property
     def head_size(self) -> int:

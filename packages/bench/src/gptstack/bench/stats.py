@@ -48,5 +48,6 @@ def paired_ratios(numerator: Sequence[float], denominator: Sequence[float]) -> l
 
 
 def speedups(baseline: Sequence[float], candidate: Sequence[float]) -> list[float]:
-    """Per-round speedup of candidate over baseline: baseline time / candidate time (> 1 is faster)."""
+    """Per-round speedup of candidate over baseline: baseline time / candidate time (> 1:
+    the candidate is faster)."""
     return paired_ratios(baseline, candidate)

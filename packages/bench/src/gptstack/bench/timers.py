@@ -58,8 +58,10 @@ class Clock:
         if len(inputs) == 0:
             raise BenchError("a variant needs at least one input set")
         if inner < 1 or (inner != 1 and timing != "cuda_graph"):
-            raise BenchError(f"inner={inner}: more than one call per sample needs cuda_graph timing")
-        self.fn, self.inputs, self.timing, self.device, self.inner = fn, inputs, timing, device, inner
+            raise BenchError(
+                f"inner={inner}: more than one call per sample needs cuda_graph timing")
+        self.fn, self.inputs, self.timing = fn, inputs, timing
+        self.device, self.inner = device, inner
         self._graphs: list[torch.cuda.CUDAGraph] = []
 
     def warm_up(self, calls: int) -> None:

@@ -66,9 +66,12 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, agains
 def compile_callable(fn: Any, backend: str, mode: str | None = None, **kwargs: Any) -> Any:
     """torch.compile with a backend choice (inductor for real runs; aot_eager/eager let CPU CI
     exercise Dynamo and AOTAutograd without minutes of C++ compilation). A mode applies to
-    inductor only."""
+    inductor only. Shapes are static (dynamic=False): a benchmark measures one size at a time,
+    and a second size must not turn the compiled kernel into a dynamic-shape one."""
+    kwargs.setdefault("dynamic", False)
     if backend not in COMPILE_BACKENDS:
-        raise BenchError(f"compile backend {backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
+        raise BenchError(
+            f"compile backend {backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
     if backend == "inductor":
         return torch.compile(fn, mode=mode, **kwargs)
     return torch.compile(fn, backend=backend, **kwargs)
@@ -100,8 +103,8 @@ class SuiteContext:
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         settings = settings or (Settings.smoke() if smoke else Settings())
         if compile_backend not in COMPILE_BACKENDS:
-            raise BenchError(
-                f"compile backend {compile_backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
+            raise BenchError(f"compile backend {compile_backend!r} is unknown: use "
+                             f"{', '.join(COMPILE_BACKENDS)}")
         params = {**params, "smoke": smoke, "compile_backend": compile_backend}
         result = Result(suite, params=params, settings=settings.to_dict(),
                         env=environment(dev, command), path=out)

@@ -29,11 +29,10 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from gptstack.model import GPT, GPTConfig, generate
 
 from ..errors import BenchError
-from ..harness import Settings, Variant, compare, error_text
+from ..harness import Settings, Variant, compare
 from ..results import Column, make_row, ratio_entry
 from ..shapes import ModelShape
 from .common import SuiteContext
@@ -136,8 +135,8 @@ def run_engine(
         threads = os.cpu_count() or 1
     n_tok = tokens or (shape.block_size - 1)
     if not 1 <= n_tok <= shape.block_size - 1:
-        raise BenchError(f"tokens is {n_tok}: it must be 1 .. block_size-1 = {shape.block_size - 1} "
-                         f"so the window does not slide")
+        raise BenchError(f"tokens is {n_tok}: it must be 1 .. block_size-1 = "
+                         f"{shape.block_size - 1} so the window does not slide")
     params = {"shape": shape.to_dict(), "tokens": n_tok, "batch": 1, "sampling": "greedy",
               "threads_available": threads, "engines": {k: str(v) for k, v in engines.items()},
               "unavailable": dict(unavailable or {})}
@@ -149,6 +148,10 @@ def run_engine(
         path, source = _artifact(shape, artifact, Path(tmp))
         ctx.result.data["params"]["artifact"] = source
         model, art = _torch_model(path)
+        if n_tok > art.spec.block_size - 1:
+            raise BenchError(f"tokens is {n_tok} but {source} has block_size "
+                             f"{art.spec.block_size}: pass --tokens "
+                             f"{art.spec.block_size - 1} or less")
         bos = art.spec.bos_token if art.spec.bos_token is not None else 0
         prompt = torch.tensor([[bos]], dtype=torch.long)
         group = f"{shape.name} ({'trained' if artifact else 'synthetic'}), {n_tok} tokens"
@@ -183,7 +186,8 @@ def run_engine(
     for v in variants:
         if v.name not in cmp.measurements:
             ctx.result.add_row(make_row(section="engine", group=group, name=v.name,
-                                        status="error", note=cmp.failures.get(v.name, "did not run")))
+                                        status="error",
+                                        note=cmp.failures.get(v.name, "did not run")))
             continue
         m = cmp.measurements[v.name]
         med = m.stats["median"]

@@ -17,13 +17,13 @@ at batch 1 to show where the cache starts to beat recomputation.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from gptstack.model import KVCacheDecoder, StaticCacheDecoder, generate
 
 from ..errors import BenchError
@@ -36,6 +36,9 @@ from .common import SuiteContext, check_close, dtype_name, release_memory, resol
 INPUT_SETS = 4  # rotating prompts per row
 SWEEP_NEW_FOR_PROMPTS = 16  # generated tokens in the prompt-length sweep
 SWEEP_PROMPT_FOR_NEW = 4  # prompt tokens in the generated-length sweep
+# Default generated tokens of the main rows (at most block_size/2): long enough that prefill is a
+# small share, short enough that >= 20 alternated rounds of naive decoding fit the GPU budget.
+MAX_NEW = 64
 
 
 @dataclass(frozen=True)
@@ -68,18 +71,28 @@ def _make_decoder(d: Decoder, model: torch.nn.Module, batch: int):
 
 
 @torch.no_grad()
-def _decode_check(d: Decoder, model, decoder, prompt: torch.Tensor, dtype: torch.dtype) -> dict:
-    """One decode step of this decoder against the full forward of the same sequence."""
-    if decoder is None:
+def _decode_check(d: Decoder, model32, prompt: torch.Tensor) -> dict:
+    """One decode step of this kind of decoder, built on the float32 copy of the model, against
+    the full float32 forward of the same sequence (TF32 off): checks the decoding path, not
+    bf16 rounding. The compiled variant is checked without compile (the model package's CUDA
+    tests cover compile + graph)."""
+    if d.mode == "naive":
         return {"ok": True, "against": "is the reference"}
     if prompt.size(1) < 2:  # the check needs a prefix to prefill and one token to decode
         prompt = torch.cat([prompt, prompt], dim=1)
     B, P = prompt.shape
-    token = prompt[:, -1]
-    decoder.prefill(prompt[:, :-1])
-    got = decoder.decode(token, P - 1)  # (B, V): the last prompt token at position P-1
-    ref, _ = model(prompt, last_only=True)
-    return check_close(got.float(), ref[:, -1].float(), dtype, "naive forward logits, one step")
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        decoder = _make_decoder(Decoder(d.key, d.name, d.mode, d.cuda_graph, False, d.gpu_only),
+                                model32, B)
+        decoder.prefill(prompt[:, :-1])
+        got = decoder.decode(prompt[:, -1], P - 1)  # (B, V): last prompt token at position P-1
+        ref, _ = model32(prompt, last_only=True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return check_close(got, ref[:, -1], torch.float32,
+                       "full forward, one decode step, model in float32")
 
 
 def _first_divergence(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -87,13 +100,27 @@ def _first_divergence(a: torch.Tensor, b: torch.Tensor) -> int:
     return int(diff[0]) if len(diff) else a.size(1)
 
 
-def _bench_point(ctx: SuiteContext, model, decoders: dict, chosen: Sequence[Decoder],
-                 section: str, group: str, shape: ModelShape, batch: int, prompt_len: int,
-                 new_tokens: int, dtype: torch.dtype, nbytes: int, copy_bw: float | None,
-                 gen: torch.Generator) -> None:
+@dataclass
+class _Model:
+    """One model under test and what every row of it shares."""
+
+    shape: ModelShape
+    model: torch.nn.Module  # in the suite's dtype
+    model32: torch.nn.Module  # float32 copy for the checks (the same object for fp32 runs)
+    dtype: torch.dtype
+    nbytes: int
+    copy_bw: float | None
+    gen: torch.Generator
+    decoders: dict[str, Any] = field(default_factory=dict)  # per batch: key -> decoder
+    broken: dict[str, str] = field(default_factory=dict)  # key -> why it could not be built
+
+
+def _bench_point(ctx: SuiteContext, m: _Model, chosen: Sequence[Decoder], section: str,
+                 group: str, batch: int, prompt_len: int, new_tokens: int) -> None:
+    shape, model = m.shape, m.model
     params = {"model": shape.name, "batch": batch, "prompt_len": prompt_len,
-              "new_tokens": new_tokens, "dtype": dtype_name(dtype)}
-    prompts = [random_tokens((batch, prompt_len), shape.vocab_size, ctx.device, gen)
+              "new_tokens": new_tokens, "dtype": dtype_name(m.dtype)}
+    prompts = [random_tokens((batch, prompt_len), shape.vocab_size, ctx.device, m.gen)
                for _ in range(INPUT_SETS)]
     variants, checks, not_run = [], {}, {}
     reference = generate(model, prompts[0], new_tokens, mode="naive", temperature=0)
@@ -101,9 +128,12 @@ def _bench_point(ctx: SuiteContext, model, decoders: dict, chosen: Sequence[Deco
         if d.gpu_only and not ctx.cuda:
             not_run[d.key] = ("skipped", "GPU only (CUDA graph); this run is on a CPU")
             continue
+        if d.key in m.broken:
+            not_run[d.key] = ("error", m.broken[d.key])
+            continue
+        dec = m.decoders.get(d.key)
         try:
-            dec = decoders.get(d.key)
-            checks[d.key] = _decode_check(d, model, dec, prompts[0], dtype)
+            checks[d.key] = _decode_check(d, m.model32, prompts[0])
             out = generate(model, prompts[0], new_tokens, mode=d.mode, temperature=0,
                            cuda_graph=d.cuda_graph, decoder=dec)
             checks[d.key]["greedy_match"] = _first_divergence(
@@ -126,21 +156,20 @@ def _bench_point(ctx: SuiteContext, model, decoders: dict, chosen: Sequence[Deco
             ctx.result.add_row(make_row(section=section, group=group, name=d.name, params=params,
                                         status=status, note=note))
             continue
-        m = cmp.measurements[d.name]
-        med = m.stats["median"]
-        bw = nbytes * new_tokens / med
+        meas = cmp.measurements[d.name]
+        med = meas.stats["median"]
+        bw = m.nbytes * new_tokens / med
         metrics = {"tokens_per_s": batch * new_tokens / med, "ms_per_token": med / new_tokens * 1e3,
-                   "model_bytes": nbytes, "bandwidth_bytes_per_s": bw,
-                   "copy_fraction": bw / copy_bw if copy_bw else None,
+                   "model_bytes": m.nbytes, "bandwidth_bytes_per_s": bw,
+                   "copy_fraction": bw / m.copy_bw if m.copy_bw else None,
                    "greedy_match": checks[d.key].pop("greedy_match", None)}
         ratios = {}
-        for key, other in (("vs_naive", names["naive"] if "naive" in names else None),
-                           ("vs_kv", names["kv"] if "kv" in names else None)):
+        for key, other in (("vs_naive", names.get("naive")), ("vs_kv", names.get("kv"))):
             entry = ratio_entry(cmp, other, d.name) if other and other != d.name else None
             if entry is not None:
                 ratios[key] = entry
         ctx.result.add_row(make_row(section=section, group=group, name=d.name, params=params,
-                                    measurement=m, metrics=metrics, ratios=ratios,
+                                    measurement=meas, metrics=metrics, ratios=ratios,
                                     check=checks[d.key]))
 
 
@@ -156,7 +185,7 @@ def run_generate(
     prompt_len: int | None = None,
     new_tokens: int | None = None,
     sweep_prompt: Sequence[int] = (8, 32, 128, 512),
-    sweep_new: Sequence[int] = (8, 32, 128),
+    sweep_new: Sequence[int] = (4, 16, 64),
     dtype: str = "auto",
     device: str | torch.device = "auto",
     settings: Settings | None = None,
@@ -167,7 +196,7 @@ def run_generate(
     command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Decode throughput per model, batch and decoder, plus the cache-regime sweeps (batch 1).
-    prompt_len defaults to block_size/8, new_tokens to min(block_size/2, 128)."""
+    prompt_len defaults to block_size/8, new_tokens to min(block_size/2, MAX_NEW)."""
     unknown = [k for k in decoders if k not in DECODER_KEYS]
     if unknown or "naive" not in decoders:
         raise BenchError(f"decoders {list(decoders)}: need 'naive' (the reference) and only "
@@ -189,35 +218,34 @@ def run_generate(
     copy_bw = floors.get("copy", {}).get("bytes_per_s")
     for shape in shapes:
         model = shape.build(ctx.device, dtype=dt, dropout=0.0).eval()
-        nbytes = model_bytes(model)
-        gen = torch.Generator().manual_seed(2)
+        m = _Model(shape, model, model if dt == torch.float32 else copy.deepcopy(model).float(),
+                   dt, model_bytes(model), copy_bw, torch.Generator().manual_seed(2))
         P = prompt_len or max(1, shape.block_size // 8)
-        N = new_tokens or min(shape.block_size // 2, 128)
+        N = new_tokens or min(shape.block_size // 2, MAX_NEW)
         if P + N > shape.block_size:
             raise BenchError(f"{shape.name}: prompt {P} + new {N} tokens exceed block_size "
                              f"{shape.block_size}; lower --prompt-len or --new-tokens")
         for b in batches:
-            decs = {}
+            m.decoders, m.broken = {}, {}
             for d in chosen:
+                if d.gpu_only and not ctx.cuda:
+                    continue
                 try:
-                    if not (d.gpu_only and not ctx.cuda):
-                        decs[d.key] = _make_decoder(d, model, b)
-                except Exception:  # reported by _bench_point when the decoder is missing
-                    pass
-            _bench_point(ctx, model, decs, chosen, "decode", f"{shape.name} B={b}", shape, b, P,
-                         N, dt, nbytes, copy_bw, gen)
+                    m.decoders[d.key] = _make_decoder(d, model, b)
+                except Exception as e:
+                    m.broken[d.key] = error_text(e)
+            _bench_point(ctx, m, chosen, "decode", f"{shape.name} B={b}", b, P, N)
             if b == 1:
-                sweep = [d for d in chosen if d.key in ("naive", "kv", "graph" if ctx.cuda
-                                                         else "static")]
+                sweep = [d for d in chosen
+                         if d.key in ("naive", "kv", "graph" if ctx.cuda else "static")]
                 for p in _geometric(sweep_prompt, shape.block_size - SWEEP_NEW_FOR_PROMPTS):
-                    _bench_point(ctx, model, decs, sweep, "sweep_prompt", shape.name, shape, 1,
-                                 p, SWEEP_NEW_FOR_PROMPTS, dt, nbytes, copy_bw, gen)
+                    _bench_point(ctx, m, sweep, "sweep_prompt", shape.name, 1, p,
+                                 SWEEP_NEW_FOR_PROMPTS)
                 for n in _geometric(sweep_new, shape.block_size - SWEEP_PROMPT_FOR_NEW):
-                    _bench_point(ctx, model, decs, sweep, "sweep_new", shape.name, shape, 1,
-                                 SWEEP_PROMPT_FOR_NEW, n, dt, nbytes, copy_bw, gen)
-            del decs
+                    _bench_point(ctx, m, sweep, "sweep_new", shape.name, 1, SWEEP_PROMPT_FOR_NEW, n)
+            m.decoders = {}
             release_memory(ctx.device)
-        del model
+        del model, m
         release_memory(ctx.device)
     return ctx.finish()
 
@@ -238,7 +266,7 @@ def _declare(ctx: SuiteContext) -> None:
         about="One generate() call per sample (prefill + new tokens, greedy). Weights GB/s = "
               "model bytes × decode steps/s, against the measured device copy bandwidth "
               "(`floors.copy` in the JSON). Decode check: one decode step's logits against the "
-              "full forward, relative error.")
+              "full forward, relative error, in float32.")
     for section, what in (("sweep_prompt", "prompt length (16 new tokens)"),
                           ("sweep_new", "generated length (4-token prompt)")):
         ctx.result.table(

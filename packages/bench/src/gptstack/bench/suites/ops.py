@@ -23,7 +23,7 @@ import torch
 from ..errors import BenchError
 from ..floors import measure_floors
 from ..harness import Settings, Variant, compare, error_text
-from ..opregistry import Op, OpSize, registered_ops
+from ..opregistry import Op, OpSize, load_native_candidates, registered_ops
 from ..results import Column, make_row, ratio_entry
 from ..shapes import ModelShape
 from .common import SuiteContext, check_close, compile_callable, dtype_name, resolve_dtype
@@ -43,7 +43,7 @@ def _upcast(inputs: tuple, dtype: torch.dtype) -> tuple:
 def _measure_op(ctx: SuiteContext, op: Op, size: OpSize, dtype: torch.dtype, floors: dict,
                 graph_inner: int) -> None:
     group = f"{op.name} @ {size.name}"
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator(device=ctx.device).manual_seed(5)
     inputs = [op.make_inputs(size, ctx.device, dtype, g) for _ in range(INPUT_SETS)]
     params = {"op": op.name, "size": size.to_dict(), "dtype": dtype_name(dtype),
               "shapes": [list(x.shape) for x in inputs[0]], "about": op.about}
@@ -76,8 +76,9 @@ def _measure_op(ctx: SuiteContext, op: Op, size: OpSize, dtype: torch.dtype, flo
                       progress=ctx.progress)
         note = None
         if cmp.failures and timing == "cuda_graph":
-            note = (f"CUDA graph timing failed ({'; '.join(f'{k}: {v}' for k, v in cmp.failures.items())}); "
-                    f"timed with CUDA events, launch overhead included")
+            failed = "; ".join(f"{k}: {v}" for k, v in cmp.failures.items())
+            note = (f"CUDA graph timing failed ({failed}); timed with CUDA events, launch "
+                    f"overhead included")
             cmp = compare(variants("cuda_events", 1), ctx.settings, device=ctx.device,
                           progress=ctx.progress)
     nbytes, flops = op.bytes_moved(inputs[0]), op.flops(inputs[0])
@@ -128,6 +129,7 @@ def run_ops(
     command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Every registered op (or those named in `ops`) at the sizes of each shape."""
+    native = load_native_candidates()
     registry = registered_ops()
     names = list(ops) if ops else list(registry)
     unknown = [n for n in names if n not in registry]
@@ -139,7 +141,8 @@ def run_ops(
     sizes = op_sizes(shapes, seq_len)
     params = {"ops": {n: {"about": registry[n].about, "candidates": list(registry[n].candidates)}
                       for n in names},
-              "sizes": [s.to_dict() for s in sizes], "dtype": dtype, "graph_inner": graph_inner}
+              "sizes": [s.to_dict() for s in sizes], "dtype": dtype, "graph_inner": graph_inner,
+              "native": native}
     ctx = SuiteContext.create("ops", params, device=device, settings=settings, out=out,
                               smoke=smoke, compile_backend=compile_backend, progress=progress,
                               command=command)
@@ -150,8 +153,10 @@ def run_ops(
     ctx.result.data["floors"] = floors
     if "error" in floors:
         ctx.result.note(f"floors could not be measured: {floors['error']}")
+    ctx.result.note(native)
     for name in names:
         for size in sizes:
+            torch._dynamo.reset()  # each op and size compiled on its own
             _measure_op(ctx, registry[name], size, dt, floors, graph_inner)
     return ctx.finish()
 

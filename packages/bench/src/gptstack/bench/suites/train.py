@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-
 from gptstack.model import split_decay_params
 
 from ..errors import BenchError
@@ -122,7 +121,8 @@ class RungStep:
         # of cast weights is not graph safe).
         return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=cache_enabled)
 
-    def _body(self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]], cache: bool) -> torch.Tensor:
+    def _body(self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]],
+              cache: bool) -> torch.Tensor:
         loss = None
         for x, y in batch:
             with self._autocast(cache):
@@ -374,7 +374,8 @@ def _declare(ctx: SuiteContext) -> None:
          Column("loss check", "check", "check"), Column("note", "note")],
         about="One optimizer step (forward+backward per micro-batch, clip 1.0, AdamW, zero_grad). "
               "Ratios: median of per-round speedups (> 1 is faster), min–max in brackets. "
-              "MFU over the dense peak of the rung's dtype, named in `metrics.mfu_peak` of the JSON. "
+              "MFU over the dense peak of the rung's dtype, named in `metrics.mfu_peak` of the "
+              "JSON. "
               "Peak MiB: allocated during the rung's build and first step (model, optimizer "
               "state, activations, graph pools). 'train default' = " + TRAIN_DEFAULT_TEXT + ".")
     ctx.result.plot("bars", "ladder", "Training step: speedup over fp32 eager",

@@ -1,0 +1,124 @@
+"""Each suite at smoke size on the CPU writes a result that passes the schema and says what it
+skipped. No timing assertions: only structure, checks and notes."""
+
+import pytest
+import torch
+
+from gptstack.bench import (
+    BenchError,
+    ModelShape,
+    add_candidate,
+    get_op,
+    load_result,
+    register_op,
+    registered_ops,
+    run_ops,
+)
+
+pytestmark = pytest.mark.slow  # the session fixture runs every suite once (~40 s on 2 cores)
+
+
+def rows(data, section=None, status=None):
+    return [r for r in data["rows"] if (section is None or r["section"] == section)
+            and (status is None or r["status"] == status)]
+
+
+def test_every_result_file_passes_the_schema(suite_results):
+    for suite, path in suite_results.items():
+        data = load_result(path)
+        assert data["suite"] == suite and data["complete"]
+        assert data["env"]["command"] == "pytest bench"
+        assert data["params"]["smoke"] is True
+
+
+def test_train_ladder_rows(suite_results):
+    data = load_result(suite_results["train"])
+    for preset in ("esp32", "shakespeare-char"):
+        ladder = [r for r in rows(data, "ladder") if r["group"] == preset]
+        names = [r["name"] for r in ladder]
+        assert names == ["fp32 eager", "bf16 autocast", "+ fused AdamW", "+ torch.compile",
+                         "+ whole-step CUDA graph"]
+        graph = ladder[-1]
+        assert graph["status"] == "skipped" and "GPU only" in graph["note"]
+        for r in ladder[1:4]:
+            assert r["status"] == "ok"
+            assert set(r["ratios"]) >= {"vs_previous", "vs_fp32"}
+            assert r["ratios"]["vs_fp32"]["n"] == len(r["samples_s"])
+            assert r["check"]["ok"], r["check"]
+        assert ladder[0]["metrics"]["tokens_per_s"] > 0
+        assert data["summary"][preset]["train_default"] == "+ torch.compile"
+    assert "torch.compile" in data["params"]["train_default"]["what"]
+
+
+def test_generate_sections_and_checks(suite_results):
+    data = load_result(suite_results["generate"])
+    assert {r["section"] for r in data["rows"]} == {"decode", "sweep_prompt", "sweep_new"}
+    for r in rows(data, status="ok"):
+        assert r["check"]["ok"], r
+        assert r["metrics"]["bandwidth_bytes_per_s"] > 0
+    skipped = rows(data, status="skipped")
+    assert skipped and all("GPU only" in r["note"] for r in skipped)
+    assert data["floors"]["copy"]["bytes_per_s"] > 0
+
+
+def test_attention_op_and_model_rows(suite_results):
+    data = load_result(suite_results["attention"])
+    for section in ("op", "model"):
+        ok = rows(data, section, "ok")
+        assert {r["name"] for r in ok} == {"per-head loop", "manual (batched heads)", "sdpa"}
+        assert all(r["check"]["ok"] and r["check"]["rel_err"] < 1e-5 for r in ok)
+        native = [r for r in rows(data, section) if r["name"] == "native (cuda_ops)"]
+        assert native and all(r["status"] == "skipped" and r["note"] for r in native)
+
+
+def test_ops_rows_and_floors(suite_results):
+    data = load_result(suite_results["ops"])
+    ops = {r["params"]["op"] for r in rows(data, "ops", "ok")}
+    assert ops >= {"layernorm", "gelu_tanh", "softmax", "attention_sdpa"}
+    for r in rows(data, "ops", "ok"):
+        assert r["check"]["ok"] and r["metrics"]["floor_fraction"] > 0
+    assert data["floors"]["matmul"]["flops_per_s"] > 0
+
+
+def test_tokenizer_rows(suite_results):
+    if "tokenizer" not in suite_results:
+        pytest.skip("tinyshakespeare.txt not in $GPTSTACK_DATA_DIR")
+    data = load_result(suite_results["tokenizer"])
+    train = rows(data, "train", "ok")
+    assert train and all(r["check"]["ok"] for r in train)
+    encode = rows(data, "encode")
+    assert len(encode) == 4
+    assert all(r["check"]["ok"] for r in encode if r["status"] == "ok")
+
+
+def test_engine_rows(suite_results):
+    if "engine" not in suite_results:
+        pytest.skip("no host build of gs-run (or no gptstack-quant) in this checkout")
+    data = load_result(suite_results["engine"])
+    ok = rows(data, "engine", "ok")
+    assert {r["name"] for r in ok} >= {"C engine release (1 thread)",
+                                       "PyTorch fp32 eager, KV cache (1 thread)"}
+    c = next(r for r in ok if r["name"].startswith("C engine"))
+    assert c["timing"] == "self" and c["ratios"]["vs_torch_1t"]["n"] == len(c["samples_s"])
+    assert any(r["status"] == "skipped" and r["note"] == "not built here" for r in data["rows"])
+
+
+def test_a_registered_candidate_is_timed_and_checked(tmp_path, bench_settings):
+    op = get_op("gelu_tanh")
+    register_op("bench_test_double", lambda x: 2 * x, make_inputs=op.make_inputs,
+                bytes_moved=op.bytes_moved, flops=lambda i: i[0].numel(), replace=True)
+    add_candidate("bench_test_double", "right", lambda x: x + x)
+    add_candidate("bench_test_double", "wrong", lambda x: x * 2.001)
+    with pytest.raises(BenchError, match="already has"):
+        add_candidate("bench_test_double", "eager", torch.neg)
+    shape = ModelShape("tiny", 64, 16, 1, 2, 16, batch_size=2)
+    data = run_ops([shape], ops=["bench_test_double"], device="cpu", compile_backend="eager",
+                   settings=bench_settings, progress=False, out=tmp_path / "ops.json")
+    by_name = {r["name"]: r for r in data["rows"]}
+    assert set(by_name) == {"eager", "torch.compile", "right", "wrong"}
+    assert by_name["right"]["check"]["ok"] and not by_name["wrong"]["check"]["ok"]
+    assert set(by_name["right"]["ratios"]) == {"vs_eager", "vs_compile"}
+    assert "bench_test_double" in registered_ops()
+    with pytest.raises(BenchError, match="already registered"):
+        register_op("bench_test_double", torch.neg, make_inputs=op.make_inputs,
+                    bytes_moved=op.bytes_moved, flops=op.flops)
