@@ -110,3 +110,25 @@ def test_text_summary_lists_every_suite(suite_results):
         out = text_summary(datas, short=short)
         for suite in suite_results:
             assert suite in out
+
+
+def test_other_json_is_listed_and_training_runs_tabled(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    run = {"kind": "training-run", "run": "esp32", "device": "NVIDIA H200", "n_params": 4_900_000,
+           "steps": 1234, "tokens_per_s_median": 305504.5, "mfu_median": 0.0094,
+           "wall_time_s": 257.19, "best_val_loss": 2.791}
+    (results / "run-esp32.json").write_text(json.dumps(run))
+    (results / "eval-esp32.json").write_text(json.dumps({"command": "gptstack eval --ckpt x"}))
+    (results / "broken.json").write_text("{")
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "run-esp32-loss.png").write_bytes(PNG_MAGIC)  # not the report's: must stay
+    report = build_report(results, tmp_path / "README.md", plots)
+    text = (tmp_path / "README.md").read_text()
+    assert report.results == [] and len(report.others) == 3
+    assert "gptstack eval --ckpt x" in text and "not JSON" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `run-esp32.json`"))
+    for token in NUMBER.findall(row):
+        assert token in formatted_numbers(run), token
+    assert (plots / "run-esp32-loss.png").exists()

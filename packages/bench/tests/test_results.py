@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from gptstack.bench import BenchError, Column, Result, load_result, validate_result
+from gptstack.bench.environment import environment
 from gptstack.bench.harness import Measurement
 from gptstack.bench.results import make_row
-from gptstack.bench.environment import environment
 
 
 def sample_result(path=None) -> Result:

@@ -103,6 +103,10 @@ def _add_common(p: argparse.ArgumentParser, *, device: bool = True, presets: boo
     p.add_argument("--max-repeats", type=int, help="rounds at most (default 200)")
     p.add_argument("--budget-s", type=float, help="seconds of timed rounds per row (default 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    if device:
+        p.add_argument("--threads", type=int,
+                       help="torch CPU threads (torch.set_num_threads; recorded in the JSON). "
+                            "1 keeps a shared machine's other load from stalling every op")
 
 
 def add_bench_parser(sub) -> None:
@@ -225,6 +229,8 @@ def _run(args: argparse.Namespace, suite: str, call) -> int:
     import torch
     from gptstack.bench import BenchError, result_path, text_summary
 
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
     out_dir = args.out or (_repo_benchmarks() / "results")
     device = torch.device("cpu")
     if getattr(args, "device", "cpu") != "cpu" and torch.cuda.is_available():

@@ -35,8 +35,8 @@ def estimate_loss(model, corpus: Corpus, *, batch_size: int, block_size: int, ba
     for split_id, (split, tokens) in enumerate((("train", corpus.train), ("val", corpus.val))):
         total = 0.0
         for i in range(batches):
-            x, y = get_batch(tokens, batch_size, block_size, batch_rng(seed, EVAL_STREAM, split_id, i))
-            x, y = torch.from_numpy(x).to(runtime.device), torch.from_numpy(y).to(runtime.device)
+            x, y = runtime.to_device(*get_batch(tokens, batch_size, block_size,
+                                                batch_rng(seed, EVAL_STREAM, split_id, i)))
             with runtime.autocast():
                 _, loss = model(x, y)
             total += loss.item()
@@ -59,8 +59,7 @@ def split_loss(model, tokens: np.ndarray, block_size: int, runtime: Runtime, bat
     x_all, y_all = windows(tokens, block_size)
     total, count = 0.0, 0
     for i in range(0, len(x_all), batch_size):
-        x = torch.from_numpy(x_all[i : i + batch_size]).to(runtime.device)
-        y = torch.from_numpy(y_all[i : i + batch_size]).to(runtime.device)
+        x, y = runtime.to_device(x_all[i : i + batch_size], y_all[i : i + batch_size])
         with runtime.autocast():
             _, loss = model(x, y)
         total += loss.item() * y.numel()

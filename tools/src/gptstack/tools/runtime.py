@@ -29,6 +29,15 @@ class Runtime:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def to_device(self, *arrays):
+        """numpy batches -> device tensors. On CUDA through pinned memory: a copy from pageable
+        memory makes the host wait for the GPU to drain its queue, so CPU and GPU would take
+        turns instead of overlapping (CUDA runtime API, "API synchronization behavior")."""
+        tensors = [torch.from_numpy(a) for a in arrays]
+        if self.device.type == "cuda":
+            return [t.pin_memory().to(self.device, non_blocking=True) for t in tensors]
+        return tensors
+
     def describe(self) -> str:
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
         extra = ", torch.compile" if self.compile else ""

@@ -206,9 +206,8 @@ def train(
                     group["lr"] = lr
                 model.train()
                 for micro in range(t.grad_accum):
-                    x, y = get_batch(corpus.train, t.batch_size, T, batch_rng(t.seed, step, micro))
-                    x = torch.from_numpy(x).to(runtime.device, non_blocking=True)
-                    y = torch.from_numpy(y).to(runtime.device, non_blocking=True)
+                    x, y = runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
+                                                        batch_rng(t.seed, step, micro)))
                     with runtime.autocast():
                         _, loss = fwd(x, y)
                     (loss / t.grad_accum).backward()

@@ -117,7 +117,8 @@ def load_native_candidates() -> str:
     try:
         import gptstack.cuda_ops as cuda_ops
     except ImportError as e:
-        return f"gptstack.cuda_ops is not installed ({e.name or e}): no native candidates"
+        return (f"no native candidates: {e.name or 'gptstack.cuda_ops'} cannot be imported "
+                f"(gptstack.cuda_ops is not installed)")
     hook = getattr(cuda_ops, "bench_candidates", None)
     if hook is None:
         return "gptstack.cuda_ops has no bench_candidates(): no native candidates"

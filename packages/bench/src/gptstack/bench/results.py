@@ -156,6 +156,10 @@ class Result:
         self.data["complete"] = True
         self.data["env"]["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds")
+        try:  # other load on the machine during the run shows here (and in the spreads)
+            self.data["env"]["load_average_at_finish"] = list(os.getloadavg())
+        except OSError:
+            pass
         problems = validate_result(self.data)
         if problems:
             raise BenchError(

@@ -51,7 +51,8 @@ def _native_backend() -> tuple[Any, str]:
     try:
         import gptstack.cuda_ops  # noqa: F401  (registers the "gptstack" backend)
     except ImportError as e:
-        return None, f"gptstack.cuda_ops is not installed ({e.name or e}): no native kernel yet"
+        return None, (f"no native kernel yet: {e.name or 'gptstack.cuda_ops'} cannot be "
+                      f"imported (gptstack.cuda_ops is not installed)")
     if NATIVE_BACKEND not in attention_backends():
         return None, "gptstack.cuda_ops did not register a 'gptstack' attention backend"
     return get_attention_backend(NATIVE_BACKEND), ""

@@ -4,7 +4,7 @@
                       artifact=None, out=path)
 
 Same model on both sides, batch 1, greedy: the int8 artifact runs in the C engine (`gs-run
---json`, single thread for the release build, OpenMP threads for the openmp build), and its
+--json`; the release build on one thread, the openmp build on one and on all threads), and its
 weights, dequantized to float32 (q · scale per row: exactly the values the engine multiplies
 by), run in PyTorch fp32 eager with the KV cache, on one thread and on every available one. The
 artifact is the trained one when a path is given (firmware/esp32/data/model.gsm), else a
@@ -158,11 +158,13 @@ def run_engine(
         variants, runs, not_run = [], {}, dict(unavailable or {})
         threads_of: dict[str, int] = {}
         for variant, gs_run in engines.items():
-            n = 1 if variant == "release" else threads
-            name = f"C engine {variant} ({n} thread{'s' if n > 1 else ''})"
-            runs[name] = EngineRun(Path(gs_run), path, bos, n_tok, n)
-            threads_of[name] = n
-            variants.append(Variant(name, runs[name], [None], timing="self"))
+            # a threaded build also on one thread: separates its compiler flags (-O3
+            # -march=native) from its threads
+            for n in [1] if variant == "release" else sorted({1, threads}):
+                name = f"C engine {variant} ({n} thread{'s' if n > 1 else ''})"
+                runs[name] = EngineRun(Path(gs_run), path, bos, n_tok, n)
+                threads_of[name] = n
+                variants.append(Variant(name, runs[name], [None], timing="self"))
         torch_out: dict[str, list[int]] = {}
         for n in sorted({1, threads}):
             name = f"PyTorch fp32 eager, KV cache ({n} thread{'s' if n > 1 else ''})"

@@ -175,8 +175,9 @@ def _declare(ctx: SuiteContext) -> None:
          Column("× vs compile", "ratios.vs_compile", "ratio"),
          Column("check (rel. err)", "check", "check"), Column("note", "note")],
         about="Floor = max(bytes / copy bandwidth, FLOPs / matmul rate), both measured in this "
-              "run (`floors` in the JSON); 'of floor' = floor time / measured time. Sizes and "
-              "FLOP counts per op: `params.about` in the JSON.")
+              "run (`floors` in the JSON); 'of floor' = floor time / measured time. Above 100 %: "
+              "the op's data stayed in a cache, which the copy floor (a buffer far larger than "
+              "the caches) cannot use. Sizes and FLOP counts per op: `params.about` in the JSON.")
     ctx.result.plot("bars", "ops", "Ops: fraction of the measured floor",
                     value="metrics.floor_fraction", label="group", series="name", log=False,
                     ylabel="floor time / measured time")

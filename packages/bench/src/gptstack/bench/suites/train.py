@@ -5,11 +5,12 @@
 
 A step is what `gptstack train` does per optimizer step with grad_accum micro-batches: forward
 (+ loss) and backward per micro-batch, clip the global grad norm to 1.0, AdamW step, zero grads
-(set_to_none). Every rung starts from the same initial weights and sees the same rotating random
-batches; all rungs of a preset run alternately in one process (rung 1, rung 2, ..., rung 1, ...),
-and each is reported as a ratio to its parent rung and to fp32 eager (medians of per-round
-ratios). MFU = flops_per_token (GPT.flops_per_token: 6N + 12·L·C·T, PaLM appendix B) x tokens/s
-over the dense peak of the rung's math dtype from peaks.py, named in the row.
+(set_to_none). Batches are already on the device: data loading is not part of the step. Every
+rung starts from the same initial weights and sees the same rotating random batches; all rungs
+of a preset run alternately in one process (rung 1, rung 2, ..., rung 1, ...), and each is
+reported as a ratio to its parent rung and to fp32 eager (medians of per-round ratios).
+MFU = flops_per_token (GPT.flops_per_token: 6N + 12·L·C·T, PaLM appendix B) x tokens/s over the
+dense peak of the rung's math dtype from peaks.py, named in the row.
 """
 
 from __future__ import annotations
@@ -372,7 +373,8 @@ def _declare(ctx: SuiteContext) -> None:
          Column("× vs fp32 eager", "ratios.vs_fp32", "ratio"),
          Column("× vs train default", "ratios.vs_train_default", "ratio"),
          Column("loss check", "check", "check"), Column("note", "note")],
-        about="One optimizer step (forward+backward per micro-batch, clip 1.0, AdamW, zero_grad). "
+        about="One optimizer step (forward+backward per micro-batch, clip 1.0, AdamW, zero_grad) "
+              "on batches already on the device (data loading is not in the step). "
               "Ratios: median of per-round speedups (> 1 is faster), min–max in brackets. "
               "MFU over the dense peak of the rung's dtype, named in `metrics.mfu_peak` of the "
               "JSON. "

@@ -1,0 +1,103 @@
+"""sample, eval, export and the pipeline on a small trained checkpoint (CPU)."""
+
+import io
+import json
+
+import pytest
+
+from gptstack.quant import read_artifact
+from gptstack.tokenizer import UnknownCharacterError
+from gptstack.tools.checkpoint import load_checkpoint
+from gptstack.tools.cli import main
+from gptstack.tools.config import apply_overrides, load_preset
+from gptstack.tools.export import export_checkpoint, tokenizer_tables
+from gptstack.tools.sample import sample
+from gptstack.tools.train import train
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, shakespeare_text):
+    root = tmp_path_factory.mktemp("trained")
+    data = root / "data.txt"
+    data.write_text(shakespeare_text[:50_000])
+    cfg = apply_overrides(load_preset("smoke"), [f"data.path={data}", "train.max_steps=40"])
+    train(cfg, root / "run", progress=False, log=lambda s: None)
+    return root / "run"
+
+
+def test_sample_streams_the_prompt_and_new_text(run_dir):
+    ckpt = load_checkpoint(run_dir)
+    out = io.StringIO()
+    result = sample(ckpt, "ROMEO:", tokens=30, temperature=0.8, top_k=10, seed=3, out=out)
+    assert result.new_tokens == 30 and result.text.startswith("ROMEO:")
+    assert out.getvalue().rstrip("\n") == result.text
+    again = sample(ckpt, "ROMEO:", tokens=30, temperature=0.8, top_k=10, seed=3, out=None)
+    assert again.text == result.text  # same seed, same text
+    with pytest.raises(UnknownCharacterError, match="'\\\\x00'|position"):
+        sample(ckpt, "ROMEO\x00", tokens=3, out=None)
+
+
+def test_prompt_with_an_unknown_character_is_one_line_error(run_dir, capsys):
+    assert main(["sample", "--ckpt", str(run_dir), "--prompt", "hello \u263a", "--tokens", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "\u263a" in err and "Traceback" not in err
+
+
+def test_eval_reports_consistent_numbers(run_dir, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--ckpt", str(run_dir), "--samples", "2", "--sample-tokens", "60",
+                 "--json", str(out)]) == 0
+    r = json.loads(out.read_text())["float"]
+    assert r["perplexity"] == pytest.approx(2.718281828 ** r["val_loss"], rel=1e-9)
+    # char tokenizer: one token per character, so bits/char = loss / ln 2
+    assert r["val_bits_per_char"] == pytest.approx(r["val_loss"] / 0.6931471805599453)
+    g = r["generated"]
+    assert 0 <= g["real_word_fraction"] <= 1 and 0 <= g["copied_8gram_fraction"] <= 1 and g["words"] > 0
+    assert "val bits/char" in capsys.readouterr().out
+
+
+def test_export_writes_an_artifact_the_reader_accepts(run_dir, tmp_path):
+    ckpt = load_checkpoint(run_dir)
+    res = export_checkpoint(run_dir, tmp_path / "m.gsm", target="esp32s3")
+    art = read_artifact(res.path)
+    assert art.spec.n_layer == ckpt.model.config.n_layer
+    assert art.tables.token_bytes == tokenizer_tables(ckpt.tokenizer).token_bytes
+    assert res.plan.fits and "arena" in res.plan_text
+
+
+def test_export_refuses_a_model_that_does_not_fit(run_dir, tmp_path, capsys):
+    # Same weights, but claim a huge context: the KV cache no longer fits the S3's SRAM.
+    meta = json.loads((run_dir / "best" / "config.json").read_text())
+    big = tmp_path / "big"
+    big.mkdir()
+    for name in ("model.safetensors", "tokenizer.json"):
+        (big / name).write_bytes((run_dir / "best" / name).read_bytes())
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    w = load_file(str(big / "model.safetensors"))
+    T, C = 4096, w["wpe.weight"].shape[1]
+    w["wpe.weight"] = np.zeros((T, C), np.float32)
+    save_file(w, str(big / "model.safetensors"))
+    meta["model"]["block_size"] = T
+    (big / "config.json").write_text(json.dumps(meta))
+    assert main(["export", "--ckpt", str(big), "--target", "esp32s3", "-o", str(tmp_path / "x.gsm")]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "block_size" in err and "more than" in err
+    assert not (tmp_path / "x.gsm").exists()
+    assert main(["export", "--ckpt", str(big), "--target", "host", "-o", str(tmp_path / "x.gsm")]) == 0
+
+
+@pytest.mark.slow
+def test_pipeline_runs_every_stage_end_to_end(tmp_path, capsys):
+    out = tmp_path / "pipe"
+    code = main(["pipeline", "--preset", "smoke", "--out", str(out), "--steps", "20",
+                 "--set", "train.eval_batches=2"])
+    assert code == 0
+    for name in ("train/best/config.json", "train/loss.png", "sample.txt", "model.gsm",
+                 "eval.json", "engine.txt", "screen.png"):
+        assert (out / name).is_file(), name
+    text = capsys.readouterr().out
+    assert "[6/6]" in text and "memory plan for esp32s3" in text
+    assert (out / "engine.txt").read_text().startswith("ROMEO:")
+    assert (out / "screen.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
