@@ -19,6 +19,7 @@ class Runtime:
     dtype: str  # "bf16" (autocast) or "fp32"
     compile: bool
     peak: Peak | None  # for MFU; None on CPUs and unknown GPUs
+    cuda_graph: bool = False  # the whole training step replayed as one CUDA graph
 
     @property
     def device_type(self) -> str:
@@ -40,7 +41,7 @@ class Runtime:
 
     def describe(self) -> str:
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
-        extra = ", torch.compile" if self.compile else ""
+        extra = (", torch.compile" if self.compile else "") + (", CUDA graph" if self.cuda_graph else "")
         return f"{name} ({self.device}), {self.dtype}{extra}"
 
 
@@ -53,10 +54,13 @@ def resolve_runtime(train: TrainSection) -> Runtime:
     if dtype == "bf16" and use_cuda and not torch.cuda.is_bf16_supported():
         dtype = "fp32"
     compile_ = train.compile == "true" or (train.compile == "auto" and use_cuda)
+    if train.cuda_graph == "true" and not use_cuda:
+        raise ConfigError("train.cuda_graph = true needs a CUDA GPU; use train.cuda_graph=auto")
+    graph = train.cuda_graph == "true" or (train.cuda_graph == "auto" and use_cuda)
     peak = None
     if use_cuda:
         # fp32 matmuls run as TF32 on tensor cores (allowed below), so that is their peak.
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         peak = peak_flops(torch.cuda.get_device_name(device), "bf16" if dtype == "bf16" else "tf32")
-    return Runtime(device, dtype, compile_, peak)
+    return Runtime(device, dtype, compile_, peak, graph)

@@ -27,6 +27,7 @@ from .config import RunConfig
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
 from .errors import CheckpointError
 from .evaluate import estimate_loss
+from .graphed_step import GraphedTrainStep
 from .runtime import Runtime, resolve_runtime
 from .schedule import get_lr, total_steps
 
@@ -104,6 +105,9 @@ def _restore(resume: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str,
     load_safetensors(model, ckpt / "model.safetensors")
     state = torch.load(state_path, map_location="cpu", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
+    if runtime.cuda_graph:  # loaded rates may be CPU tensors or floats: back to device tensors
+        for group in optimizer.param_groups:
+            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=runtime.device)
     torch.set_rng_state(state["torch_rng"])
     if runtime.device_type == "cuda" and state.get("cuda_rng") is not None:
         torch.cuda.set_rng_state(state["cuda_rng"], runtime.device)
@@ -143,7 +147,8 @@ def train(
     torch.manual_seed(t.seed)
     mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
     model = GPT(mcfg).to(runtime.device)
-    optimizer = model.configure_optimizer(t.weight_decay, t.lr, (t.beta1, t.beta2), runtime.device_type)
+    optimizer = model.configure_optimizer(t.weight_decay, t.lr, (t.beta1, t.beta2),
+                                          runtime.device_type, capturable=runtime.cuda_graph)
 
     start, best_val, best_bpc, elapsed0 = 0, math.inf, math.inf, 0.0
     if resume is not None:
@@ -151,6 +156,10 @@ def train(
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
     fwd = torch.compile(model) if runtime.compile else model
+    graphed = None
+    if runtime.cuda_graph:
+        graphed = GraphedTrainStep(fwd, model.parameters(), optimizer, grad_clip=t.grad_clip,
+                                   bf16=runtime.dtype == "bf16", device=runtime.device)
 
     tokens_per_step = t.batch_size * t.grad_accum * T
     flops_per_token = model.flops_per_token()
@@ -202,19 +211,23 @@ def train(
                     last_val = evaluate(step)
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
                 model.train()
-                for micro in range(t.grad_accum):
-                    x, y = runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
+                batches = [runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
                                                         batch_rng(t.seed, step, micro)))
-                    with runtime.autocast():
-                        _, loss = fwd(x, y)
-                    (loss / t.grad_accum).backward()
-                if t.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                           for micro in range(t.grad_accum)]
+                if graphed is not None:
+                    loss = graphed.step(batches, lr)
+                else:
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    for x, y in batches:
+                        with runtime.autocast():
+                            _, loss = fwd(x, y)
+                        (loss / t.grad_accum).backward()
+                    if t.grad_clip > 0:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
                 interval_steps += 1
                 if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:
                     loss_value = loss.item()  # synchronizes the device

@@ -221,7 +221,10 @@ class GPT(nn.Module):
         learning_rate: float,
         betas: tuple[float, float],
         device_type: str,
+        *,
+        capturable: bool = False,
     ) -> torch.optim.AdamW:
         """AdamW: decay on Linear weights only (not biases, LayerNorms, wte/lm_head, wpe);
-        fused when device_type == "cuda". See optimizer.py."""
-        return configure_adamw(self, weight_decay, learning_rate, betas, device_type)
+        fused when device_type == "cuda"; capturable for CUDA graphs. See optimizer.py."""
+        return configure_adamw(self, weight_decay, learning_rate, betas, device_type,
+                               capturable=capturable)

@@ -36,8 +36,15 @@ def configure_adamw(
     learning_rate: float,
     betas: tuple[float, float],
     device_type: str,
+    *,
+    capturable: bool = False,
 ) -> torch.optim.AdamW:
-    """AdamW with two groups (decay / no decay); the fused kernel when device_type is "cuda"."""
+    """AdamW with two groups (decay / no decay); the fused kernel when device_type is "cuda".
+
+    capturable=True (CUDA only) keeps the step count and the learning rate in device tensors, so
+    the optimizer step can be captured in a CUDA graph and the schedule still changes the rate:
+    set it with `group["lr"].fill_(lr)` (torch.optim docs, "capturable").
+    """
     if weight_decay < 0 or learning_rate <= 0:
         raise ModelError(
             f"optimizer got weight_decay={weight_decay}, learning_rate={learning_rate}: "
@@ -48,6 +55,13 @@ def configure_adamw(
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    if capturable:
+        if device_type != "cuda":
+            raise ModelError("a capturable optimizer (for CUDA graphs) needs device_type='cuda'")
+        device = decay[0].device if decay else no_decay[0].device
+        for g in groups:  # one device tensor per group: fill_() changes it inside the graph
+            g["lr"] = torch.tensor(learning_rate, dtype=torch.float32, device=device)
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=True, capturable=True)
     # fused=True runs one multi-tensor kernel per step instead of several per parameter.
     return torch.optim.AdamW(
         groups, lr=learning_rate, betas=betas, fused=(device_type == "cuda")
