@@ -2,6 +2,7 @@
  * structs (host shared library libgs_engine.so only; the engine itself is unchanged).
  * host/tests/gs_ctypes.py is the Python side. */
 #include "gs_engine.h"
+#include "gs_math.h"
 
 /* Bytes to allocate for each opaque object. */
 size_t gs_capi_model_bytes(void) { return sizeof(gs_model); }
@@ -56,4 +57,18 @@ uint64_t gs_capi_arena_formula(uint32_t V, uint32_t T, uint32_t L, uint32_t C)
     c.n_layer = L;
     c.n_embd = C;
     return gs_arena_bytes(&c);
+}
+
+/* y[i] = gs_exp(x[i]) and gs_tanh(x[i]) over arrays: the engine's own exp and tanh (FORMAT.md
+ * section 7) for a bit-for-bit comparison with gptstack.quant.fmath on millions of inputs. */
+void gs_capi_exp(const float *x, float *y, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) y[i] = gs_exp(x[i]);
+}
+
+void gs_capi_tanh(const float *x, float *y, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) y[i] = gs_tanh(x[i]);
 }

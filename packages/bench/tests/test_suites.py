@@ -46,8 +46,8 @@ def test_train_ladder_rows(suite_results):
             assert r["ratios"]["vs_fp32"]["n"] == len(r["samples_s"])
             assert r["check"]["ok"], r["check"]
         assert ladder[0]["metrics"]["tokens_per_s"] > 0
-        assert data["summary"][preset]["train_default"] == "+ torch.compile"
-    assert "torch.compile" in data["params"]["train_default"]["what"]
+        assert data["summary"][preset]["train_default"] == "+ whole-step CUDA graph"
+    assert "CUDA graph" in data["params"]["train_default"]["what"]
 
 
 def test_generate_sections_and_checks(suite_results):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gptstack.quant import Pcg32, QuantError, generate, sample
+from gptstack.quant import Pcg32, QuantError, fmath, generate, sample
 
 F32 = np.float32
 
@@ -60,7 +60,7 @@ def _plain_sample(logits, temperature, top_k, rng, n_tokens) -> int:
     cand = sorted(range(n_tokens), key=lambda i: (-z[i], i))[:k]
     t = F32(temperature)
     zc = [z[i] / t for i in cand]
-    e = [np.exp(F32(v - zc[0])) for v in zc]
+    e = [fmath.exp(np.array([F32(v - zc[0])]))[0] for v in zc]
     total = F32(0)
     for v in e:
         total = F32(total + v)

@@ -4,6 +4,7 @@
     model = engine.open(artifact_bytes)          # gs_open + an aligned arena + gs_attach_arena
     logits = model.forward(token)                # numpy float32 (V,), a copy
     tok = model.sample(logits, 0.8, 40, rng)     # rng = engine.rng(seed)
+    y = engine.exp(x); y = engine.tanh(x)        # the engine's own exp and tanh, elementwise
     ids = model.encode(b"ROMEO:")
     dec = model.decoder(); dec.push(tok); dec.flush()
 
@@ -73,6 +74,8 @@ class Engine:
             "gs_capi_pos": (c_uint32, [c_void_p]),
             "gs_capi_window": (c_uint32, [c_void_p, u32p]),
             "gs_capi_arena_formula": (c_uint64, [c_uint32, c_uint32, c_uint32, c_uint32]),
+            "gs_capi_exp": (None, [f32p, f32p, c_size_t]),
+            "gs_capi_tanh": (None, [f32p, f32p, c_size_t]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(lib, name)
@@ -104,6 +107,21 @@ class Engine:
 
     def arena_formula(self, V: int, T: int, L: int, C: int) -> int:
         return int(self.lib.gs_capi_arena_formula(V, T, L, C))
+
+    def _elementwise(self, name: str, x: np.ndarray) -> np.ndarray:
+        src = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty_like(src)
+        f32p = POINTER(c_float)
+        getattr(self.lib, name)(src.ctypes.data_as(f32p), out.ctypes.data_as(f32p), src.size)
+        return out
+
+    def exp(self, x: np.ndarray) -> np.ndarray:
+        """The engine's own gs_exp (FORMAT.md section 7) over an array."""
+        return self._elementwise("gs_capi_exp", x)
+
+    def tanh(self, x: np.ndarray) -> np.ndarray:
+        """The engine's own gs_tanh over an array."""
+        return self._elementwise("gs_capi_tanh", x)
 
 
 class Rng:

@@ -1,5 +1,6 @@
-"""The engine compiles for an Xtensa core freestanding (no C library headers), warning-free, and
-keeps no writable static data (.data + .bss = 0: everything is in the caller's arena)."""
+"""The engine compiles for an Xtensa core freestanding (no C library headers), warning-free,
+keeps no writable static data (.data + .bss = 0: everything is in the caller's arena), and calls
+no C library exp or tanh there either (newlib's differ from the reference: FORMAT.md section 7)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,10 @@ def test_xtensa_freestanding_sizes(tmp_path):
     assert text > 0 and data + bss == 0, proc.stdout
     n_sources = len(list((SCRIPT.parents[2] / "lib" / "engine").glob("*.c")))
     assert proc.stdout.count("/engine_") == n_sources  # every engine file was compiled
+    nm = require_program("xtensa-lx106-elf-nm", "apt-get install binutils-xtensa-lx106")
+    out = subprocess.run([nm, "-u", *map(str, sorted(tmp_path.glob("engine_*.o")))],
+                         capture_output=True, text=True, check=True).stdout
+    undefined = {line.split()[-1] for line in out.splitlines() if line.strip().startswith("U ")}
+    libc = {s for s in undefined if not s.startswith(("gs_", "__"))}  # __: libgcc soft-float
+    assert libc <= {"sqrtf", "rintf", "memcpy", "memmove", "memset"}, libc
+    assert "rintf" in libc  # the check reads real nm output

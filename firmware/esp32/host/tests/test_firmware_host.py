@@ -1,10 +1,16 @@
-"""gptstack.tools.firmware_host: the one way to build the host engine. Incremental, and a missing
-tool is an error that names what to install."""
+"""gptstack.tools.firmware_host: the one way to build the host engine. Incremental, a missing
+tool is an error that names what to install, and no build lets the compiler change float math."""
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
+from pathlib import Path
+
 import pytest
 
+from gs_testlib import host_build
 from gptstack.tools import firmware_host
 
 
@@ -45,3 +51,41 @@ def test_separate_build_root(tmp_path):
     """build_root puts build-<variant> elsewhere (a benchmark's scratch folder, say)."""
     build = firmware_host.build_host("release", tmp_path)
     assert build.build_dir == (tmp_path / "build-release").resolve() and build.gs_run.is_file()
+
+
+# Flags that let a compiler change float results: FORMAT.md section 7 pins every operation.
+UNSAFE_FLOAT_FLAGS = ("-ffast-math", "-Ofast", "-funsafe-math-optimizations",
+                      "-fassociative-math", "-freciprocal-math", "-ffp-contract=fast",
+                      "-ffp-contract=on", "-fcx-limited-range")
+
+
+def _unsafe(flags: list[str]) -> set[str]:
+    return {f for f in flags if f in UNSAFE_FLOAT_FLAGS or f.startswith("-ffast-math")}
+
+
+@pytest.mark.parametrize("variant", ["release", "asan", "m32", "openmp"])
+def test_engine_float_flags(variant):
+    """Every engine source of every host variant compiles with -ffp-contract=off and without
+    -ffast-math or its parts (compile_commands.json of the build)."""
+    build = host_build(variant)
+    commands = json.loads((build.build_dir / "compile_commands.json").read_text())
+    engine_dir = firmware_host.firmware_dir() / "lib" / "engine"
+    engine = [c for c in commands if Path(c["file"]).parent == engine_dir]
+    assert len({c["file"] for c in engine}) == len(list(engine_dir.glob("*.c")))
+    for c in engine:
+        flags = c["arguments"] if "arguments" in c else shlex.split(c["command"])
+        assert "-ffp-contract=off" in flags, c["file"]
+        assert not _unsafe(flags), (c["file"], _unsafe(flags))
+
+
+def test_device_build_float_flags():
+    """The chip's build (PlatformIO: library.json applies to the engine sources) and the Xtensa
+    size check keep -ffp-contract=off and add nothing unsafe."""
+    esp32 = firmware_host.firmware_dir()
+    library = json.loads((esp32 / "lib" / "engine" / "library.json").read_text())
+    assert "-ffp-contract=off" in library["build"]["flags"]
+    assert not _unsafe(library["build"]["flags"])
+    ini = (esp32 / "platformio.ini").read_text()
+    assert not _unsafe(re.findall(r"-[\w=+-]+", ini))
+    script = (esp32 / "host" / "scripts" / "xtensa_sizes.sh").read_text()
+    assert "-ffp-contract=off" in script and not _unsafe(script.split())

@@ -26,28 +26,32 @@ static void attend_head(const gs_model *m, uint32_t l, uint32_t pos, uint32_t h)
     const float *q = s->qkv + (size_t)h * hs;
     const float scale = 1.0f / sqrtf((float)hs);
     float *out = s->att_out + (size_t)h * hs;
-    float mx, sum = 0.0f;
+    float mx, sum;
     uint32_t t, i;
+    /* Every sum starts from its first term and runs in index order (FORMAT.md section 7), the
+     * order the numpy reference reproduces; starting from 0.0f would differ in a zero's sign. */
     for (t = 0; t <= pos; t++) { /* 3. score_t = (q . kq_t) * ks_t * (1 / sqrt(hs)) */
         const int8_t *k = s->k_cache + (layer_rows + t) * C + (size_t)h * hs;
-        float dot = 0.0f;
-        for (i = 0; i < hs; i++) dot += q[i] * (float)k[i];
+        float dot = q[0] * (float)k[0];
+        for (i = 1; i < hs; i++) dot += q[i] * (float)k[i];
         s->scores[t] = (dot * s->k_scale[layer_rows + t]) * scale;
     }
     mx = s->scores[0]; /* 4. softmax with the max subtracted */
     for (t = 1; t <= pos; t++) {
         if (s->scores[t] > mx) mx = s->scores[t];
     }
-    for (t = 0; t <= pos; t++) {
-        s->scores[t] = expf(s->scores[t] - mx);
-        sum += s->scores[t];
-    }
+    for (t = 0; t <= pos; t++) s->scores[t] = gs_exp(s->scores[t] - mx);
+    sum = s->scores[0];
+    for (t = 1; t <= pos; t++) sum += s->scores[t];
     for (t = 0; t <= pos; t++) s->scores[t] = s->scores[t] / sum;
-    for (i = 0; i < hs; i++) out[i] = 0.0f; /* 5. out_i = sum_t (w_t * vs_t) * vq_t[i] */
-    for (t = 0; t <= pos; t++) {
+    for (t = 0; t <= pos; t++) { /* 5. out_i = sum_t (w_t * vs_t) * vq_t[i], t ascending */
         const int8_t *v = s->v_cache + (layer_rows + t) * C + (size_t)h * hs;
         const float coef = s->scores[t] * s->v_scale[layer_rows + t];
-        for (i = 0; i < hs; i++) out[i] += coef * (float)v[i];
+        if (t == 0) {
+            for (i = 0; i < hs; i++) out[i] = coef * (float)v[i];
+        } else {
+            for (i = 0; i < hs; i++) out[i] += coef * (float)v[i];
+        }
     }
 }
 

@@ -10,14 +10,15 @@
 #include <stdint.h>
 
 #include "gs_engine.h"
+#include "gs_math.h"
 
 /* Only freestanding headers are required: a freestanding build (xtensa size check, no libc
- * headers) declares the four libm functions itself, which C99 7.1.4 allows. */
+ * headers) declares the two libm functions itself, which C99 7.1.4 allows. Both are correctly
+ * rounded by IEEE-754 (sqrt) or exact (rint), so every C library gives the same bits; exp and
+ * tanh, which no standard pins down, are the engine's own (gs_math.c). */
 #if defined(__STDC_HOSTED__) && __STDC_HOSTED__
 #include <math.h>
 #else
-float expf(float x);
-float tanhf(float x);
 float sqrtf(float x);
 float rintf(float x);
 #endif

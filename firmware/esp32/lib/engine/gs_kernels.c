@@ -1,6 +1,7 @@
 /* gs_kernels.c: the int8 arithmetic of FORMAT.md section 7, step by step in the order written
  * there, float32 only (no double, no fused multiply-add: build with -ffp-contract=off so that
- * `a * b + c` rounds twice, as numpy does).
+ * `a * b + c` rounds twice, as numpy does). Float sums run in index order starting from the
+ * first term, as section 7 pins them, so the numpy reference reproduces them bit for bit.
  *
  * gs_linear is the hot spot (over 95% of the multiply-adds): int8 x int8 products summed exactly
  * in int32, so any summation order gives the same integer and the host may vectorize it
@@ -69,12 +70,14 @@ void gs_linear(float *y, const float *x, const gs_qmatrix *w, const uint8_t *bia
 void gs_layernorm(float *y, const float *x, const uint8_t *w, const uint8_t *b, uint32_t n,
                   float eps)
 {
-    float mean = 0.0f, var = 0.0f, rstd;
+    float mean = x[0], var, d, rstd; /* n >= 1: C is at least 4 */
     uint32_t i;
-    for (i = 0; i < n; i++) mean += x[i];
+    for (i = 1; i < n; i++) mean += x[i];
     mean = mean / (float)n;
-    for (i = 0; i < n; i++) {
-        float d = x[i] - mean;
+    d = x[0] - mean;
+    var = d * d;
+    for (i = 1; i < n; i++) {
+        d = x[i] - mean;
         var += d * d;
     }
     var = var / (float)n;
@@ -85,11 +88,15 @@ void gs_layernorm(float *y, const float *x, const uint8_t *w, const uint8_t *b, 
     }
 }
 
+/* GELU's tanh-form constants sqrt(2/pi) = 0.7978846 and 0.044715, as exact float32 hex. */
+#define GS_GELU_A 0x1.988454p-1f
+#define GS_GELU_B 0x1.6e4e26p-5f
+
 void gs_gelu(float *x, uint32_t n)
 {
     uint32_t i;
     for (i = 0; i < n; i++) {
         float v = x[i];
-        x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+        x[i] = 0.5f * v * (1.0f + gs_tanh(GS_GELU_A * (v + GS_GELU_B * v * v * v)));
     }
 }

@@ -117,13 +117,14 @@ gs_status gs_sample(gs_model *model, const float *logits, float temperature, uin
     k = (top_k_in > 0u && top_k_in < Vt) ? top_k_in : Vt;
     cand = model->state.candidates;
     top_k(cand, k, Vt, logits);
-    /* e_j = expf(z_j - z_first), summed in candidate order; recomputed (same operations, same
-     * floats) in the walk so that no float buffer of k is needed */
+    /* e_j = exp(z_j - z_first) (gs_exp, FORMAT.md section 7), summed in candidate order;
+     * recomputed (same operations, same floats) in the walk so that no float buffer of k is
+     * needed. The sums start from 0.0f: 0 + e_0 == e_0 bit for bit, as gs_exp never returns -0. */
     z_first = logits[cand[0]] / temperature;
-    for (j = 0; j < k; j++) total += expf(logits[cand[j]] / temperature - z_first);
+    for (j = 0; j < k; j++) total += gs_exp(logits[cand[j]] / temperature - z_first);
     u = gs_rng_uniform(rng) * total;
     for (j = 0; j < k; j++) {
-        cum += expf(logits[cand[j]] / temperature - z_first);
+        cum += gs_exp(logits[cand[j]] / temperature - z_first);
         if (u < cum) {
             *token = cand[j];
             return GS_OK;

@@ -141,6 +141,9 @@ def cmd_eval(args) -> int:
     results = run_eval(args.ckpt, args.artifact, device=_device(args.device), samples=args.samples,
                        sample_tokens=args.sample_tokens, seed=args.seed)
     if args.json:
+        from gptstack.bench.environment import environment
+
+        results["environment"] = environment(_device(args.device), sys.argv)  # MEASURING.md rule 6
         _write_json(args.json, results)
         print(f"results -> {args.json}")
     return 0

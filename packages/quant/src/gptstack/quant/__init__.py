@@ -7,8 +7,12 @@ numpy + safetensors only (no torch). FORMAT.md beside this package is the byte-e
     art = read_artifact("model.gsm")
     check_fits(memory_plan(art, "esp32s3"))
     ids = generate(art, PromptEncoder(art.tables).encode("ROMEO:"), 100, 0.8, 40, seed=1)
+
+The reference reproduces the C engine bit for bit: FORMAT.md section 7 pins every float
+operation, including exp and tanh (`fmath`) and the order of every sum.
 """
 
+from . import fmath
 from .artifact import Artifact, artifact_bytes, read_artifact, write_artifact
 from .budget import BUDGETS, Budget, MemoryPlan, check_fits, memory_plan
 from .corrupt import Corruption, corrupted_artifacts
@@ -30,6 +34,7 @@ from .errors import (
 )
 from .evaluate import evaluate_loss
 from .format import arena_buffers, arena_bytes, constants, required_tensors
+from .heads import attend
 from .layout import Header, Layout, ModelSpec, TensorEntry, plan_layout
 from .quantize import dequantize_rows, quantize_checkpoint, quantize_rows, quantize_tensors
 from .reference import (
@@ -59,8 +64,9 @@ __all__ = [
     # quantization
     "quantize_rows", "dequantize_rows", "quantize_tensors", "quantize_checkpoint",
     # reference inference
-    "quantize_vector", "linear", "embed", "layernorm", "gelu", "attention", "block", "logits",
-    "KVCache", "Session", "forward_sequence", "weights_of",
+    "quantize_vector", "linear", "embed", "layernorm", "gelu", "attention", "attend", "block",
+    "logits", "KVCache", "Session", "forward_sequence", "weights_of",
+    "fmath",  # exp, tanh and the sequential sum of FORMAT.md section 7
     "Pcg32", "PCG_STREAM", "sample", "generate", "evaluate_loss",
     # tokenizer tables at run time
     "PromptEncoder", "StreamDecoder", "encode", "decode", "split_chunks",

@@ -9,6 +9,12 @@ Step names and their order follow FORMAT.md section 7 (`quantize_vector`, `linea
 dimensions, each row quantized on its own, so the step-by-step and the full-sequence modes share
 one code path. float32 throughout, never float64 (the int32 dot products excepted, see `_int_dot`).
 
+Bit for bit with the C engine, and so the two modes with each other: exp and tanh are section 7's
+own (`fmath`, not numpy's), and every float sum runs in index order from its first term
+(`fmath.seq_sum`, or in `heads` an explicit loop over the summed index that does one float32
+multiply and one add per step over a whole block of rows at once), never numpy's pairwise sum or
+BLAS.
+
 act="fp32" is a measuring aid of the reference only: activations and the K/V cache stay float32
 (weights are still int8 × scale), so `evaluate_loss` can separate the cost of int8 weights from
 the cost of int8 activations. The artifact and the C engine always use act="int8".
@@ -21,8 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import fmath
 from .artifact import Artifact
 from .errors import QuantError
+from .heads import attend
 
 F32 = np.float32
 ACT_MODES = ("int8", "fp32")
@@ -31,9 +39,9 @@ _QMAX = F32(127.0)
 # in float32 while that is <= 2^24, so BLAS sgemm gives the exact int32 result in any summation
 # order; longer rows go through float64 (exact to 2^53).
 _F32_EXACT_K = 2**24 // (127 * 127)
-# GELU tanh form constants (FORMAT.md section 7; sqrt(2/pi) rounded as written there)
-_GELU_A = F32(0.7978845608)
-_GELU_B = F32(0.044715)
+# GELU tanh form constants (FORMAT.md section 7): sqrt(2/pi) and 0.044715 as float32
+_GELU_A = F32(float.fromhex("0x1.988454p-1"))
+_GELU_B = F32(float.fromhex("0x1.6e4e26p-5"))
 
 
 @dataclass
@@ -60,10 +68,10 @@ class QLinear:
 
 @dataclass
 class LayerWeights:
-    ln_1: tuple[np.ndarray, np.ndarray]
+    ln_1: tuple[np.ndarray, np.ndarray | None]
     c_attn: QLinear
     attn_proj: QLinear
-    ln_2: tuple[np.ndarray, np.ndarray]
+    ln_2: tuple[np.ndarray, np.ndarray | None]
     c_fc: QLinear
     mlp_proj: QLinear
 
@@ -73,12 +81,10 @@ class Weights:
 
     def __init__(self, art: Artifact) -> None:
         spec = self.spec = art.spec
-        C = spec.n_embd
-        zeros = np.zeros(C, F32)
 
-        def norm(prefix: str) -> tuple[np.ndarray, np.ndarray]:
+        def norm(prefix: str) -> tuple[np.ndarray, np.ndarray | None]:
             return (art.tensor(f"{prefix}.weight"),
-                    art.tensor(f"{prefix}.bias") if spec.bias else zeros)
+                    art.tensor(f"{prefix}.bias") if spec.bias else None)
 
         self.wte, self.wte_scales = art.tensor("wte.weight"), art.scales("wte.weight")
         self.wpe, self.wpe_scales = art.tensor("wpe.weight"), art.scales("wpe.weight")
@@ -120,10 +126,18 @@ def quantize_vector(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     s = max|x| / 127, q = clamp(rint(x · (127 / max|x|)), −127, 127); an all-zero row gives 0, 0.
     """
+    q, s = _quantize_rows(x)
+    return q.astype(np.int8), s
+
+
+def _quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """quantize_vector with q as float32 integers: what the integer dot multiplies."""
     x = np.asarray(x, F32)
     m = np.max(np.abs(x), axis=-1)
     inv = _QMAX / np.where(m > 0, m, F32(1))
-    q = np.clip(np.rint(x * inv[..., None]), -127, 127).astype(np.int8)
+    q = x * inv[..., None]
+    np.rint(q, out=q)
+    np.clip(q, F32(-127), F32(127), out=q)
     return q, m / _QMAX
 
 
@@ -133,9 +147,9 @@ def _matmul_rows(x: np.ndarray, wt: np.ndarray) -> np.ndarray:
 
 
 def _int_dot(q: np.ndarray, w: QLinear) -> np.ndarray:
-    """acc (..., R) = Σ_k q[..., k] · W[r, k], exact, returned as (f32)acc."""
+    """acc (..., R) = Σ_k q[..., k] · W[r, k] for integer-valued q, exact, as (f32)acc."""
     if w.qt.shape[0] <= _F32_EXACT_K:
-        return _matmul_rows(q.astype(F32), w.qt)
+        return _matmul_rows(np.asarray(q, F32), w.qt)
     return _matmul_rows(q.astype(np.float64), w.qt64).astype(F32)
 
 
@@ -145,11 +159,15 @@ def linear(x: np.ndarray, w: QLinear, *, act: str = "int8") -> np.ndarray:
     act="fp32" (reference only): y = (x @ q^T) · sW (+ b), x not quantized.
     """
     if act == "int8":
-        q, s = quantize_vector(x)
-        y = (_int_dot(q, w) * s[..., None]) * w.scales
+        q, s = _quantize_rows(x)
+        y = _int_dot(q, w)                     # a fresh array: scaled in place
+        y *= s[..., None]
     else:
-        y = _matmul_rows(np.asarray(x, F32), w.qt) * w.scales
-    return y + w.bias if w.bias is not None else y
+        y = _matmul_rows(np.asarray(x, F32), w.qt)
+    y *= w.scales
+    if w.bias is not None:
+        y += w.bias
+    return y
 
 
 def embed(weights: Weights, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -159,20 +177,34 @@ def embed(weights: Weights, tokens: np.ndarray, positions: np.ndarray) -> np.nda
     return tok + pos
 
 
-def layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    """Rows (..., C): ((x − mean) · 1/sqrt(var + eps)) · w + b, biased variance."""
+def layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
+    """Rows (..., C): ((x − mean) · 1/sqrt(var + eps)) · w (+ b), biased variance, both sums
+    sequential. b None: no bias (nothing added, as in C, so a -0 stays -0)."""
     C = F32(x.shape[-1])
-    mean = np.sum(x, axis=-1, dtype=F32, keepdims=True) / C
+    mean = fmath.seq_sum(x, keepdims=True) / C
     d = x - mean
-    var = np.sum(d * d, axis=-1, dtype=F32, keepdims=True) / C
+    var = fmath.seq_sum(d * d, keepdims=True) / C
     rstd = F32(1) / np.sqrt(var + F32(eps))
-    return (d * rstd) * w + b
+    y = (d * rstd) * w
+    return y + b if b is not None else y
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh form: 0.5·x·(1 + tanh(0.7978845608·(x + 0.044715·x·x·x))), elementwise."""
-    inner = _GELU_A * (x + ((_GELU_B * x) * x) * x)
-    return (F32(0.5) * x) * (F32(1) + np.tanh(inner))
+    """GELU, tanh form: (0.5·x)·(1 + tanh(GELU_A·(x + ((GELU_B·x)·x)·x))), elementwise, with
+    section 7's tanh; in cache-sized blocks (fmath.blockwise)."""
+    return fmath.blockwise(_gelu_block, x)
+
+
+def _gelu_block(x: np.ndarray) -> np.ndarray:
+    inner = _GELU_B * x
+    inner *= x
+    inner *= x
+    inner += x                                 # x + ((B·x)·x)·x
+    inner *= _GELU_A
+    t = fmath.tanh(inner)
+    t += F32(1)
+    t *= F32(0.5) * x
+    return t
 
 
 @dataclass
@@ -201,7 +233,6 @@ def attention(layer: LayerWeights, layer_index: int, xn: np.ndarray, cache: KVCa
     cached positions up to and including its own. Returns c_proj of the attention output (B, Tq, C).
     """
     B, Tq, C = xn.shape
-    hs = C // n_head
     qkv = linear(xn, layer.c_attn, act=act)                       # (B, Tq, 3C)
     q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
     end = start + Tq
@@ -212,17 +243,8 @@ def attention(layer: LayerWeights, layer_index: int, xn: np.ndarray, cache: KVCa
     l = layer_index
     cache.k[l, :, start:end], cache.k_scale[l, :, start:end] = kq, ks
     cache.v[l, :, start:end], cache.v_scale[l, :, start:end] = vq, vs
-    keys = cache.k[l, :, :end].astype(F32).reshape(B, end, n_head, hs).transpose(0, 2, 3, 1)
-    vals = cache.v[l, :, :end].astype(F32).reshape(B, end, n_head, hs).transpose(0, 2, 1, 3)
-    qh = q.reshape(B, Tq, n_head, hs).transpose(0, 2, 1, 3)       # (B, nh, Tq, hs)
-    scores = (qh @ keys) * cache.k_scale[l, :, None, None, :end]  # (B, nh, Tq, end)
-    scores = scores * (F32(1) / np.sqrt(F32(hs)))
-    visible = np.arange(end)[None, :] <= (start + np.arange(Tq))[:, None]  # (Tq, end)
-    scores = np.where(visible, scores, F32(-np.inf))
-    e = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
-    w = e / np.sum(e, axis=-1, dtype=F32, keepdims=True)
-    out = (w * cache.v_scale[l, :, None, None, :end]) @ vals       # (B, nh, Tq, hs)
-    out = out.transpose(0, 2, 1, 3).reshape(B, Tq, C)
+    out = attend(q, cache.k[l, :, :end], cache.k_scale[l, :, :end], cache.v[l, :, :end],
+                 cache.v_scale[l, :, :end], start, n_head)
     return linear(out, layer.attn_proj, act=act)
 
 
@@ -256,7 +278,7 @@ def forward_sequence(art: Artifact, tokens: np.ndarray, *, act: str = "int8") ->
     or (T', V).
 
     T' <= block_size; each row quantized on its own, causal mask. Equals Session.feed step by step
-    to float32 rounding.
+    bit for bit (the same float32 operations in the same order for every row).
     """
     _check_act(act)
     weights = weights_of(art)

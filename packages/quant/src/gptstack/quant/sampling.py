@@ -4,8 +4,9 @@
     generate(artifact, prompt_ids, n_new, temperature, top_k, seed) -> new ids
 
 Given the same logits and seed, the C engine returns the same ids: candidates are ordered by
-(logit descending, id ascending), cumulative sums run in candidate order in float32, and each
-sampled token takes exactly one PCG32 draw (none when greedy).
+(logit descending, id ascending), the weights are FORMAT.md section 7's own exp (not np.exp,
+which differs from the engine's in the last bit), cumulative sums run in candidate order in
+float32, and each sampled token takes exactly one PCG32 draw (none when greedy).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import fmath
 from .artifact import Artifact
 from .errors import QuantError
 from .reference import Session
@@ -37,7 +39,7 @@ def sample(logits: np.ndarray, temperature: float, top_k: int, rng: Pcg32, n_tok
     k = top_k if 0 < top_k < n_tokens else n_tokens
     order = np.argsort(-z, kind="stable")[:k]  # logit descending, id ascending on ties
     zc = z[order] / F32(temperature)
-    e = np.exp(zc - zc[0])
+    e = fmath.exp(zc - zc[0])  # <= 0: the largest candidate comes first
     cum = np.cumsum(e, dtype=F32)  # sequential, in candidate order
     u = F32(rng.uniform()) * cum[-1]
     idx = int(np.searchsorted(cum, u, side="right"))  # first j with u < cum_j

@@ -77,11 +77,13 @@ RUNGS: tuple[Rung, ...] = (
 )
 RUNG_KEYS = tuple(r.key for r in RUNGS)
 BASELINE = "fp32"
-# The settings of `gptstack train` on CUDA today (tools/runtime.py + tools/train.py): bf16
-# autocast, TF32 allowed, AdamW fused on CUDA, torch.compile(model) default mode, grad clip 1.0.
-TRAIN_DEFAULT = "compile"
-TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + fused AdamW + torch.compile(model) default "
-                      "mode + grad clip 1.0 (tools/runtime.py, tools/train.py)")
+# The settings of `gptstack train` on CUDA today (tools/runtime.py, tools/train.py,
+# tools/graphed_step.py): bf16 autocast, TF32 allowed, torch.compile(model) default mode, and the
+# whole step (forward, backward, clip 1.0, fused capturable AdamW) replayed as one CUDA graph.
+TRAIN_DEFAULT = "graph"  # on CUDA; on a CPU `gptstack train` runs fp32 eager (no compile, no graph)
+TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + torch.compile(model) default mode + the "
+                      "whole step (clip 1.0, fused capturable AdamW) as one CUDA graph "
+                      "(tools/runtime.py, tools/train.py, tools/graphed_step.py)")
 
 
 def _set_tf32(allowed: bool) -> None:
