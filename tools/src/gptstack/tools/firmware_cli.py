@@ -70,5 +70,5 @@ def cmd_firmware_run(args: argparse.Namespace) -> int:
                temperature=args.temperature, top_k=args.top_k, screen=args.screen,
                variant=args.variant)
     if args.screen:
-        print(f"screen -> {args.screen}", file=sys.stderr)
+        print(f"\nscreen -> {args.screen}", file=sys.stderr)
     return 0
