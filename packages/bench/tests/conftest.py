@@ -23,11 +23,20 @@ CHAR = ModelShape("shakespeare-char", vocab_size=65, block_size=256, n_layer=6, 
 
 
 def gs_run_binary() -> Path | None:
-    """A host build of the C engine, if one exists in this checkout (or $GS_RUN)."""
+    """The host build of the C engine ($GS_RUN, else built by the one build helper,
+    gptstack.tools.firmware_host). None when a tool is missing, unless CI requires toolchains."""
     env = os.environ.get("GS_RUN")
-    candidates = [Path(env)] if env else []
-    candidates.append(REPO / "firmware" / "esp32" / "host" / "build-release" / "gs-run")
-    return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+    if env:
+        return Path(env)
+    from gptstack.tools.errors import GptstackError
+    from gptstack.tools.firmware_host import build_host
+
+    try:
+        return build_host("release").gs_run
+    except GptstackError:
+        if os.environ.get("GPTSTACK_REQUIRE_TOOLCHAINS"):
+            raise
+        return None
 
 
 @pytest.fixture(scope="session")
