@@ -11,11 +11,9 @@ from .errors import ConfigError, GptstackError
 
 
 def _device(name: str):
-    import torch
+    from .runtime import resolve_device
 
-    if name == "cuda" and not torch.cuda.is_available():
-        raise GptstackError("--device cuda but no CUDA GPU is visible; use --device cpu")
-    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+    return resolve_device(name)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -110,10 +108,11 @@ def cmd_train(args) -> int:
     result = train(cfg, run_dir, resume=args.resume, stop_at=args.stop_at,
                    progress=not args.no_progress)
     plot = plot_run(run_dir)
-    summary = write_run_summary(run_dir)
+    summary, recorded = write_run_summary(run_dir)
+    rate = recorded["tokens_per_s_median"]
     state = "stopped at" if result.interrupted else "finished"
-    print(f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s "
-          f"({result.tokens_per_s:,.0f} tokens/s median)")
+    print(f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s"
+          + (f" ({rate:,.0f} tokens/s median)" if rate else ""))
     print(f"best val loss {result.best_val_loss:.4f} ({result.best_val_bpc:.4f} bits/char) -> {run_dir / 'best'}")
     print(f"last checkpoint -> {run_dir / 'last'}; metrics -> {run_dir / 'metrics.jsonl'}; plot -> {plot}; "
           f"summary -> {summary}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -68,7 +67,7 @@ class TrainSection:
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | bf16 | fp32
     compile: str = "auto"  # auto (on CUDA) | true | false: torch.compile the model
     # auto (on CUDA) | true | false: capture forward + backward + clip + AdamW as one CUDA graph
-    # and replay it each step (6.8x faster steps for esp32 on an H200; graphed_step.py)
+    # and replay it each step (6.8x faster steps for esp32 on an H200; train_step.py)
     cuda_graph: str = "auto"
 
 
@@ -116,11 +115,7 @@ CHOICES = {
 
 
 def _field_type(section_obj: Any, key: str) -> type:
-    hints = typing.get_type_hints(type(section_obj))
-    t = hints[key]
-    if isinstance(t, types.UnionType):  # none are optional today; keep the first concrete type
-        t = typing.get_args(t)[0]
-    return t
+    return typing.get_type_hints(type(section_obj))[key]
 
 
 def _coerce(value: Any, t: type, where: str) -> Any:

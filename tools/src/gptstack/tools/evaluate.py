@@ -88,6 +88,8 @@ def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
     """Every number `gptstack eval` reports, as one dict (also the JSON it writes)."""
     from gptstack.model import generate
 
+    from .sample import prompt_ids
+
     val_loss = split_loss(model, corpus.val, block_size, runtime)
     result: dict[str, Any] = {
         "val_loss": val_loss,
@@ -96,7 +98,7 @@ def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
         "val_tokens": int(len(corpus.val)),
     }
     if samples > 0:
-        start = torch.tensor([corpus.tokenizer.encode("\n")[:1]] * samples, device=runtime.device)
+        start = torch.tensor([prompt_ids(corpus.tokenizer, "")] * samples, device=runtime.device)
         out = generate(model, start, sample_tokens, mode="kv", temperature=temperature,
                        top_k=top_k, seed=seed)
         texts = [corpus.tokenizer.decode(row[1:].tolist()) for row in out.cpu()]

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import load_preset
-from .data import Corpus, prepare_corpus, split_text, corpus_text
+from .config import DataSection
+from .data import Corpus, prepare_corpus, split_text
+from .datasets import read_corpus, resolve_dataset
 from .evaluate import evaluate_model, windows
 
 
@@ -76,8 +77,8 @@ def run_eval(ckpt_path: Path | None, artifact: Path | None, *, device, samples: 
         from gptstack.quant import encode, read_artifact
 
         art = read_artifact(artifact)
-        _, text = corpus_text(load_preset("esp32"))
-        _, val_text = split_text(text, 0.1)
+        data = DataSection()  # the default corpus and split: Tiny Shakespeare, last 10 %
+        _, val_text = split_text(read_corpus(resolve_dataset(data.dataset)), data.val_fraction)
         tokens = np.asarray(encode(art.tables, val_text), dtype=np.int64)
         chars_per_token = len(val_text) / len(tokens)
     if artifact is not None:

@@ -15,12 +15,12 @@ from gptstack.quant import (
     check_fits,
     memory_plan,
     quantize_checkpoint,
-    read_artifact,
     write_artifact,
 )
 from gptstack.tokenizer import Tokenizer, load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint
+from .sample import prompt_ids
 
 
 @dataclass
@@ -44,12 +44,9 @@ def tokenizer_tables(tok: Tokenizer) -> TokenizerTables:
 
 
 def bos_token(tok: Tokenizer) -> int | None:
-    """What the engine feeds for an empty prompt: <|endoftext|>, else the newline token."""
-    eot = tok.special_tokens.get("<|endoftext|>")
-    if eot is not None:
-        return eot
-    newline = tok.encode("\n")
-    return newline[0] if len(newline) == 1 else None
+    """What the engine feeds for an empty prompt: the same start as `gptstack sample`."""
+    start = prompt_ids(tok, "")
+    return start[0] if len(start) == 1 else None
 
 
 def export_checkpoint(ckpt_path: Path, out: Path, *, target: str = "esp32s3",
@@ -60,8 +57,8 @@ def export_checkpoint(ckpt_path: Path, out: Path, *, target: str = "esp32s3",
     tok = load_tokenizer(ckpt / "tokenizer.json")
     tables = tokenizer_tables(tok)
     spec, tensors = quantize_checkpoint(ckpt, tables, clip=clip, bos_token=bos_token(tok))
-    check_fits(memory_plan(spec, target, tables=tables))  # before writing anything
+    plan = check_fits(memory_plan(spec, target, tables=tables))  # before writing anything
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_artifact(out, spec, tables, tensors)
-    return ExportResult(out, memory_plan(read_artifact(out), target))
+    return ExportResult(out, plan)

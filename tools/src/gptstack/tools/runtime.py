@@ -45,11 +45,17 @@ class Runtime:
         return f"{name} ({self.device}), {self.dtype}{extra}"
 
 
+def resolve_device(name: str, setting: str = "--device") -> torch.device:
+    """"auto" (a CUDA GPU if one is visible, else the CPU), "cuda" or "cpu"."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{setting} cuda but no CUDA GPU is visible; use {setting} cpu")
+    use_cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
+    return torch.device("cuda" if use_cuda else "cpu")
+
+
 def resolve_runtime(train: TrainSection) -> Runtime:
-    if train.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device = cuda but no CUDA GPU is visible; use train.device=cpu")
-    use_cuda = train.device == "cuda" or (train.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda" if use_cuda else "cpu")
+    device = resolve_device(train.device, "train.device =")
+    use_cuda = device.type == "cuda"
     dtype = train.dtype if train.dtype != "auto" else ("bf16" if use_cuda else "fp32")
     if dtype == "bf16" and use_cuda and not torch.cuda.is_bf16_supported():
         dtype = "fp32"

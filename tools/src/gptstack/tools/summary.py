@@ -30,7 +30,7 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
     best = min(evals, key=lambda r: r["val_loss"]) if evals else None
     mfus = [r["mfu"] for r in steady if r.get("mfu") is not None]
     # Wall time: each (start, end) segment of the run, so a resumed run adds its parts.
-    wall = sum(e["time"] - s["time"] for s, e in zip(starts, ends))
+    wall = sum(e["time"] - s["time"] for s, e in zip(starts, ends, strict=False))
     first = starts[0] if starts else {}
     device = torch.device("cuda" if "cuda" in str(first.get("device", "")) else "cpu")
     return {
@@ -54,9 +54,11 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
     }
 
 
-def write_run_summary(run_dir: Path, command: list[str] | None = None) -> Path:
+def write_run_summary(run_dir: Path, command: list[str] | None = None) -> tuple[Path, dict[str, Any]]:
+    """Write RUN_DIR/summary.json atomically; return its path and content."""
+    summary = summarize_run(run_dir, command)
     path = Path(run_dir) / "summary.json"
     tmp = path.with_name(".summary.json.tmp")
-    tmp.write_text(json.dumps(summarize_run(run_dir, command), indent=2) + "\n")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
     tmp.replace(path)
-    return path
+    return path, summary

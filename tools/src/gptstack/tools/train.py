@@ -1,7 +1,7 @@
 """The training loop: `train(cfg, run_dir)` -> TrainResult.
 
-AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipping, bf16 autocast
-and torch.compile on CUDA. Every `eval_interval` steps: train/val loss and val bits/char, the
+AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipping; on CUDA bf16
+autocast, torch.compile and the whole step replayed as one CUDA graph (train_step.py). Every `eval_interval` steps: train/val loss and val bits/char, the
 checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
 to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step, saves `last/` and returns.
 Resuming from `last/` continues exactly: the batch of a step depends only on (seed, step).
@@ -21,13 +21,14 @@ import torch
 from tqdm import tqdm
 
 from gptstack.model import GPT, GPTConfig, load_safetensors
+from gptstack.tokenizer import load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
 from .config import RunConfig
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
 from .errors import CheckpointError
 from .evaluate import estimate_loss
-from .graphed_step import GraphedTrainStep
+from .train_step import TrainStep
 from .runtime import Runtime, resolve_runtime
 from .schedule import get_lr, total_steps
 
@@ -41,7 +42,6 @@ class TrainResult:
     last_val_loss: float
     best_val_bpc: float
     wall_time_s: float
-    tokens_per_s: float  # median of the logged intervals
     interrupted: bool
 
 
@@ -94,8 +94,7 @@ class _Metrics:
         self.file.close()
 
 
-def _restore(resume: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str, Any]:
-    ckpt = resolve_checkpoint(resume, prefer="last")
+def _restore(ckpt: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str, Any]:
     state_path = ckpt / "train_state.pt"
     if not state_path.is_file():
         raise CheckpointError(
@@ -135,10 +134,8 @@ def train(
     t, T = cfg.train, cfg.model.block_size
     max_steps = total_steps(t, runtime.device_type)
 
-    tokenizer = None
+    tokenizer, ckpt = None, None
     if resume is not None:
-        from gptstack.tokenizer import load_tokenizer
-
         ckpt = resolve_checkpoint(resume, prefer="last")
         read_meta(ckpt)
         tokenizer = load_tokenizer(ckpt / "tokenizer.json")
@@ -152,14 +149,13 @@ def train(
 
     start, best_val, best_bpc, elapsed0 = 0, math.inf, math.inf, 0.0
     if resume is not None:
-        state = _restore(resume, model, optimizer, runtime)
+        state = _restore(ckpt, model, optimizer, runtime)
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
     fwd = torch.compile(model) if runtime.compile else model
-    graphed = None
-    if runtime.cuda_graph:
-        graphed = GraphedTrainStep(fwd, model.parameters(), optimizer, grad_clip=t.grad_clip,
-                                   bf16=runtime.dtype == "bf16", device=runtime.device)
+    train_step = TrainStep(fwd, model.parameters(), optimizer, grad_clip=t.grad_clip,
+                           bf16=runtime.dtype == "bf16", device=runtime.device,
+                           cuda_graph=runtime.cuda_graph)
 
     tokens_per_step = t.batch_size * t.grad_accum * T
     flops_per_token = model.flops_per_token()
@@ -200,7 +196,7 @@ def train(
                         train_state=state)
 
     t0 = time.perf_counter()
-    last_val, step, rates = math.nan, start, []
+    last_val, step = math.nan, start
     bar = tqdm(total=max_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=not progress, smoothing=0.1)
     interval_t, interval_steps = time.perf_counter(), 0
@@ -215,26 +211,13 @@ def train(
                 batches = [runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
                                                         batch_rng(t.seed, step, micro)))
                            for micro in range(t.grad_accum)]
-                if graphed is not None:
-                    loss = graphed.step(batches, lr)
-                else:
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
-                    for x, y in batches:
-                        with runtime.autocast():
-                            _, loss = fwd(x, y)
-                        (loss / t.grad_accum).backward()
-                    if t.grad_clip > 0:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+                loss = train_step.step(batches, lr)
                 interval_steps += 1
                 if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:
                     loss_value = loss.item()  # synchronizes the device
                     now = time.perf_counter()
                     tok_s = interval_steps * tokens_per_step / (now - interval_t)
                     interval_t, interval_steps = now, 0
-                    rates.append(tok_s)
                     mfu = flops_per_token * tok_s / runtime.peak.flops if runtime.peak else None
                     metrics.write(event="train", step=step + 1, loss=loss_value, lr=lr,
                                   tokens_per_s=tok_s, mfu=mfu, time=time.time())
@@ -261,9 +244,7 @@ def train(
                           interrupted=stop.requested)
             metrics.close()
     wall = time.perf_counter() - t0
-    rates.sort()
-    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall,
-                       rates[len(rates) // 2] if rates else math.nan, stop.requested)
+    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested)
 
 
 def checkpoint_meta(
