@@ -51,7 +51,7 @@ def test_parameter_names_and_shapes_follow_the_contract(make_gpt, bias):
         assert tuple(params[name].shape) == shape, name
 
 
-def test_qkv_layout_of_c_attn(make_gpt, random_tokens, rel_err):
+def test_qkv_layout_of_c_attn(make_gpt, rel_err):
     """q, k, v are c_attn's three consecutive C-row blocks; head h owns rows [h*hs, (h+1)*hs)."""
     model = make_gpt(1, scramble=0.2)
     attn = model.h[0].attn

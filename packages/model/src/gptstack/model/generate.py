@@ -23,6 +23,7 @@ same tokens, and greedy (temperature=0) output is identical across modes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -197,22 +198,23 @@ def stream(
         raise ModelError(f"generation mode {mode!r} is unknown; choose one of {list(MODES)}")
     if cuda_graph and mode != "static":
         raise ModelError(f"cuda_graph=True needs mode='static', got mode={mode!r}")
-    if decoder is not None and decoder.mode != mode:
+    if decoder is None:
+        if mode == "kv":
+            decoder = KVCacheDecoder(module)
+        elif mode == "static":
+            decoder = StaticCacheDecoder(module, idx.size(0), cuda_graph=cuda_graph)
+    elif decoder.mode != mode:
         raise ModelError(
             f"decoder is a {type(decoder).__name__} (mode {decoder.mode!r}) but mode={mode!r}; "
             f"pass mode={decoder.mode!r}"
         )
-    if decoder is not None and decoder.model is not module:
+    elif decoder.model is not module:
         raise ModelError("decoder was built for another model; build one for this model")
-    if decoder is not None and cuda_graph and not decoder.cuda_graph:
+    elif cuda_graph and not decoder.cuda_graph:
         raise ModelError(
             "cuda_graph=True but the decoder passed in was built with cuda_graph=False; "
             "build it with StaticCacheDecoder(model, batch_size, cuda_graph=True)"
         )
-    if decoder is None and mode == "kv":
-        decoder = KVCacheDecoder(module)
-    elif decoder is None and mode == "static":
-        decoder = StaticCacheDecoder(module, idx.size(0), cuda_graph=cuda_graph)
     generator = make_generator(seed, idx.device)
 
     def pick(logits: Tensor) -> Tensor:  # (B, V) -> (B,)
@@ -281,34 +283,13 @@ def _stream_cached(
             logits = decoder.prefill(window)  # positions slid: every cached row is stale
 
 
-def generate(
-    model: nn.Module,
-    idx: Tensor,
-    max_new_tokens: int,
-    *,
-    mode: str = "naive",
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-    cuda_graph: bool = False,
-    decoder: KVCacheDecoder | StaticCacheDecoder | None = None,
-) -> Tensor:
-    """Prompt (B, T) int64 -> (B, T + max_new_tokens) int64, prompt first. See `stream`."""
-    tokens = list(
-        stream(
-            model,
-            idx,
-            max_new_tokens,
-            mode=mode,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            cuda_graph=cuda_graph,
-            decoder=decoder,
-        )
-    )
+def generate(model: nn.Module, idx: Tensor, max_new_tokens: int, **options: Any) -> Tensor:
+    """Prompt (B, T) int64 -> (B, T + max_new_tokens) int64, prompt first.
+
+    `options` are `stream`'s keyword arguments (mode, sampling settings, seed, cuda_graph,
+    decoder), passed through and checked there; ModelError as `stream` raises it.
+    """
+    tokens = list(stream(model, idx, max_new_tokens, **options))
     if not tokens:
         return idx.clone()
     return torch.cat([idx, torch.stack(tokens, dim=1)], dim=1)

@@ -163,7 +163,7 @@ class GPT(nn.Module):
         """
         if idx.dim() != 2:
             raise ModelError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
-        B, T = idx.shape
+        T = idx.size(1)
         if isinstance(pos, int) and pos + T > self.config.block_size:
             raise ModelError(
                 f"input covers positions [{pos}, {pos + T}) but block_size is "

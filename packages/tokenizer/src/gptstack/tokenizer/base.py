@@ -1,7 +1,7 @@
 """The interface every gptstack tokenizer implements (char, byte-level BPE, GPT-2).
 
 Subclasses provide encoding, byte decoding, the token table and their file dict; this class adds
-text decoding, special-token selection, saving and the fingerprint on top.
+text decoding, special-token selection, the file header, saving and the fingerprint on top.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import TokenizerError
-from .fileformat import canonical_bytes, write_atomic
+from .fileformat import FORMAT_NAME, FORMAT_VERSION, canonical_bytes, write_atomic
 
 AllowedSpecial = Literal["all"] | Collection[str]
 
@@ -105,6 +105,18 @@ class Tokenizer(ABC):
     def fingerprint(self) -> str:
         """SHA-256 (hex) of the canonical file content: equal fingerprints, equal tokenizers."""
         return hashlib.sha256(canonical_bytes(self.to_dict())).hexdigest()
+
+    def _file_dict(self, **body: Any) -> dict[str, Any]:
+        """The file content for `to_dict`: the common header, the kind's own `body` keys, then
+        the special tokens (the key order on disk is fixed by `fileformat.canonical_bytes`)."""
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "kind": self.kind,
+            "pattern": self.pattern_name,
+            **body,
+            "special_tokens": self.special_tokens,
+        }
 
     def __repr__(self) -> str:
         return (

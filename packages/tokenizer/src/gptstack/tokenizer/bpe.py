@@ -12,7 +12,6 @@ from typing import Any
 
 from .base import check_special_names
 from .errors import TokenizerError
-from .fileformat import FORMAT_NAME, FORMAT_VERSION
 from .patterns import pattern_regex
 from .tiktoken_backed import TiktokenTokenizer
 
@@ -97,11 +96,4 @@ class BPETokenizer(TiktokenTokenizer):
         return list(self._merges)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "kind": self.kind,
-            "pattern": self.pattern_name,
-            "merges": [[left, right] for left, right in self._merges],
-            "special_tokens": self.special_tokens,
-        }
+        return self._file_dict(merges=[[left, right] for left, right in self._merges])

@@ -22,7 +22,6 @@ from .base import (
     is_utf8_encodable,
 )
 from .errors import TokenizerError, UnknownCharacterError
-from .fileformat import FORMAT_NAME, FORMAT_VERSION
 
 
 class CharTokenizer(Tokenizer):
@@ -131,11 +130,4 @@ class CharTokenizer(Tokenizer):
         return list(self._table)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "kind": self.kind,
-            "pattern": None,
-            "vocab": list(self._vocab),
-            "special_tokens": dict(self._specials),
-        }
+        return self._file_dict(vocab=list(self._vocab))

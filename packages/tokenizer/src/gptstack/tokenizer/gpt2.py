@@ -21,7 +21,6 @@ from typing import Any
 import tiktoken
 
 from .errors import TokenizerError
-from .fileformat import FORMAT_NAME, FORMAT_VERSION
 from .paths import DATA_DIR_ENV, default_data_dir
 from .tiktoken_backed import TiktokenTokenizer
 
@@ -43,7 +42,7 @@ GPT2_RANKS = RanksFile(
     sha256="306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
 )
 GPT2_N_RANKS = 50256
-GPT2_SPECIAL_TOKENS = {"<|endoftext|>": 50256}
+GPT2_SPECIAL_TOKENS = {"<|endoftext|>": GPT2_N_RANKS}  # the one special id follows the ranks
 
 
 class GPT2Tokenizer(TiktokenTokenizer):
@@ -59,13 +58,7 @@ class GPT2Tokenizer(TiktokenTokenizer):
 
     def to_dict(self) -> dict[str, Any]:
         # The ranks are GPT-2's (GPT2_RANKS), so the file names the kind only.
-        return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "kind": self.kind,
-            "pattern": self.pattern_name,
-            "special_tokens": self.special_tokens,
-        }
+        return self._file_dict()
 
 
 def gpt2_tokenizer(ranks_path: str | os.PathLike[str] | None = None) -> GPT2Tokenizer:

@@ -17,7 +17,6 @@ from .char import CharTokenizer
 from .errors import TokenizerError, TokenizerFileError
 from .fileformat import FORMAT_NAME, FORMAT_VERSION
 from .gpt2 import GPT2_SPECIAL_TOKENS, gpt2_tokenizer
-from .patterns import PATTERNS
 
 REMAKE = "re-create it with `gptstack tokenizer train` (or Tokenizer.save)"
 COMMON_KEYS = {"format", "version", "kind", "pattern", "special_tokens"}
@@ -125,16 +124,11 @@ def _char_from_dict(data: dict[str, Any], specials: dict[str, int]) -> CharToken
 
 
 def _bpe_from_dict(data: dict[str, Any], specials: dict[str, int]) -> BPETokenizer:
-    pattern = data["pattern"]
-    if not isinstance(pattern, str) or pattern not in PATTERNS:
-        raise TokenizerError(
-            f"kind 'bpe' has pattern {pattern!r}; expected one of {sorted(PATTERNS)}"
-        )
     merges = data["merges"]
     if not isinstance(merges, list):
         raise TokenizerError("merges is not a list of [left, right] id pairs")
     names = _special_names(specials, first_id=N_BYTE_TOKENS + len(merges))
-    return BPETokenizer(merges, pattern, names)
+    return BPETokenizer(merges, data["pattern"], names)  # it checks the pattern and the merges
 
 
 def _special_names(specials: dict[str, int], first_id: int) -> list[str]:

@@ -21,7 +21,7 @@ Training stops early, with a smaller vocabulary, when no pair is left to merge.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
@@ -108,15 +108,11 @@ def learn_merges(
     # pair → weighted count, and pair → chunks that may hold it (a superset: entries are never
     # removed, a chunk that lost the pair is skipped when visited).
     counts: dict[Pair, int] = {}
-    where: dict[Pair, set[int]] = {}
-    for i, word in enumerate(words):
-        freq = freqs[i]
+    where: defaultdict[Pair, set[int]] = defaultdict(set)
+    for i, (word, freq) in enumerate(zip(words, freqs, strict=True)):
         for pair in pairwise(word):
             counts[pair] = counts.get(pair, 0) + freq
-            if pair in where:
-                where[pair].add(i)
-            else:
-                where[pair] = {i}
+            where[pair].add(i)
 
     # Max-heap by count, then smallest (left, right): entries are (-count, left, right). Lazy:
     # an entry may be stale; every live pair has at least one entry with stored count >= its
@@ -125,7 +121,6 @@ def learn_merges(
     heapq.heapify(heap)
 
     merges: list[Pair] = []
-    never_merge: set[Pair] = set()
     while len(merges) < n_merges and heap:
         neg_count, left, right = heapq.heappop(heap)
         pair = (left, right)
@@ -134,11 +129,8 @@ def learn_merges(
             if 0 < count < -neg_count:  # count went down since this entry: re-queue it
                 heapq.heappush(heap, (-count, left, right))
             continue  # (count went up: a newer entry with the higher count is queued)
-        if pair in never_merge:
-            continue
         joined = token_bytes[left] + token_bytes[right]
-        if joined in known_bytes:
-            never_merge.add(pair)  # only the bytes of old ids: it can never become valid
+        if joined in known_bytes:  # known_bytes only grows: this pair is skipped for good
             continue
         new_id = N_BYTE_TOKENS + len(merges)
         merges.append(pair)
@@ -158,7 +150,7 @@ def _apply_merge(
     pair: Pair,
     new_id: int,
     counts: dict[Pair, int],
-    where: dict[Pair, set[int]],
+    where: defaultdict[Pair, set[int]],
 ) -> set[Pair]:
     """Merge `pair` into `new_id` in the given chunks, updating pair counts and the index.
 
@@ -207,7 +199,7 @@ def _apply_merge(
 
 def _add(
     counts: dict[Pair, int],
-    where: dict[Pair, set[int]],
+    where: defaultdict[Pair, set[int]],
     new_pairs: set[Pair],
     pair: Pair,
     freq: int,
@@ -216,7 +208,4 @@ def _add(
     """Count one more occurrence (weight `freq`) of a new pair in `chunk`."""
     counts[pair] = counts.get(pair, 0) + freq
     new_pairs.add(pair)
-    if pair in where:
-        where[pair].add(chunk)
-    else:
-        where[pair] = {chunk}
+    where[pair].add(chunk)
