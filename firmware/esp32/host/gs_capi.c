@@ -1,6 +1,6 @@
 /* gs_capi.c: a few accessors so Python's ctypes can drive the engine without mirroring its
  * structs (host shared library libgs_engine.so only; the engine itself is unchanged).
- * host/tests/gs_ctypes.py is the Python side. */
+ * host/tests/gs_engine_ctypes.py is the Python side. */
 #include "gs_engine.h"
 #include "gs_math.h"
 

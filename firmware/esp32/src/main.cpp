@@ -178,7 +178,7 @@ static bool model_begin()
 
     // The arena: one block of internal RAM, 16-byte aligned (FORMAT.md section 11; the engine
     // returns GS_ERR_ARENA otherwise), allocated once and never freed.
-    size_t arena_bytes = (size_t)gs_arena_bytes(&g_model.config);
+    size_t arena_bytes = g_model.config.arena_bytes;  // section 11's formula (gs_open checked it)
     const uint32_t caps = MALLOC_CAP_INTERNAL | MALLOC_CAP_8BIT;
     size_t largest = heap_caps_get_largest_free_block(caps);
     g_arena = heap_caps_aligned_alloc(16, arena_bytes, caps);

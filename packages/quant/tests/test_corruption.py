@@ -7,7 +7,6 @@ gets past step 7 and the intended check is the first to fail.
 from __future__ import annotations
 
 import struct
-import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -27,11 +26,9 @@ from gptstack.quant import (
     corrupted_artifacts,
     read_artifact,
 )
+from gptstack.quant.corrupt import HEADER_FIELDS, fix_crc
 
-# header field offsets, FORMAT.md section 2
-VERSION, HEADER_BYTES, FILE_BYTES, VOCAB, BLOCK, N_LAYER, N_HEAD, N_EMBD, FLAGS = range(4, 40, 4)
-EPS, ARENA, TOK_OFF, TOK_BYTES, TABLE_OFF, N_TENSORS, PAY_OFF, PAY_BYTES, BOS = range(40, 76, 4)
-RESERVED = 76
+F = HEADER_FIELDS  # byte offset of each header field, FORMAT.md section 2
 
 
 def u32(buf: bytearray, at: int) -> int:
@@ -40,11 +37,6 @@ def u32(buf: bytearray, at: int) -> int:
 
 def put(buf: bytearray, at: int, value: int, fmt: str = "<I") -> None:
     struct.pack_into(fmt, buf, at, value)
-
-
-def recrc(buf: bytearray) -> bytes:
-    struct.pack_into("<I", buf, len(buf) - 4, zlib.crc32(buf[:-4]))
-    return bytes(buf)
 
 
 def reject(data: bytes, cls: type[ArtifactError], match: str | None = None) -> None:
@@ -59,7 +51,7 @@ def buf(tiny_bytes) -> bytearray:
 
 
 def entry_at(buf: bytearray, index: int) -> int:
-    return u32(buf, TABLE_OFF) + 96 * index
+    return u32(buf, F["tensor_table_offset"]) + 96 * index
 
 
 # --- steps 1-7: no CRC fix needed ------------------------------------------------------------
@@ -82,18 +74,18 @@ def test_bad_magic(buf):
 
 
 def test_other_version(buf):
-    put(buf, VERSION, 2)
+    put(buf, F["version"], 2)
     reject(bytes(buf), UnsupportedVersionError, "format version 2; this gptstack reads version 1")
 
 
 @pytest.mark.parametrize("edit", ["header_bytes", "reserved", "flags"])
 def test_bad_header_fields(buf, rng, edit):
     if edit == "header_bytes":
-        put(buf, HEADER_BYTES, 64)
+        put(buf, F["header_bytes"], 64)
     elif edit == "reserved":
-        buf[RESERVED + int(rng.integers(0, 52))] = 1
+        buf[F["reserved"] + int(rng.integers(0, 52))] = 1
     else:
-        put(buf, FLAGS, u32(buf, FLAGS) | 2)
+        put(buf, F["flags"], u32(buf, F["flags"]) | 2)
     reject(bytes(buf), BadHeaderError, edit)
 
 
@@ -102,8 +94,9 @@ def test_trailing_bytes(tiny_bytes):
 
 
 def test_flipped_bytes_fail_the_crc(tiny_bytes, rng):
-    for at in [TOK_OFF + 200, len(tiny_bytes) // 2, len(tiny_bytes) - 5, len(tiny_bytes) - 1,
-               *rng.integers(128, len(tiny_bytes), 10).tolist()]:
+    n = len(tiny_bytes)
+    for at in [F["tokenizer_offset"] + 200, n // 2, n - 5, n - 1,
+               *rng.integers(128, n, 10).tolist()]:
         bad = bytearray(tiny_bytes)
         bad[at] ^= 1 << int(rng.integers(0, 8))
         reject(bytes(bad), BadCrcError, "CRC-32")
@@ -113,48 +106,48 @@ def test_flipped_bytes_fail_the_crc(tiny_bytes, rng):
 
 
 @pytest.mark.parametrize("field, value, match", [
-    (VOCAB, 0, "vocab_size"),
-    (BLOCK, 15, "block_size"),
-    (N_HEAD, 3, "n_head"),
-    (N_EMBD, 30, "n_embd"),
-    (BOS, 320, "bos_token"),
+    (F["vocab_size"], 0, "vocab_size"),
+    (F["block_size"], 15, "block_size"),
+    (F["n_head"], 3, "n_head"),
+    (F["n_embd"], 30, "n_embd"),
+    (F["bos_token"], 320, "bos_token"),
 ])
 def test_bad_config(buf, field, value, match):
     put(buf, field, value)
-    reject(recrc(buf), BadConfigError, match)
+    reject(fix_crc(buf), BadConfigError, match)
 
 
 @pytest.mark.parametrize("eps", [0.0, -1e-5, float("inf"), float("nan")])
 def test_bad_layernorm_eps(buf, eps):
-    put(buf, EPS, eps, "<f")
-    reject(recrc(buf), BadConfigError, "layernorm_eps")
+    put(buf, F["layernorm_eps"], eps, "<f")
+    reject(fix_crc(buf), BadConfigError, "layernorm_eps")
 
 
 def test_bad_section_offsets(tiny_bytes):
     cases = [
-        (TOK_OFF, 144, "tokenizer_offset"),
-        (TABLE_OFF, +16, "tensor_table_offset"),
-        (TOK_BYTES, +64, "tensor_table_offset"),
-        (PAY_OFF, +8, "payload_offset"),
-        (N_TENSORS, +1, "payload_offset"),
-        (PAY_BYTES, -16, "file_bytes"),
+        (F["tokenizer_offset"], 144, "tokenizer_offset"),
+        (F["tensor_table_offset"], +16, "tensor_table_offset"),
+        (F["tokenizer_bytes"], +64, "tensor_table_offset"),
+        (F["payload_offset"], +8, "payload_offset"),
+        (F["n_tensors"], +1, "payload_offset"),
+        (F["payload_bytes"], -16, "file_bytes"),
     ]
     for field, change, match in cases:
         buf = bytearray(tiny_bytes)
-        put(buf, field, change if field == TOK_OFF else u32(buf, field) + change)
-        reject(recrc(buf), BadOffsetError, match)
+        put(buf, field, change if field == F["tokenizer_offset"] else u32(buf, field) + change)
+        reject(fix_crc(buf), BadOffsetError, match)
 
 
 def test_payload_bytes_must_be_aligned(tiny_bytes):
     # drop 4 payload bytes and fix both sizes: every formula holds but payload_bytes % 16 != 0
     buf = bytearray(tiny_bytes[:-8] + tiny_bytes[-4:])
-    put(buf, PAY_BYTES, u32(buf, PAY_BYTES) - 4)
-    put(buf, FILE_BYTES, u32(buf, FILE_BYTES) - 4)
-    reject(recrc(buf), BadOffsetError, "multiple of 16")
+    put(buf, F["payload_bytes"], u32(buf, F["payload_bytes"]) - 4)
+    put(buf, F["file_bytes"], u32(buf, F["file_bytes"]) - 4)
+    reject(fix_crc(buf), BadOffsetError, "multiple of 16")
 
 
 def _tok(buf: bytearray) -> int:
-    return u32(buf, TOK_OFF)
+    return u32(buf, F["tokenizer_offset"])
 
 
 def test_bad_tokenizer_sections(tiny_bytes, tiny_artifact):
@@ -172,13 +165,13 @@ def test_bad_tokenizer_sections(tiny_bytes, tiny_artifact):
     def edit(at: int, value: int) -> bytes:
         buf = bytearray(tiny_bytes)
         put(buf, _tok(buf) + at, value)
-        return recrc(buf)
+        return fix_crc(buf)
 
     def swap(at_a: int, at_b: int, size: int = 4) -> bytes:
         buf = bytearray(tiny_bytes)
         a, b = _tok(buf) + at_a, _tok(buf) + at_b
         buf[a:a + size], buf[b:b + size] = buf[b:b + size], buf[a:a + size]
-        return recrc(buf)
+        return fix_crc(buf)
 
     reject(edit(0, 7), BadTokenizerError, "kind is 7")
     reject(edit(4, 0), BadTokenizerError, "pattern")               # BPE with PATTERN_NONE
@@ -200,12 +193,12 @@ def test_bad_tokenizer_sections(tiny_bytes, tiny_artifact):
     assert len(tables.token_bytes[first]) == len(tables.token_bytes[second]) == 1
     at = _tok(buf) + blob_at + sum(map(len, tables.token_bytes[:second]))
     buf[at] = tables.token_bytes[first][0]
-    reject(recrc(buf), BadTokenizerError, "same bytes")
+    reject(fix_crc(buf), BadTokenizerError, "same bytes")
 
 
 def test_bos_beyond_the_tokenizer_is_a_tokenizer_error(buf, tiny_artifact):
-    put(buf, BOS, tiny_artifact.tables.n_tokens)  # < V (320) but a padding row (>= Vt 300)
-    reject(recrc(buf), BadTokenizerError, "bos_token 300")
+    put(buf, F["bos_token"], tiny_artifact.tables.n_tokens)  # < V (320), a padding row (>= Vt 300)
+    reject(fix_crc(buf), BadTokenizerError, "bos_token 300")
 
 
 def test_bad_tensor_table(tiny_bytes):
@@ -216,7 +209,7 @@ def test_bad_tensor_table(tiny_bytes):
             buf[where:where + len(value)] = value
         else:
             put(buf, where, value)
-        return recrc(buf)
+        return fix_crc(buf)
 
     reject(edited(1, 0, b"wpe.weighs"), BadTensorError, "expected 'wpe.weight'")
     reject(edited(0, 20, ord("x")), BadTensorError, "NUL-padded")     # a byte after the NUL
@@ -229,10 +222,10 @@ def test_bad_tensor_table(tiny_bytes):
     reject(edited(5, 84, 1), BadTensorError, "reserved")
     # n_tensors one larger with payload_offset / payload_bytes moved so step 9 still passes
     buf = bytearray(tiny_bytes)
-    put(buf, N_TENSORS, u32(buf, N_TENSORS) + 1)
-    put(buf, PAY_OFF, u32(buf, PAY_OFF) + 96)
-    put(buf, PAY_BYTES, u32(buf, PAY_BYTES) - 96)
-    reject(recrc(buf), BadTensorError, "n_tensors")
+    put(buf, F["n_tensors"], u32(buf, F["n_tensors"]) + 1)
+    put(buf, F["payload_offset"], u32(buf, F["payload_offset"]) + 96)
+    put(buf, F["payload_bytes"], u32(buf, F["payload_bytes"]) - 96)
+    reject(fix_crc(buf), BadTensorError, "n_tensors")
 
 
 def test_bad_tensor_offsets(tiny_bytes, tiny_artifact):
@@ -248,12 +241,12 @@ def test_bad_tensor_offsets(tiny_bytes, tiny_artifact):
     for index, at, value, match in cases:
         buf = bytearray(tiny_bytes)
         put(buf, entry_at(buf, index) + at, value)
-        reject(recrc(buf), BadOffsetError, match)
+        reject(fix_crc(buf), BadOffsetError, match)
 
 
 def test_wrong_arena_bytes(buf):
-    put(buf, ARENA, u32(buf, ARENA) + 16)
-    reject(recrc(buf), BadHeaderError, "arena_bytes")
+    put(buf, F["arena_bytes"], u32(buf, F["arena_bytes"]) + 16)
+    reject(fix_crc(buf), BadHeaderError, "arena_bytes")
 
 
 def test_checks_run_in_section_6_order(tiny_bytes):
@@ -264,9 +257,9 @@ def test_checks_run_in_section_6_order(tiny_bytes):
     reject(bytes(buf), BadMagicError)
     # config and tokenizer both broken, CRC fixed: step 8 first
     buf = bytearray(tiny_bytes)
-    put(buf, BLOCK, 15)
+    put(buf, F["block_size"], 15)
     put(buf, _tok(buf), 9)
-    reject(recrc(buf), BadConfigError)
+    reject(fix_crc(buf), BadConfigError)
 
 
 def test_unreadable_path(tmp_path):
@@ -296,6 +289,6 @@ def test_random_edits_never_crash_the_reader(tiny_bytes, edits, cut):
         at %= min(len(buf) - 4, [len(buf), 128, 1200, 3000][cut])
         buf[at] = value
     try:
-        read_artifact(recrc(buf))
+        read_artifact(fix_crc(buf))
     except ArtifactError:
         pass

@@ -101,10 +101,13 @@ def test_layernorm_sums_are_sequential(rng):
             assert same_bits(out, np.array(want, F32))
 
 
-def test_attend_follows_section_7_step_by_step(rng):
+# (T, start): one block of queries, and several (heads._QUERY_BLOCK is 16: later blocks start
+# past 0 and see more keys)
+@pytest.mark.parametrize("T, start", [(12, 5), (40, 3)])
+def test_attend_follows_section_7_step_by_step(rng, T, start):
     """Steps 3-5 of `attention` as scalar float32 loops (dot over the head's dims, softmax sum
     and weighted V sum over t ascending, each query up to its own position) give attend's bits."""
-    B, T, nh, hs, start = 2, 12, 3, 8, 5
+    B, nh, hs = 2, 3, 8
     C, Tq = nh * hs, T - start
     cache = KVCache.empty(1, B, T, C, "int8")
     cache.k[:], cache.v[:] = rng.integers(-127, 128, (2, 1, B, T, C)).astype(np.int8)

@@ -38,23 +38,10 @@ static size_t below(rng64 *r, size_t n)
     return n == 0 ? 0 : (size_t)(next(r) % n);
 }
 
-static uint32_t rd_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static void wr_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
 /* Bytes before the payload (header + tokenizer + table), where mutations matter most. */
 static size_t structure_end(const uint8_t *buf, size_t n)
 {
-    size_t end = n < 128 ? n : (size_t)rd_u32(buf + 64); /* payload_offset */
+    size_t end = n < 128 ? n : (size_t)gs_fuzz_rd_u32(buf + 64); /* payload_offset */
     return end > n || end == 0 ? (n < 4096 ? n : 4096) : end;
 }
 
@@ -81,7 +68,9 @@ static void mutate(rng64 *r, uint8_t *buf, size_t *n, size_t cap)
     case 2:
     case 3:
         at &= ~(size_t)3;
-        if (at + 4 <= *n) wr_u32(buf + at, interesting_u32(r, rd_u32(buf + at), *n));
+        if (at + 4 <= *n) {
+            gs_fuzz_wr_u32(buf + at, interesting_u32(r, gs_fuzz_rd_u32(buf + at), *n));
+        }
         break;
     case 4: *n = below(r, 5) == 0 ? below(r, 160) : below(r, *n + 1); break;
     case 5: {
@@ -103,9 +92,9 @@ static void mutate(rng64 *r, uint8_t *buf, size_t *n, size_t cap)
     default: { /* swap two aligned words of the structured part */
         size_t a = below(r, head) & ~(size_t)3, b = below(r, head) & ~(size_t)3;
         if (a + 4 <= *n && b + 4 <= *n) {
-            uint32_t t = rd_u32(buf + a);
-            wr_u32(buf + a, rd_u32(buf + b));
-            wr_u32(buf + b, t);
+            uint32_t t = gs_fuzz_rd_u32(buf + a);
+            gs_fuzz_wr_u32(buf + a, gs_fuzz_rd_u32(buf + b));
+            gs_fuzz_wr_u32(buf + b, t);
         }
         break;
     }
@@ -150,7 +139,8 @@ int main(int argc, char **argv)
         uint8_t *input;
         memcpy(buf, seed->data, n);
         for (k = 0; k < n_mut; k++) mutate(&r, buf, &n, cap);
-        if (n >= 128 && below(&r, 2)) wr_u32(buf + 12, (uint32_t)n); /* keep file_bytes in step */
+        /* half of the time, keep file_bytes in step with the new size */
+        if (n >= 128 && below(&r, 2)) gs_fuzz_wr_u32(buf + 12, (uint32_t)n);
         /* an exact-size heap copy, so ASan sees any read past the end */
         input = (uint8_t *)malloc(n > 0 ? n : 1);
         if (input == NULL) return 1;
@@ -163,7 +153,7 @@ int main(int argc, char **argv)
         }
     }
     printf("gs-fuzz: %lu iterations\n", it);
-    for (i = 0; i < 16; i++) {
+    for (i = 0; i < GS_FUZZ_N_STATUS; i++) {
         if (gs_fuzz_status_counts[i] > 0) {
             printf("%s %lu\n", gs_status_name((gs_status)i), gs_fuzz_status_counts[i]);
         }

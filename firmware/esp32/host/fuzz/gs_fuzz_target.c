@@ -17,16 +17,11 @@
 
 #include "gs_engine.h"
 
-unsigned long gs_fuzz_status_counts[16];
+unsigned long gs_fuzz_status_counts[GS_FUZZ_N_STATUS];
 
 /* Models whose arena or weights would make one input slow are only opened, not run. */
 #define MAX_ARENA_BYTES (4u << 20)
 #define MAX_RUN_FILE_BYTES (4u << 20)
-
-static uint32_t rd_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
 
 static void exercise(gs_model *m, const uint8_t *data, size_t size)
 {
@@ -61,7 +56,7 @@ static void open_and_run(const uint8_t *data, size_t size)
 {
     gs_model m;
     gs_status st = gs_open(&m, data, size);
-    gs_fuzz_status_counts[(unsigned)st & 15u]++;
+    gs_fuzz_status_counts[(unsigned)st % GS_FUZZ_N_STATUS]++;
     if (st == GS_OK) exercise(&m, data, size);
 }
 
@@ -71,18 +66,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t file_bytes;
     open_and_run(data, size);
     if (size < GS_HEADER_BYTES) return 0;
-    file_bytes = rd_u32(data + 12);
+    file_bytes = gs_fuzz_rd_u32(data + 12);
     if (file_bytes != size) return 0; /* the CRC sits at file_bytes - 4 only when they agree */
     copy = (uint8_t *)malloc(size);
     if (copy == NULL) return 0;
     memcpy(copy, data, size);
-    {
-        uint32_t crc = gs_crc32(copy, size - 4u);
-        copy[size - 4u] = (uint8_t)crc;
-        copy[size - 3u] = (uint8_t)(crc >> 8);
-        copy[size - 2u] = (uint8_t)(crc >> 16);
-        copy[size - 1u] = (uint8_t)(crc >> 24);
-    }
+    gs_fuzz_wr_u32(copy + size - 4u, gs_crc32(copy, size - 4u));
     open_and_run(copy, size);
     free(copy);
     return 0;

@@ -73,11 +73,18 @@ static void put_be32(uint8_t out[4], uint32_t v)
     out[3] = (uint8_t)v;
 }
 
-static void emit(png_out *o, const uint8_t *bytes, size_t n)
+/* Write bytes to the file; the first failure sticks in o->failed. */
+static void put(png_out *o, const uint8_t *bytes, size_t n)
 {
     if (!o->failed && fwrite(bytes, 1, n, o->f) != n) {
         o->failed = 1;
     }
+}
+
+/* Write chunk bytes that the chunk's CRC covers (type and data). */
+static void emit(png_out *o, const uint8_t *bytes, size_t n)
+{
+    put(o, bytes, n);
     o->crc = gs_sim_crc32(o->crc, bytes, n);
 }
 
@@ -86,9 +93,7 @@ static void chunk_begin(png_out *o, const char type[4], uint32_t length)
     uint8_t len[4];
 
     put_be32(len, length);
-    if (!o->failed && fwrite(len, 1, 4, o->f) != 4) {
-        o->failed = 1;
-    }
+    put(o, len, 4);
     o->crc = 0;
     emit(o, (const uint8_t *)type, 4);
 }
@@ -98,9 +103,7 @@ static void chunk_end(png_out *o)
     uint8_t crc[4];
 
     put_be32(crc, o->crc);
-    if (!o->failed && fwrite(crc, 1, 4, o->f) != 4) {
-        o->failed = 1;
-    }
+    put(o, crc, 4);
 }
 
 /* Append uncompressed bytes to the zlib stream, opening stored blocks as needed. */
@@ -141,9 +144,7 @@ static void write_png_stream(png_out *o, const uint8_t fb[OLED_FB_BYTES], int sc
     size_t blocks = (raw + STORED_BLOCK_MAX - 1) / STORED_BLOCK_MAX;
     size_t x, y;
 
-    if (fwrite(signature, 1, sizeof(signature), o->f) != sizeof(signature)) {
-        o->failed = 1;
-    }
+    put(o, signature, sizeof(signature));
     put_be32(ihdr, (uint32_t)width);
     put_be32(ihdr + 4, (uint32_t)height);
     ihdr[8] = 8;  /* bit depth */

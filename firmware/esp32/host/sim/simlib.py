@@ -6,7 +6,8 @@
 
 The build is the host build every C test uses: gptstack.tools.firmware_host.build_host("release")
 configures firmware/esp32/host/CMakeLists.txt, which includes oled.cmake (the one definition of
-the gs_oled / gs_sim targets), and rebuilds incrementally; load() takes libgs_sim.so from there.
+the gs_oled / gs_sim targets), and rebuilds incrementally, once per process; load() takes
+libgs_sim.so from there.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ class Device(ctypes.Structure):
     _fields_ = [("bus", Transport), ("i2c_addr", c_uint8)]
 
 
+@cache
 def build() -> Path:
-    """Build the host firmware (release variant) if needed; return its build directory."""
+    """Build the host firmware (release variant) if needed, once per process; its build
+    directory."""
     from gptstack.tools.firmware_host import build_host
 
     return build_host("release").build_dir
@@ -96,7 +99,7 @@ def load() -> ctypes.CDLL:
 
 
 def screen_tool() -> Path:
-    """The gs-screen executable (built by load()/build())."""
+    """The gs-screen executable (of the same build as load())."""
     return build() / "gs-screen"
 
 

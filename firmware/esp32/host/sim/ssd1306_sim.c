@@ -178,6 +178,16 @@ static void data_byte(gs_sim_panel *p, uint8_t byte)
     }
 }
 
+/* One payload byte after `control`: GDDRAM data when D/C# (bit 6) is set, else a command. */
+static void payload_byte(gs_sim_panel *p, uint8_t control, uint8_t byte)
+{
+    if (control & 0x40) {
+        data_byte(p, byte);
+    } else {
+        command_byte(p, byte);
+    }
+}
+
 int gs_sim_panel_i2c_write(void *ctx, uint8_t i2c_addr, const uint8_t *bytes, size_t n)
 {
     gs_sim_panel *p = (gs_sim_panel *)ctx;
@@ -205,20 +215,11 @@ int gs_sim_panel_i2c_write(void *ctx, uint8_t i2c_addr, const uint8_t *bytes, si
             return 0;
         }
         if (control & 0x80) {
-            if (control & 0x40) {
-                data_byte(p, bytes[i]);
-            } else {
-                command_byte(p, bytes[i]);
-            }
-            i++;
+            payload_byte(p, control, bytes[i++]);
             continue;
         }
         for (; i < n; i++) {
-            if (control & 0x40) {
-                data_byte(p, bytes[i]);
-            } else {
-                command_byte(p, bytes[i]);
-            }
+            payload_byte(p, control, bytes[i]);
         }
     }
     return 0;
@@ -258,7 +259,7 @@ void gs_sim_panel_view(const gs_sim_panel *p, uint8_t view[OLED_FB_BYTES])
         ram_row = (line + p->start_line + p->offset) % OLED_HEIGHT;
         for (x = 0; x < OLED_WIDTH; x++) {
             ram_col = p->seg_remap ? x : OLED_WIDTH - 1 - x;
-            lit = (p->gddram[(ram_row / 8) * OLED_WIDTH + ram_col] >> (ram_row % 8)) & 1;
+            lit = oled_get_pixel(p->gddram, ram_col, ram_row); /* GDDRAM is in page layout */
             if (p->entire_on) {
                 lit = 1;
             } else if (p->inverse) {

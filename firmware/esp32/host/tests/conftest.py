@@ -11,6 +11,8 @@ Artifacts (session-scoped, written once under pytest's tmp dir):
   utf8     synthetic BPE tables whose merges build multi-byte UTF-8 characters (streaming decode)
   gpt2     GPT-2's 50257 tokens with a tiny model (prompt encoding against tiktoken)
   trained  firmware/esp32/data/model.gsm when that file exists
+
+`lib` is the OLED library + simulator of the test_oled_* modules (host/sim/simlib.py).
 """
 
 from __future__ import annotations
@@ -24,22 +26,26 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 FIRMWARE = HERE.parents[1]
+SIM_DIR = HERE.parent / "sim"
 TRAINED_ARTIFACT = FIRMWARE / "data" / "model.gsm"
 
 
-def _load_helper(name: str):
-    """Import a helper module of this folder (pytest runs in importlib mode: no sys.path entry)."""
+def _load_helper(name: str, folder: Path = HERE):
+    """Import a helper module (pytest runs in importlib mode: no folder is on sys.path)."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
 
 
-# test modules import these by name: `import gs_testlib`, `from gs_engine_ctypes import GsError`
+# test modules import these by name: `import gs_testlib`, `from gs_engine_ctypes import GsError`,
+# and from host/sim `import simlib` (the OLED library through ctypes), `import gen_font`
 gs_engine_ctypes = _load_helper("gs_engine_ctypes")
 gs_testlib = _load_helper("gs_testlib")
+simlib = _load_helper("simlib", SIM_DIR)
+_load_helper("gen_font", SIM_DIR)
 ArtifactCase = gs_testlib.ArtifactCase
 
 
@@ -51,6 +57,12 @@ def release_build():
 @pytest.fixture(scope="session")
 def engine(release_build):
     return gs_engine_ctypes.Engine(release_build.engine_lib)
+
+
+@pytest.fixture(scope="session")
+def lib():
+    """The OLED library and SSD1306 simulator (libgs_sim.so of the release build), prototyped."""
+    return simlib.load()
 
 
 def _tables_of(tokenizer):

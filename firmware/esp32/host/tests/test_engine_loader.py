@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import struct
 import zlib
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 from gs_engine_ctypes import GsError
 from gptstack.quant import arena_bytes, corrupted_artifacts, read_artifact
+from gptstack.quant.corrupt import fix_crc
 
 ENGINE_H = Path(__file__).resolve().parents[2] / "lib" / "engine" / "gs_engine.h"
 FORMAT_MD = Path(__file__).resolve().parents[4] / "packages" / "quant" / "FORMAT.md"
@@ -44,11 +44,6 @@ def test_valid_artifacts_open(engine, bpe_artifact, char_artifact, utf8_artifact
         assert model.config["arena_bytes"] == arena_bytes(spec)
 
 
-def _fix_crc(data: bytearray) -> bytes:
-    struct.pack_into("<I", data, len(data) - 4, zlib.crc32(data[:-4]))
-    return bytes(data)
-
-
 def test_tokenizer_padding_must_be_zero(engine, utf8_artifact):
     """Section 3 row 10: the bytes after the blob up to a multiple of 4 are zero."""
     art = utf8_artifact.art
@@ -58,7 +53,7 @@ def test_tokenizer_padding_must_be_zero(engine, utf8_artifact):
         pytest.skip("this tokenizer section has no padding")
     data = bytearray(utf8_artifact.data)
     data[blob_end] = 0x55
-    assert engine.open_status(_fix_crc(data)) == "GS_ERR_TOKENIZER"
+    assert engine.open_status(fix_crc(data)) == "GS_ERR_TOKENIZER"
 
 
 def test_short_and_empty_inputs(engine, bpe_artifact):
@@ -82,12 +77,9 @@ def test_arena_formula_equals_python(engine, V, T, L, C):
     assert engine.arena_formula(V, T, L, C) == arena_bytes(Spec)
 
 
-def test_esp32_preset_arena():
-    """FORMAT.md section 11's worked example."""
-    class Spec:
-        vocab_size, block_size, n_layer, n_embd, bias = 512, 64, 6, 256, True
-
-    assert arena_bytes(Spec) == 215_552
+def test_esp32_preset_arena(engine):
+    """FORMAT.md section 11's worked example, by the C formula (Python's: test_format.py)."""
+    assert engine.arena_formula(512, 64, 6, 256) == 215_552
 
 
 def test_run_time_argument_checks(engine, bpe_artifact):

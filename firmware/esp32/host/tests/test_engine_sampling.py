@@ -14,20 +14,14 @@ from gptstack.quant import Pcg32, sample
 U64 = st.integers(0, 2**64 - 1)
 
 
+# The Python Pcg32 itself is checked against O'Neill's published outputs in
+# packages/quant/tests/test_sampling.py; here C must give its stream.
 @given(seed=U64)
 @settings(max_examples=200, deadline=None)
 def test_pcg32_stream(engine, seed):
     c, py = engine.rng(seed), Pcg32(seed)
     assert [c.next_u32() for _ in range(8)] == [py.next_u32() for _ in range(8)]
     assert c.uniform() == py.uniform()
-
-
-def test_pcg32_matches_oneill_reference(engine):
-    """pcg32-demo's first outputs for pcg32_srandom(42, 54) (O'Neill, pcg-c-basic) through our
-    Python Pcg32 with that stream: guards the reference the C is compared with."""
-    py = Pcg32(42, stream=54)
-    assert [py.next_u32() for _ in range(6)] == [
-        0xA15C02B7, 0x7B47F409, 0xBA1D3330, 0x83D2F293, 0xBFA4784B, 0xCBED606E]
 
 
 def _logits_strategy():

@@ -3,7 +3,6 @@ how the expectations below (written by hand here, not read from the code) say.""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -12,21 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import gen_font
+import simlib
+
 SIM_DIR = Path(__file__).resolve().parents[1] / "sim"
 OLED_DIR = Path(__file__).resolve().parents[2] / "lib" / "oled"
-
-
-def _load(name: str):
-    """A module of host/sim, loaded once per session (importlib mode puts no folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SIM_DIR / f"{name}.py")
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-simlib = _load("simlib")
-gen_font = _load("gen_font")
 
 # Expected pixels, drawn independently of font6x8.txt: '#' lit, '.' dark, 6 columns (the 6th is
 # the spacing column) by 8 rows (a page).
@@ -62,11 +51,6 @@ EXPECTED = {
         "......",
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return simlib.load()
 
 
 def cell_art(lib, fb, col: int, row: int) -> list[str]:

@@ -3,11 +3,9 @@ must be the framebuffer's, scaled; the checksums must be zlib's."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
@@ -15,17 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-SIM_DIR = Path(__file__).resolve().parents[1] / "sim"
-if "simlib" not in sys.modules:  # importlib mode: load host/sim/simlib.py once per session
-    _spec = importlib.util.spec_from_file_location("simlib", SIM_DIR / "simlib.py")
-    sys.modules["simlib"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["simlib"])
-simlib = sys.modules["simlib"]
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return simlib.load()
+import simlib
 
 
 def read_png(path: Path) -> tuple[int, int, list[bytes]]:

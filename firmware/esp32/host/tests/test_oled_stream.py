@@ -8,26 +8,13 @@ firmware drew, so any wrong byte, order or window shows up as a different pictur
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-SIM_DIR = Path(__file__).resolve().parents[1] / "sim"
-if "simlib" not in sys.modules:  # importlib mode: load host/sim/simlib.py once per session
-    _spec = importlib.util.spec_from_file_location("simlib", SIM_DIR / "simlib.py")
-    sys.modules["simlib"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["simlib"])
-simlib = sys.modules["simlib"]
+import simlib
 
 ADDR = simlib.I2C_ADDR
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return simlib.load()
 
 
 def random_fb(seed: int) -> bytes:

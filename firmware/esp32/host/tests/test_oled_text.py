@@ -6,21 +6,13 @@ small Python model of those rules (`model_screen`), never from the C code's outp
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-SIM_DIR = Path(__file__).resolve().parents[1] / "sim"
-if "simlib" not in sys.modules:  # importlib mode: load host/sim/simlib.py once per session
-    _spec = importlib.util.spec_from_file_location("simlib", SIM_DIR / "simlib.py")
-    sys.modules["simlib"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["simlib"])
-simlib = sys.modules["simlib"]
+import simlib
 
 COLS, ROWS = simlib.COLS, simlib.ROWS
 PLACEHOLDER = "\ufffd"
@@ -31,11 +23,6 @@ ART = {
     "i": ["..#...", "......", ".##...", "..#...", "..#...", "..#...", ".###..", "......"],
     "!": ["..#...", "..#...", "..#...", "..#...", "..#...", "......", "..#...", "......"],
 }
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return simlib.load()
 
 
 class Console:

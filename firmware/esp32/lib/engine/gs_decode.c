@@ -22,26 +22,13 @@ gs_status gs_token_bytes(const gs_model *model, uint32_t id, const uint8_t **byt
     return GS_OK;
 }
 
-/* Length of the character a lead byte starts (2-4), 0 if b cannot start a multi-byte one. */
-static uint32_t lead_len(uint8_t b)
-{
-    if (b >= 0xC2u && b <= 0xDFu) return 2;
-    if (b >= 0xE0u && b <= 0xEFu) return 3;
-    if (b >= 0xF0u && b <= 0xF4u) return 4;
-    return 0;
-}
-
 /* Does s[0..n) (n >= 1) form a proper prefix of one valid UTF-8 character? Second-byte ranges
  * exclude overlongs (E0, F0), surrogates (ED) and code points past U+10FFFF (F4). */
 static int incomplete_prefix(const uint8_t *s, uint32_t n)
 {
-    uint32_t len = lead_len(s[0]), k;
-    uint8_t lo = 0x80u, hi = 0xBFu;
+    uint8_t lo, hi;
+    uint32_t len = gs_utf8_lead(s[0], &lo, &hi), k;
     if (len == 0 || n >= len) return 0;
-    if (s[0] == 0xE0u) lo = 0xA0u;
-    if (s[0] == 0xEDu) hi = 0x9Fu;
-    if (s[0] == 0xF0u) lo = 0x90u;
-    if (s[0] == 0xF4u) hi = 0x8Fu;
     for (k = 1; k < n; k++) {
         uint8_t b = s[k];
         if (k == 1 ? (b < lo || b > hi) : (b < 0x80u || b > 0xBFu)) return 0;

@@ -119,24 +119,9 @@ static gs_status encode_gpt2(const gs_tokenizer *tok, const uint8_t *t, size_t n
  * surrogates, <= U+10FFFF), else 1 (an invalid byte is looked up alone, and fails). */
 static size_t utf8_len(const uint8_t *t, size_t n, size_t i)
 {
-    uint8_t b = t[i];
-    size_t len, k;
-    uint8_t lo = 0x80u, hi = 0xBFu; /* allowed range of the second byte */
-    if (b < 0x80u) return 1;
-    if (b >= 0xC2u && b <= 0xDFu) {
-        len = 2;
-    } else if (b >= 0xE0u && b <= 0xEFu) {
-        len = 3;
-        if (b == 0xE0u) lo = 0xA0u;
-        if (b == 0xEDu) hi = 0x9Fu;
-    } else if (b >= 0xF0u && b <= 0xF4u) {
-        len = 4;
-        if (b == 0xF0u) lo = 0x90u;
-        if (b == 0xF4u) hi = 0x8Fu;
-    } else {
-        return 1;
-    }
-    if (n - i < len) return 1;
+    uint8_t lo, hi; /* allowed range of the second byte */
+    size_t len = gs_utf8_lead(t[i], &lo, &hi), k;
+    if (len == 0 || n - i < len) return 1; /* ASCII, or not a well-formed character */
     if (t[i + 1u] < lo || t[i + 1u] > hi) return 1;
     for (k = 2; k < len; k++) {
         if (t[i + k] < 0x80u || t[i + k] > 0xBFu) return 1;

@@ -52,6 +52,29 @@ static inline uint64_t gs_align16(uint64_t n)
     return (n + (GS_ALIGN - 1u)) / GS_ALIGN * GS_ALIGN;
 }
 
+/* UTF-8 lead byte b (Unicode Table 3-7, FORMAT.md section 10): the length (2-4) of the
+ * well-formed character it starts and the range [*lo, *hi] of that character's second byte
+ * (narrower after E0, ED, F0 and F4: no overlongs, surrogates or code points past U+10FFFF;
+ * every later byte is 80-BF). 0 if b cannot start a multi-byte character (ASCII, a continuation
+ * byte, C0, C1, F5-FF). Shared by prompt encoding (gs_encode.c) and streaming decode. */
+static inline uint32_t gs_utf8_lead(uint8_t b, uint8_t *lo, uint8_t *hi)
+{
+    *lo = 0x80u;
+    *hi = 0xBFu;
+    if (b >= 0xC2u && b <= 0xDFu) return 2;
+    if (b >= 0xE0u && b <= 0xEFu) {
+        if (b == 0xE0u) *lo = 0xA0u;
+        if (b == 0xEDu) *hi = 0x9Fu;
+        return 3;
+    }
+    if (b >= 0xF0u && b <= 0xF4u) {
+        if (b == 0xF0u) *lo = 0x90u;
+        if (b == 0xF4u) *hi = 0x8Fu;
+        return 4;
+    }
+    return 0;
+}
+
 /* ---- tokenizer section (gs_tokenizer.c) ---- */
 
 /* Step 10 of FORMAT.md section 6: parse and check the section at data + offset. */

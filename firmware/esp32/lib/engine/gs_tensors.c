@@ -18,29 +18,29 @@ enum {
     E_RESERVED = 84 /* u32[3] */
 };
 
-/* One tensor of a block: shape entries are multiples of C (0: unused). */
+/* One tensor of a block: shape entries are multiples of C. A matrix (cols_c != 0) is int8, a
+ * vector float32 (section 4). */
 typedef struct {
     const char *suffix; /* after "h.{i}." */
-    uint8_t dtype;
-    uint8_t is_bias;    /* present only with GS_FLAG_BIAS */
     uint8_t rows_c;     /* shape[0] / C */
     uint8_t cols_c;     /* shape[1] / C, 0 for a vector */
 } layer_tensor;
 
-/* Section 4's order within one layer: each weight followed by its bias. */
+/* Section 4's order within one layer: each weight followed by its bias (the odd entries, present
+ * only with GS_FLAG_BIAS). */
 static const layer_tensor layer_tensors[12] = {
-    {"ln_1.weight", GS_DTYPE_F32, 0, 1, 0},
-    {"ln_1.bias", GS_DTYPE_F32, 1, 1, 0},
-    {"attn.c_attn.weight", GS_DTYPE_I8, 0, 3, 1},
-    {"attn.c_attn.bias", GS_DTYPE_F32, 1, 3, 0},
-    {"attn.c_proj.weight", GS_DTYPE_I8, 0, 1, 1},
-    {"attn.c_proj.bias", GS_DTYPE_F32, 1, 1, 0},
-    {"ln_2.weight", GS_DTYPE_F32, 0, 1, 0},
-    {"ln_2.bias", GS_DTYPE_F32, 1, 1, 0},
-    {"mlp.c_fc.weight", GS_DTYPE_I8, 0, 4, 1},
-    {"mlp.c_fc.bias", GS_DTYPE_F32, 1, 4, 0},
-    {"mlp.c_proj.weight", GS_DTYPE_I8, 0, 1, 4},
-    {"mlp.c_proj.bias", GS_DTYPE_F32, 1, 1, 0},
+    {"ln_1.weight", 1, 0},
+    {"ln_1.bias", 1, 0},
+    {"attn.c_attn.weight", 3, 1},
+    {"attn.c_attn.bias", 3, 0},
+    {"attn.c_proj.weight", 1, 1},
+    {"attn.c_proj.bias", 1, 0},
+    {"ln_2.weight", 1, 0},
+    {"ln_2.bias", 1, 0},
+    {"mlp.c_fc.weight", 4, 1},
+    {"mlp.c_fc.bias", 4, 0},
+    {"mlp.c_proj.weight", 1, 4},
+    {"mlp.c_proj.bias", 1, 0},
 };
 
 typedef struct {
@@ -88,18 +88,11 @@ static void name_layer_prefix(char *name, uint32_t *n, uint32_t l)
     name_append(name, n, ".");
 }
 
-static void set_vector(expected_tensor *e, uint32_t dtype, uint64_t n)
+/* An int8 matrix (rows, cols), or for cols 0 a float32 vector (rows): section 4's two kinds. */
+static void set_shape(expected_tensor *e, uint64_t rows, uint64_t cols)
 {
-    e->dtype = dtype;
-    e->ndim = 1;
-    e->shape[0] = n;
-    e->shape[1] = e->shape[2] = e->shape[3] = 0;
-}
-
-static void set_matrix(expected_tensor *e, uint64_t rows, uint64_t cols)
-{
-    e->dtype = GS_DTYPE_I8;
-    e->ndim = 2;
+    e->dtype = cols != 0 ? GS_DTYPE_I8 : GS_DTYPE_F32;
+    e->ndim = cols != 0 ? 2u : 1u;
     e->shape[0] = rows;
     e->shape[1] = cols;
     e->shape[2] = e->shape[3] = 0;
@@ -114,10 +107,10 @@ static void expected_at(const gs_config *c, uint64_t index, expected_tensor *e)
     e->name[0] = '\0';
     if (index == 0) {
         name_append(e->name, &n, "wte.weight");
-        set_matrix(e, c->vocab_size, C);
+        set_shape(e, c->vocab_size, C);
     } else if (index == 1) {
         name_append(e->name, &n, "wpe.weight");
-        set_matrix(e, c->block_size, C);
+        set_shape(e, c->block_size, C);
     } else if (index < layers_end) {
         uint64_t i = index - 2u;
         uint32_t l = (uint32_t)(i / tensors_per_layer(c));
@@ -125,14 +118,10 @@ static void expected_at(const gs_config *c, uint64_t index, expected_tensor *e)
         const layer_tensor *t = &layer_tensors[has_bias(c) ? slot : 2u * slot]; /* skip biases */
         name_layer_prefix(e->name, &n, l);
         name_append(e->name, &n, t->suffix);
-        if (t->cols_c != 0) {
-            set_matrix(e, t->rows_c * C, t->cols_c * C);
-        } else {
-            set_vector(e, t->dtype, t->rows_c * C);
-        }
+        set_shape(e, t->rows_c * C, t->cols_c * C);
     } else {
         name_append(e->name, &n, index == layers_end ? "ln_f.weight" : "ln_f.bias");
-        set_vector(e, GS_DTYPE_F32, C);
+        set_shape(e, C, 0);
     }
 }
 

@@ -114,14 +114,18 @@ def check_toolchain(variant: str) -> str:
     return compiler
 
 
-def _cache_value(build_dir: Path, key: str) -> str | None:
+def _cache_values(build_dir: Path) -> dict[str, str]:
+    """The entries of build_dir's CMakeCache.txt (`KEY:TYPE=VALUE` lines), empty before the first
+    configure."""
     cache = build_dir / "CMakeCache.txt"
     if not cache.is_file():
-        return None
+        return {}
+    values = {}
     for line in cache.read_text(errors="replace").splitlines():
-        if line.startswith(key + ":"):
-            return line.split("=", 1)[1]
-    return None
+        key, sep, value = line.partition("=")
+        if sep and ":" in key and not line.startswith(("#", "//")):
+            values[key.split(":", 1)[0]] = value
+    return values
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -131,12 +135,12 @@ def _run(cmd: list[str], what: str) -> None:
         raise _error(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
 
 
-def _needs_configure(build_dir: Path, variant: str, source: Path) -> bool:
-    if _cache_value(build_dir, "GS_VARIANT") != variant:
+def _needs_configure(cache: dict[str, str], variant: str, source: Path) -> bool:
+    if cache.get("GS_VARIANT") != variant:
         return True
     # the OLED library is picked up at configure time: reconfigure when it appears or goes
     oled = (source / "sim" / "oled.cmake").is_file() and variant in _OLED_VARIANTS
-    return _cache_value(build_dir, "GS_HAVE_OLED") != ("ON" if oled else "OFF")
+    return cache.get("GS_HAVE_OLED") != ("ON" if oled else "OFF")
 
 
 def build_host(variant: str = "release", build_root: str | os.PathLike | None = None,
@@ -155,8 +159,9 @@ def build_host(variant: str = "release", build_root: str | os.PathLike | None = 
     build_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / ".gs-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per variant at a time (pytest -n, CLI)
-        if _needs_configure(build_dir, variant, source):
-            generator = _cache_value(build_dir, "CMAKE_GENERATOR") or (
+        cache = _cache_values(build_dir)
+        if _needs_configure(cache, variant, source):
+            generator = cache.get("CMAKE_GENERATOR") or (
                 "Ninja" if shutil.which("ninja") else "Unix Makefiles")
             _run(["cmake", "-S", str(source), "-B", str(build_dir), "-G", generator,
                   f"-DGS_VARIANT={variant}", f"-DCMAKE_C_COMPILER={compiler}"],

@@ -54,7 +54,6 @@ from .layout import (
     HEADER_STRUCT,
     U32_MAX,
     Header,
-    Layout,
     ModelSpec,
     TensorData,
     TensorEntry,
@@ -63,10 +62,7 @@ from .layout import (
 )
 from .tables import TokenizerTables, pack_tokenizer, parse_tokenizer
 
-__all__ = [
-    "Artifact", "Header", "ModelSpec", "TensorEntry", "TokenizerTables", "Layout",
-    "artifact_bytes", "plan_layout", "read_artifact", "write_artifact",
-]
+__all__ = ["Artifact", "artifact_bytes", "read_artifact", "write_artifact"]
 
 
 def _tensor_arrays(entry: TensorEntry, data: TensorData) -> tuple[np.ndarray, np.ndarray | None]:
@@ -344,7 +340,8 @@ def _read_table(view: memoryview, h: Header, spec: ModelSpec, where: str) -> lis
     required = required_tensors(spec)
     entries = []
     for i, (name, dtype, shape) in enumerate(required):
-        raw_name, dt, ndim, *rest = ENTRY_STRUCT.unpack_from(view, h.tensor_table_offset + i * 96)
+        raw_name, dt, ndim, *rest = ENTRY_STRUCT.unpack_from(
+            view, h.tensor_table_offset + i * TENSOR_ENTRY_BYTES)
         shape4, (offset, nbytes, scale_offset), reserved = rest[:4], rest[4:7], rest[7:]
         end = raw_name.find(b"\0")
         if end < 0 or any(raw_name[end:]):

@@ -6,6 +6,8 @@ the Python reader and the C loader, which must reject each one with the same err
 
 From step 8 on, each case carries a recomputed CRC, so step 7 passes and the intended check is
 the first to fail. Needs a valid artifact with at least two tensors and one pair (any BPE table).
+Tests that make corruptions of their own use the same pieces: `HEADER_FIELDS` (byte offset of
+each header field) and `fix_crc`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 from .artifact import read_artifact
@@ -30,12 +32,12 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .format import DTYPE_F32, TENSOR_ENTRY_BYTES
+from .layout import Header
 
-# byte offsets of header fields (FORMAT.md section 2)
-_FIELD = dict(version=4, header_bytes=8, file_bytes=12, vocab_size=16, block_size=20, n_layer=24,
-              n_head=28, n_embd=32, flags=36, layernorm_eps=40, arena_bytes=44,
-              tokenizer_offset=48, tokenizer_bytes=52, tensor_table_offset=56, n_tensors=60,
-              payload_offset=64, payload_bytes=68, bos_token=72, reserved=76)
+# Byte offset of each header field (FORMAT.md section 2): the 4-byte magic, then Header's fields
+# in file order, 4 bytes each (u32 or f32, as HEADER_STRUCT packs them), then the reserved bytes.
+HEADER_FIELDS = {"magic": 0, **{f.name: 4 + 4 * i for i, f in enumerate(fields(Header))},
+                 "reserved": 4 + 4 * len(fields(Header))}
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,9 @@ class Corruption:
         return self.error.status
 
 
-def _crc_fixed(buf: bytearray) -> bytes:
+def fix_crc(buf: bytearray) -> bytes:
+    """buf with its last four bytes set to the CRC-32 of the rest (FORMAT.md section 5), so an
+    edit after step 7 reaches the check it is aimed at."""
     struct.pack_into("<I", buf, len(buf) - 4, zlib.crc32(buf[:-4]))
     return bytes(buf)
 
@@ -69,18 +73,18 @@ def corrupted_artifacts(data: bytes) -> list[Corruption]:
         return struct.unpack_from("<I", data, at)[0]
 
     def add(name: str, step: int, error: type[ArtifactError],
-            edit: Callable[[bytearray], object], *, fix_crc: bool | None = None) -> None:
+            edit: Callable[[bytearray], object]) -> None:
         buf = bytearray(data)
         out = edit(buf)
         blob = bytes(out) if isinstance(out, (bytes, bytearray)) else bytes(buf)
-        if fix_crc if fix_crc is not None else step >= 8:
-            blob = _crc_fixed(bytearray(blob))
+        if step >= 8:
+            blob = fix_crc(bytearray(blob))
         cases.append(Corruption(name, step, error, blob))
 
     def put(field_at: int, value: int | float, fmt: str = "<I") -> Callable[[bytearray], None]:
         return lambda buf: struct.pack_into(fmt, buf, field_at, value)
 
-    f = _FIELD
+    f = HEADER_FIELDS
     # 1: shorter than the header
     for keep in (0, 64, 127):
         add(f"truncated to {keep} bytes", 1, TruncatedArtifactError, lambda b, k=keep: b[:k])

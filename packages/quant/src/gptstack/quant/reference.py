@@ -320,13 +320,14 @@ class Session:
         """Forget the sequence (pos = 0, empty window); the cache rows are overwritten later."""
         self.pos, self.window = 0, []
 
-    def _step(self, token: int) -> np.ndarray:
+    def _run(self, token: int) -> np.ndarray:
+        """The token at position pos through every block, caching its K/V rows; x (1, 1, C)."""
         x = embed(self.weights, np.array([[token]]), np.array([[self.pos]]))  # (1, 1, C)
         for l in range(self.artifact.spec.n_layer):
             x = block(self.weights, l, x, self.cache, self.pos, self.act)
         self.pos += 1
         self.window.append(token)
-        return logits(self.weights, x, self.act)[0, 0]
+        return x
 
     def feed(self, token: int) -> np.ndarray:
         """Run one token; returns its logits (V,). Raises QuantError for an id outside 0 .. V−1."""
@@ -336,6 +337,6 @@ class Session:
         if self.pos == spec.block_size:
             keep = self.window[-(spec.block_size // 2):]
             self.reset()
-            for t in keep:
-                self._step(t)
-        return self._step(token)
+            for t in keep:  # re-fed ids rebuild their cache rows; their logits go unused
+                self._run(t)
+        return logits(self.weights, self._run(token), self.act)[0, 0]
