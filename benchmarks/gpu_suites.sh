@@ -11,16 +11,19 @@
 # network. The packages run from this checkout through PYTHONPATH. Then, on the development
 # machine: copy $OUT/*.json into benchmarks/results/ and run `gptstack bench report`.
 #
-# Expected wall time on one H200 (16 CPU cores; not measured yet: compile times dominate and
-# are estimates, the first Inductor compile of each process also warms its cache):
-#   train       ~200 s  3 presets x 8 rungs; 3 torch.compile builds per preset (default,
-#                       reduce-overhead, whole-step graph: ~20-45 s each), >= 20 rounds per row
-#   generate     ~90 s  3 models x batch 1, 8 x 4 decoders, plus the batch-1 sweeps
-#   attention    ~25 s  3 shapes: op level and whole-model forward (no compile)
-#   ops          ~40 s  4 ops x 2 sizes, eager vs torch.compile (one compile each), graph timing
-#   start-up     ~40 s  Python + torch import per suite, preflight, the final table
-#   total       ~6.5 min. Each suite has a time limit (TIMEOUT_<SUITE>, ~7.5 min together, under
-#                       the 10-minute command limit); a suite cut short keeps its finished rows.
+# Wall time on one H200 (16 CPU cores), as recorded in benchmarks/results/*-h200-20261130-*.json
+# (env.date to env.finished: the suite itself, without Python and torch start-up):
+#   train        129 s  3 presets x 8 rungs; 3 torch.compile builds per preset (default,
+#                       reduce-overhead, whole-step graph), >= 20 rounds per row
+#   generate    > 110 s at these defaults: the run hit TIMEOUT_GENERATE after shakespeare-char's
+#                       batch-1 rows (generate-h200-20261130-102148.json, incomplete); gpt2-124m
+#                       alone with --sweep-prompt 8,128 --sweep-new 4,64 took 99 s
+#                       (generate-h200-20261130-104351.json)
+#   attention     10 s  3 shapes: op level and whole-model forward (no compile)
+#   ops           15 s  4 ops x 2 sizes, eager vs torch.compile (one compile each), graph timing
+#   start-up    ~40 s  Python + torch import per suite, preflight, the final table (estimate)
+# Each suite has a time limit (TIMEOUT_<SUITE>, ~7.5 min together, under the 10-minute command
+# limit); a suite cut short keeps its finished rows.
 #
 # Knobs (environment variables):
 #   SUITES="train generate attention ops"   which suites, in this order (engine, tokenizer: the
@@ -65,10 +68,12 @@ exec > >(tee -a "$LOG") 2>&1
 echo "== gptstack gpu_suites.sh  $(date -u +%Y-%m-%dT%H:%M:%SZ)  SMOKE=$SMOKE  OUT=$OUT"
 
 if [ "$SMOKE" = "1" ]; then
+    CPU_SUITE_ARGS=(--smoke)  # engine, tokenizer: no --device (they run on the CPU)
     COMMON=(--device cpu --smoke --compile-backend aot_eager)
     T_TRAIN=${TIMEOUT_TRAIN:-300}; T_GENERATE=${TIMEOUT_GENERATE:-200}
     T_ATTENTION=${TIMEOUT_ATTENTION:-200}; T_OPS=${TIMEOUT_OPS:-200}
 else
+    CPU_SUITE_ARGS=()
     COMMON=(--device cuda --budget-s "$BUDGET_S")
     T_TRAIN=${TIMEOUT_TRAIN:-230}; T_GENERATE=${TIMEOUT_GENERATE:-110}
     T_ATTENTION=${TIMEOUT_ATTENTION:-45}; T_OPS=${TIMEOUT_OPS:-75}
@@ -105,7 +110,7 @@ presets() {  # "a b c" -> --preset a --preset b --preset c
 
 STATUS=()
 run_suite() {  # run_suite NAME TIMEOUT_S ARGS...
-    local name=$1 limit=$2 start rc
+    local name=$1 limit=$2 start rc line
     shift 2
     start=$(date +%s)
     echo "== $name (limit ${limit} s): gptstack bench $name $*"
@@ -118,8 +123,9 @@ run_suite() {  # run_suite NAME TIMEOUT_S ARGS...
         "$PY" -m gptstack.tools.cli bench "$name" "$@" --out "$OUT"
     fi
     rc=$?
-    STATUS+=("$name: exit $rc after $(( $(date +%s) - start )) s")
-    echo "== $name: exit $rc after $(( $(date +%s) - start )) s"
+    line="$name: exit $rc after $(( $(date +%s) - start )) s"
+    STATUS+=("$line")
+    echo "== $line"
 }
 
 for suite in $SUITES; do
@@ -138,11 +144,9 @@ for suite in $SUITES; do
             mapfile -t P < <(presets "$OPS_PRESETS")
             run_suite ops "$T_OPS" "${COMMON[@]}" "${P[@]}" ;;
         engine)
-            if [ "$SMOKE" = "1" ]; then run_suite engine "$T_ENGINE" --smoke
-            else run_suite engine "$T_ENGINE"; fi ;;
+            run_suite engine "$T_ENGINE" "${CPU_SUITE_ARGS[@]}" ;;
         tokenizer)
-            if [ "$SMOKE" = "1" ]; then run_suite tokenizer "$T_TOKENIZER" --smoke
-            else run_suite tokenizer "$T_TOKENIZER"; fi ;;
+            run_suite tokenizer "$T_TOKENIZER" "${CPU_SUITE_ARGS[@]}" ;;
         *) echo "== unknown suite '$suite' (train generate attention ops engine tokenizer)"; STATUS+=("$suite: unknown") ;;
     esac
 done

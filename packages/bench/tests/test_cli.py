@@ -9,11 +9,17 @@ cli = pytest.importorskip("gptstack.tools.cli", reason="gptstack-tools is not in
 
 
 def test_preset_shapes_follow_the_toml_files():
-    from gptstack.tools.bench_cli import preset_shape
+    from gptstack.tools.bench_cli import GPT2_VOCAB, preset_shape
+    from gptstack.tools.config import load_preset
 
+    cfg = load_preset("gpt2-124m")
     gpt2 = preset_shape("gpt2-124m")
-    assert (gpt2.n_layer, gpt2.n_head, gpt2.n_embd, gpt2.block_size) == (12, 12, 768, 1024)
-    assert gpt2.vocab_size % 64 == 0 and gpt2.vocab_size >= 50257  # padded (pad_vocab_to = 64)
+    m, pad = cfg.model, cfg.tokenizer.pad_vocab_to
+    assert (gpt2.n_layer, gpt2.n_head, gpt2.n_embd, gpt2.block_size) == (
+        m.n_layer, m.n_head, m.n_embd, m.block_size)
+    assert (gpt2.batch_size, gpt2.dropout, gpt2.bias) == (cfg.train.batch_size, m.dropout, m.bias)
+    assert cfg.tokenizer.kind == "gpt2" and pad > 1  # the padding below is exercised
+    assert gpt2.vocab_size % pad == 0 and GPT2_VOCAB <= gpt2.vocab_size < GPT2_VOCAB + pad
     assert preset_shape("esp32", batch_size=3).batch_size == 3
 
 

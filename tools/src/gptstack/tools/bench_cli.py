@@ -39,6 +39,9 @@ DEFAULT_PRESETS = {
 # Shakespeare, the presets' dataset, it is 65 characters (tokenizer README).
 CHAR_VOCAB_TINYSHAKESPEARE = 65
 GPT2_VOCAB = 50257  # GPT-2's ids, before padding (tokenizer README)
+DTYPES = ["auto", "fp32", "bf16", "fp16"]  # gptstack.bench.suites.common.resolve_dtype
+# Suite options default to None here: an option left out takes the run_* function's default, so
+# each default lives once, in gptstack.bench (the help texts quote it).
 
 
 def _repo_benchmarks() -> Path:
@@ -49,22 +52,23 @@ def _repo_benchmarks() -> Path:
 
 
 def preset_shape(name: str, batch_size: int | None = None):
-    """The ModelShape of a preset (model sizes, training batch) from its TOML file."""
+    """The ModelShape of a preset (model sizes, training batch) from its TOML file: the model
+    `gptstack train` builds for it (train.model_config, vocabulary padded as there)."""
     from gptstack.bench import ModelShape
 
     from .config import load_preset
+    from .train import model_config
 
     cfg = load_preset(name)
-    m, tok = cfg.model, cfg.tokenizer
+    tok = cfg.tokenizer
     if tok.kind == "bpe":
         vocab = tok.vocab_size
     elif tok.kind == "gpt2":
         vocab = GPT2_VOCAB
     else:
         vocab = CHAR_VOCAB_TINYSHAKESPEARE
-    pad = tok.pad_vocab_to
-    vocab = -(-vocab // pad) * pad
-    return ModelShape(name, vocab_size=vocab, block_size=m.block_size, n_layer=m.n_layer,
+    m = model_config(cfg, vocab)
+    return ModelShape(name, vocab_size=m.vocab_size, block_size=m.block_size, n_layer=m.n_layer,
                       n_head=m.n_head, n_embd=m.n_embd,
                       batch_size=batch_size or cfg.train.batch_size, dropout=m.dropout,
                       bias=m.bias)
@@ -120,32 +124,34 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--rungs", type=_csv, help="comma-separated rung keys (default: all of "
                    "fp32,tf32,bf16,fused,graph-eager,compile,reduce-overhead,graph)")
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default: block_size)")
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (default 1)")
+    p.add_argument("--grad-accum", type=int, help="micro-batches per step (default 1)")
     p.set_defaults(func=cmd_train)
 
     p = bsub.add_parser("generate", help=SUITE_HELP["generate"])
     _add_common(p)
-    p.add_argument("--batches", type=_ints, default=[1, 8], help="batch sizes (default 1,8)")
-    p.add_argument("--decoders", type=_csv, default=["naive", "kv", "static", "graph"],
+    p.add_argument("--batches", type=_ints, help="batch sizes (default 1,8)")
+    p.add_argument("--decoders", type=_csv,
                    help="of naive,kv,static,graph,graph-compile (default: all but graph-compile)")
     p.add_argument("--prompt-len", type=int, help="prompt tokens (default block_size/8)")
     p.add_argument("--new-tokens", type=int, help="generated tokens (default min(block/2, 64))")
-    p.add_argument("--sweep-prompt", type=_ints, default=[8, 32, 128, 512],
-                   help="prompt lengths of the sweep (16 new tokens, batch 1)")
-    p.add_argument("--sweep-new", type=_ints, default=[4, 16, 64],
-                   help="generated lengths of the sweep (4-token prompt, batch 1)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
-                   help="weights dtype (auto: bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--sweep-prompt", type=_ints,
+                   help="prompt lengths of the sweep (16 new tokens, batch 1; default "
+                        "8,32,128,512)")
+    p.add_argument("--sweep-new", type=_ints,
+                   help="generated lengths of the sweep (4-token prompt, batch 1; default "
+                        "4,16,64)")
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="weights dtype (default auto: bf16 on GPU, fp32 on CPU)")
     p.set_defaults(func=cmd_generate)
 
     for name, func in (("attention", cmd_attention), ("ops", cmd_ops)):
         p = bsub.add_parser(name, help=SUITE_HELP[name])
         _add_common(p)
         p.add_argument("--seq-len", type=int, help="T (default: block_size)")
-        p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+        p.add_argument("--dtype", choices=DTYPES, help="default auto: bf16 on GPU, fp32 on CPU")
         if name == "ops":
             p.add_argument("--ops", type=_csv, help="registered op names (default: all)")
-            p.add_argument("--graph-inner", type=int, default=10,
+            p.add_argument("--graph-inner", type=int,
                            help="calls per captured CUDA graph (default 10)")
         p.set_defaults(func=func)
 
@@ -164,7 +170,7 @@ def add_bench_parser(sub) -> None:
     _add_common(p, device=False, presets=False)
     p.add_argument("--data", type=Path,
                    help="text file (default $GPTSTACK_DATA_DIR/tinyshakespeare.txt)")
-    p.add_argument("--vocab-size", type=int, default=512)
+    p.add_argument("--vocab-size", type=int, help="BPE vocabulary to train (default 512)")
     p.set_defaults(func=cmd_tokenizer)
 
     p = bsub.add_parser("report", help="regenerate benchmarks/README.md and plots from all results")
@@ -225,27 +231,28 @@ def _shapes(args: argparse.Namespace, suite: str):
 
 
 def _run(args: argparse.Namespace, suite: str, call) -> int:
-    """Common part of every suite command: result path, BenchError -> GptstackError, summary."""
+    """Common part of every suite command: result path, settings, summary."""
     import torch
-    from gptstack.bench import BenchError, result_path, text_summary
+    from gptstack.bench import resolve_device, result_path, text_summary
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     out_dir = args.out or (_repo_benchmarks() / "results")
-    device = torch.device("cpu")
-    if getattr(args, "device", "cpu") != "cpu" and torch.cuda.is_available():
-        device = torch.device("cuda")
-    path = result_path(out_dir, suite, device, args.tag + ("smoke" if args.smoke and not args.tag
-                                                             else ""))
+    # BenchError (bad settings, --device cuda without a GPU) reaches the CLI as a user error
+    device = resolve_device(getattr(args, "device", "cpu"))
+    path = result_path(out_dir, suite, device,
+                       args.tag + ("smoke" if args.smoke and not args.tag else ""))
     common = {"settings": _settings(args), "out": path, "smoke": args.smoke,
               "progress": not args.no_progress, "command": _command(args)}
-    try:
-        data = call(common)
-    except BenchError as e:
-        raise GptstackError(str(e)) from e
+    data = call(common)
     print(text_summary([data]))
     print(f"wrote {path}")
     return 0
+
+
+def _given(args: argparse.Namespace, *names: str) -> dict:
+    """The named suite options that were given; the others keep the run_* defaults."""
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
 def _device_kwargs(args: argparse.Namespace) -> dict:
@@ -256,24 +263,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     from gptstack.bench import RUNG_KEYS, run_train
 
     return _run(args, "train", lambda c: run_train(
-        _shapes(args, "train"), rungs=args.rungs or RUNG_KEYS, seq_len=args.seq_len,
-        grad_accum=args.grad_accum, **_device_kwargs(args), **c))
+        _shapes(args, "train"), rungs=args.rungs or RUNG_KEYS,
+        **_given(args, "seq_len", "grad_accum"), **_device_kwargs(args), **c))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from gptstack.bench import run_generate
 
     return _run(args, "generate", lambda c: run_generate(
-        _shapes(args, "generate"), batches=args.batches, decoders=args.decoders,
-        prompt_len=args.prompt_len, new_tokens=args.new_tokens, sweep_prompt=args.sweep_prompt,
-        sweep_new=args.sweep_new, dtype=args.dtype, **_device_kwargs(args), **c))
+        _shapes(args, "generate"),
+        **_given(args, "batches", "decoders", "prompt_len", "new_tokens", "sweep_prompt",
+                 "sweep_new", "dtype"),
+        **_device_kwargs(args), **c))
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
     from gptstack.bench import run_attention
 
     return _run(args, "attention", lambda c: run_attention(
-        _shapes(args, "attention"), seq_len=args.seq_len, dtype=args.dtype,
+        _shapes(args, "attention"), **_given(args, "seq_len", "dtype"),
         **_device_kwargs(args), **c))
 
 
@@ -281,8 +289,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
     from gptstack.bench import run_ops
 
     return _run(args, "ops", lambda c: run_ops(
-        _shapes(args, "ops"), ops=args.ops, seq_len=args.seq_len, dtype=args.dtype,
-        graph_inner=args.graph_inner, **_device_kwargs(args), **c))
+        _shapes(args, "ops"), **_given(args, "ops", "seq_len", "dtype", "graph_inner"),
+        **_device_kwargs(args), **c))
 
 
 def _engines(variants: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
@@ -319,18 +327,15 @@ def cmd_tokenizer(args: argparse.Namespace) -> int:
     from gptstack.bench import run_tokenizer
 
     return _run(args, "tokenizer", lambda c: run_tokenizer(
-        data=args.data, vocab_size=args.vocab_size, **c))
+        **_given(args, "data", "vocab_size"), **c))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from gptstack.bench import BenchError, build_report
+    from gptstack.bench import build_report
 
     bench = _repo_benchmarks()
-    try:
-        report = build_report(args.results or bench / "results", args.readme or bench / "README.md",
-                              args.plots or bench / "plots")
-    except BenchError as e:
-        raise GptstackError(str(e)) from e
+    report = build_report(args.results or bench / "results", args.readme or bench / "README.md",
+                          args.plots or bench / "plots")
     print(f"wrote {report.readme} from {len(report.results)} result file(s), "
           f"{len(report.plots)} plot(s)")
     return 0

@@ -24,8 +24,9 @@ class CheckpointError(GptstackError):
 def user_errors() -> tuple[type[BaseException], ...]:
     """Every package's user-facing error base. Imported when needed, not at module load, so
     `gptstack --help` does not pay for importing torch."""
+    from gptstack.bench import BenchError
     from gptstack.model import ModelError
     from gptstack.quant import ArtifactError, QuantError
     from gptstack.tokenizer import TokenizerError
 
-    return (GptstackError, TokenizerError, ModelError, ArtifactError, QuantError)
+    return (GptstackError, TokenizerError, ModelError, ArtifactError, QuantError, BenchError)

@@ -20,6 +20,7 @@ from .results import SCHEMA, SUITES, Column, Result, load_result, result_path, v
 from .shapes import ModelShape
 from .stats import median, paired_ratios, speedups, summarize
 from .suites.attention import run_attention
+from .suites.common import resolve_device
 from .suites.engine import run_engine
 from .suites.generate import run_generate
 from .suites.ops import run_ops
@@ -40,4 +41,5 @@ __all__ = [
     "summarize_files", "text_summary",
     # suites
     "run_attention", "run_engine", "run_generate", "run_ops", "run_tokenizer", "run_train",
+    "resolve_device",
 ]

@@ -122,12 +122,16 @@ def command_line(argv: list[str] | None) -> str:
     return shlex.join(argv if argv is not None else sys.argv)
 
 
+def threads_available() -> int:
+    """CPU threads this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def environment(device: torch.device, command: list[str] | None = None) -> dict[str, Any]:
     """Everything MEASURING.md rule 6 asks for, as one JSON-ready dict."""
-    try:
-        threads = len(os.sched_getaffinity(0))
-    except AttributeError:
-        threads = os.cpu_count()
     try:
         load = list(os.getloadavg())
     except OSError:
@@ -144,7 +148,7 @@ def environment(device: torch.device, command: list[str] | None = None) -> dict[
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "numpy": _version("numpy"),
         "platform": platform.platform(),
-        "cpu": {"model": cpu_model(), "threads_available": threads,
+        "cpu": {"model": cpu_model(), "threads_available": threads_available(),
                 "torch_threads": torch.get_num_threads(), "load_average_1_5_15": load},
         "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
     }

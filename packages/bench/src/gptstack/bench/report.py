@@ -20,7 +20,7 @@ from typing import Any
 from .errors import BenchError
 from .formatting import MISSING, format_value, num
 from .plots import render_plot
-from .results import SCHEMA, SUITES, load_result, lookup
+from .results import SCHEMA, SUITES, checked_result, load_result, lookup
 
 REPORT_COMMAND = "gptstack bench report"
 QUESTIONS = {
@@ -58,7 +58,7 @@ def _read_any(path: Path) -> tuple[str, dict[str, Any] | None]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return "unreadable", None
     if isinstance(data, dict) and data.get("schema") == SCHEMA:
-        return "bench", load_result(path)
+        return "bench", checked_result(data, path)
     return "other", data if isinstance(data, dict) else {}
 
 

@@ -22,7 +22,7 @@ import datetime
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from .environment import device_slug
 from .errors import BenchError
 from .formatting import FORMATTERS
 from .harness import Comparison, Measurement
-from .stats import speedups, summarize
+from .stats import summarize
 
 SCHEMA = "gptstack-bench/1"
 SUITES = ("train", "generate", "attention", "ops", "engine", "tokenizer")
@@ -94,7 +94,21 @@ def ratio_entry(comparison: Comparison, baseline: str, candidate: str) -> dict[s
     m = comparison.measurements
     if baseline not in m or candidate not in m:
         return None
-    return {"vs": baseline, **summarize(speedups(m[baseline].samples, m[candidate].samples))}
+    return {"vs": baseline, **summarize(comparison.speedups(baseline, candidate))}
+
+
+def ratio_entries(comparison: Comparison, candidate: str,
+                  baselines: Mapping[str, str | None]) -> dict[str, dict[str, Any]]:
+    """A row's `ratios`: {key: ratio_entry(baseline, candidate)} for each key -> baseline name,
+    leaving out a baseline that is None, the candidate itself, or did not run."""
+    out = {}
+    for key, baseline in baselines.items():
+        if baseline is None or baseline == candidate:
+            continue
+        entry = ratio_entry(comparison, baseline, candidate)
+        if entry is not None:
+            out[key] = entry
+    return out
 
 
 def result_path(out_dir: str | os.PathLike, suite: str, device: torch.device,
@@ -255,6 +269,12 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as e:
         raise BenchError(
             f"result file {path} cannot be read as JSON ({e}): re-run its suite") from None
+    return checked_result(data, path)
+
+
+def checked_result(data: Any, path: str | os.PathLike) -> dict[str, Any]:
+    """data (the parsed JSON of the result file at path) if it passes the schema; else
+    BenchError naming the file and the first problem."""
     problems = validate_result(data)
     if problems:
         raise BenchError(f"result file {path} fails the schema: {problems[0]} "

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from gptstack.model import (
@@ -30,9 +30,16 @@ from gptstack.model import (
 )
 
 from ..harness import Settings, Variant, compare
-from ..results import Column, make_row, ratio_entry
+from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, random_tokens
-from .common import SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
+from .common import (
+    SuiteContext,
+    check_close,
+    dtype_name,
+    reference_dtype,
+    release_memory,
+    resolve_dtype,
+)
 
 INPUT_SETS = 3
 PER_HEAD_BACKEND = "bench_per_head_loop"  # registered by this suite for the end-to-end rows
@@ -58,20 +65,24 @@ def _native_backend() -> tuple[Any, str]:
     return get_attention_backend(NATIVE_BACKEND), ""
 
 
-def _backends() -> list[tuple[str, str, Any]]:
-    native, _ = _native_backend()
-    out = [("per-head loop", PER_HEAD_BACKEND, per_head_loop),
-           ("manual (batched heads)", "manual", get_attention_backend("manual")),
-           ("sdpa", "sdpa", get_attention_backend("sdpa"))]
-    out.append(("native (cuda_ops)", NATIVE_BACKEND, native))
-    return out
+class Backend(NamedTuple):
+    label: str  # the row name
+    backend: str  # the name in gptstack.model's attention backend registry
+    fn: Any  # None when unavailable
+    why: str  # why fn is None ("" when available)
 
 
-def _ref_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float32 else torch.float32
+def _backends() -> list[Backend]:
+    """Every backend of the suite, the native one probed (imported) once per run."""
+    native, why_native = _native_backend()
+    return [Backend("per-head loop", PER_HEAD_BACKEND, per_head_loop, ""),
+            Backend("manual (batched heads)", "manual", get_attention_backend("manual"), ""),
+            Backend("sdpa", "sdpa", get_attention_backend("sdpa"), ""),
+            Backend("native (cuda_ops)", NATIVE_BACKEND, native, why_native)]
 
 
-def _op_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype) -> None:
+def _op_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype,
+             backends: list[Backend]) -> None:
     B, nh, hs = shape.batch_size, shape.n_head, shape.head_size
     group = f"{shape.name} B={B} nh={nh} T={T} hs={hs}"
     params = {"model": shape.name, "batch": B, "n_head": nh, "seq_len": T, "head_size": hs,
@@ -80,13 +91,12 @@ def _op_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype) -
     inputs = [tuple(torch.randn(B, nh, T, hs, generator=g).to(ctx.device, dtype)
                     for _ in range(3)) for _ in range(INPUT_SETS)]
     q, k, v = inputs[0]
-    rd = _ref_dtype(dtype)
+    rd = reference_dtype(dtype)
     ref = manual_attention(q.to(rd), k.to(rd), v.to(rd))
     variants, checks, not_run = [], {}, {}
-    _, why_native = _native_backend()
-    for name, _, fn in _backends():
+    for name, _, fn, why in backends:
         if fn is None:
-            not_run[name] = ("skipped", why_native)
+            not_run[name] = ("skipped", why)
             continue
         with torch.no_grad():
             checks[name] = check_close(fn(q, k, v), ref, dtype, f"manual attention in {rd}")
@@ -94,11 +104,11 @@ def _op_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype) -
     ctx.progress.row(f"op {group}")
     with torch.no_grad():
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
-    _emit(ctx, "op", group, params, cmp, checks, not_run,
+    _emit(ctx, "op", group, params, backends, cmp, checks, not_run,
           flops=2 * B * nh * T * T * hs)  # QK^T and PV, causal half: 2 * (2 B nh T^2 hs) / 2
 
 
-def _model_checks(model, idx: torch.Tensor, backends) -> dict[str, dict]:
+def _model_checks(model, idx: torch.Tensor, backends: list[Backend]) -> dict[str, dict]:
     """Each backend's whole-model logits in float32 against the manual backend in float64, on
     the first sequence of idx, TF32 off: a check of the backend, not of bf16 rounding (which
     over a dozen layers alone comes near the 1e-2 bf16 bound)."""
@@ -112,7 +122,7 @@ def _model_checks(model, idx: torch.Tensor, backends) -> dict[str, dict]:
             del ref_model
             m32 = copy.deepcopy(model).to(torch.float32)
             out = {}
-            for name, backend, fn in backends:
+            for name, backend, fn, _ in backends:
                 if fn is not None:
                     m32.set_attention_backend(backend)
                     out[name] = check_close(m32(idx[:1])[0], ref, torch.float32,
@@ -122,7 +132,8 @@ def _model_checks(model, idx: torch.Tensor, backends) -> dict[str, dict]:
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-def _model_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype) -> None:
+def _model_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype,
+                backends: list[Backend]) -> None:
     B = shape.batch_size
     group = f"{shape.name} B={B} T={T}"
     params = {"model": shape.name, "batch": B, "seq_len": T, "dtype": dtype_name(dtype)}
@@ -130,13 +141,11 @@ def _model_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype
     model = shape.build(ctx.device, dtype=dtype, dropout=0.0).eval()
     g = torch.Generator().manual_seed(4)
     inputs = [random_tokens((B, T), shape.vocab_size, ctx.device, g) for _ in range(INPUT_SETS)]
-    backends = _backends()
     checks = _model_checks(model, inputs[0], backends)
     variants, not_run = [], {}
-    _, why_native = _native_backend()
-    for name, backend, fn in backends:
+    for name, backend, fn, why in backends:
         if fn is None:
-            not_run[name] = ("skipped", why_native)
+            not_run[name] = ("skipped", why)
             continue
 
         def forward(idx, backend=backend):
@@ -147,23 +156,20 @@ def _model_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype
     ctx.progress.row(f"model forward {group}")
     with torch.no_grad():
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
-    _emit(ctx, "model", group, params, cmp, checks, not_run,
+    _emit(ctx, "model", group, params, backends, cmp, checks, not_run,
           flops=B * T * model.flops_per_token(T) // 3)  # forward = 1/3 of 6N + attention
 
 
-def _emit(ctx, section, group, params, cmp, checks, not_run, *, flops: int) -> None:
-    for name, _, _ in _backends():
+def _emit(ctx, section, group, params, backends, cmp, checks, not_run, *, flops: int) -> None:
+    for name, *_ in backends:
         if name in not_run or name not in cmp.measurements:
             status, note = not_run.get(name, ("error", cmp.failures.get(name, "did not run")))
             ctx.result.add_row(make_row(section=section, group=group, name=name, params=params,
                                         status=status, note=note))
             continue
         m = cmp.measurements[name]
-        ratios = {}
-        for key, other in (("vs_loop", "per-head loop"), ("vs_manual", "manual (batched heads)")):
-            entry = ratio_entry(cmp, other, name) if other != name else None
-            if entry is not None:
-                ratios[key] = entry
+        ratios = ratio_entries(cmp, name, {"vs_loop": "per-head loop",
+                                           "vs_manual": "manual (batched heads)"})
         metrics = {"flops": flops, "flops_per_s": flops / m.stats["median"]}
         ctx.result.add_row(make_row(section=section, group=group, name=name, params=params,
                                     measurement=m, metrics=metrics, ratios=ratios,
@@ -186,8 +192,9 @@ def run_attention(
     """Op-level and whole-model attention rows for each shape (B = shape.batch_size,
     T = seq_len or block_size)."""
     shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    backends = _backends()
     params = {"shapes": [s.to_dict() for s in shapes], "seq_len": seq_len, "dtype": dtype,
-              "backends": [name for name, _, _ in _backends()]}
+              "backends": [b.label for b in backends]}
     ctx = SuiteContext.create("attention", params, device=device, settings=settings, out=out,
                               smoke=smoke, compile_backend=compile_backend, progress=progress,
                               command=command)
@@ -195,9 +202,9 @@ def run_attention(
     dt = resolve_dtype(dtype, ctx.device)
     for shape in shapes:
         T = min(seq_len or shape.block_size, shape.block_size)
-        _op_rows(ctx, shape, T, dt)
+        _op_rows(ctx, shape, T, dt, backends)
         release_memory(ctx.device)
-        _model_rows(ctx, shape, T, dt)
+        _model_rows(ctx, shape, T, dt, backends)
         release_memory(ctx.device)
     return ctx.finish()
 

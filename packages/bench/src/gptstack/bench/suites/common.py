@@ -16,6 +16,7 @@ import torch
 
 from ..environment import environment
 from ..errors import BenchError
+from ..floors import measure_floors
 from ..harness import Progress, Settings
 from ..results import Result
 
@@ -49,6 +50,11 @@ def dtype_name(dtype: torch.dtype) -> str:
         dtype, str(dtype))
 
 
+def reference_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a reference output is computed in: float64 for fp32 runs, else float32."""
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| computed in float64."""
     out64, ref64 = out.detach().double(), ref.detach().double()
@@ -63,15 +69,19 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, agains
     return {"rel_err": err, "tol": tol, "ok": bool(err < tol), "against": against}
 
 
+def check_compile_backend(backend: str) -> None:
+    if backend not in COMPILE_BACKENDS:
+        raise BenchError(
+            f"compile backend {backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
+
+
 def compile_callable(fn: Any, backend: str, mode: str | None = None, **kwargs: Any) -> Any:
     """torch.compile with a backend choice (inductor for real runs; aot_eager/eager let CPU CI
     exercise Dynamo and AOTAutograd without minutes of C++ compilation). A mode applies to
     inductor only. Shapes are static (dynamic=False): a benchmark measures one size at a time,
     and a second size must not turn the compiled kernel into a dynamic-shape one."""
     kwargs.setdefault("dynamic", False)
-    if backend not in COMPILE_BACKENDS:
-        raise BenchError(
-            f"compile backend {backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
+    check_compile_backend(backend)
     if backend == "inductor":
         return torch.compile(fn, mode=mode, **kwargs)
     return torch.compile(fn, backend=backend, **kwargs)
@@ -102,9 +112,7 @@ class SuiteContext:
                command: list[str] | None = None) -> SuiteContext:
         dev = device if isinstance(device, torch.device) else resolve_device(device)
         settings = settings or (Settings.smoke() if smoke else Settings())
-        if compile_backend not in COMPILE_BACKENDS:
-            raise BenchError(f"compile backend {compile_backend!r} is unknown: use "
-                             f"{', '.join(COMPILE_BACKENDS)}")
+        check_compile_backend(compile_backend)
         params = {**params, "smoke": smoke, "compile_backend": compile_backend}
         result = Result(suite, params=params, settings=settings.to_dict(),
                         env=environment(dev, command), path=out)
@@ -113,6 +121,16 @@ class SuiteContext:
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
+
+    def measure_floors(self) -> dict[str, Any]:
+        """Measure the copy and matmul floors (floors.py), record them in the result (with a
+        note when they could not be measured) and return them."""
+        self.progress.row("floors: copy bandwidth and matmul rate")
+        floors = measure_floors(self.device, self.settings, smoke=self.smoke)
+        self.result.data["floors"] = floors
+        if "error" in floors:
+            self.result.note(f"floors could not be measured: {floors['error']}")
+        return floors
 
     def finish(self) -> dict[str, Any]:
         self.progress.done()

@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,10 @@ import numpy as np
 import torch
 from gptstack.model import GPT, GPTConfig, generate
 
+from ..environment import threads_available
 from ..errors import BenchError
 from ..harness import Settings, Variant, compare
-from ..results import Column, make_row, ratio_entry
+from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape
 from .common import SuiteContext
 
@@ -91,8 +93,6 @@ class EngineRun:
         self.tokens: list[int] = []
 
     def __call__(self, _: Any) -> float:
-        import time
-
         t0 = time.perf_counter()
         proc = subprocess.run(self.cmd, capture_output=True, text=True, env=self.env,
                               timeout=SUBPROCESS_TIMEOUT_S)
@@ -129,10 +129,7 @@ def run_engine(
     """C engine builds (variant name -> gs-run path; e.g. release, openmp) against PyTorch fp32
     on the CPU, batch 1. `unavailable` names builds that could not be made, with the reason."""
     shape = shape.smoke() if smoke else shape
-    try:
-        threads = len(os.sched_getaffinity(0))
-    except AttributeError:
-        threads = os.cpu_count() or 1
+    threads = threads_available()
     n_tok = tokens or (shape.block_size - 1)
     if not 1 <= n_tok <= shape.block_size - 1:
         raise BenchError(f"tokens is {n_tok}: it must be 1 .. block_size-1 = "
@@ -200,9 +197,7 @@ def run_engine(
         ids = run.tokens if run is not None else torch_out.get(v.name)
         if reference_tokens is not None and ids:
             metrics["greedy_match_vs_torch"] = _match(ids, reference_tokens)
-        ratios = {}
-        if v.name != baseline and (entry := ratio_entry(cmp, baseline, v.name)) is not None:
-            ratios["vs_torch_1t"] = entry
+        ratios = ratio_entries(cmp, v.name, {"vs_torch_1t": baseline})
         ctx.result.add_row(make_row(section="engine", group=group, name=v.name,
                                     params={"threads": threads_of[v.name]},
                                     measurement=m, metrics=metrics, ratios=ratios))

@@ -18,6 +18,7 @@ at batch 1 to show where the cache starts to beat recomputation.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,9 +28,8 @@ import torch
 from gptstack.model import KVCacheDecoder, StaticCacheDecoder, generate
 
 from ..errors import BenchError
-from ..floors import measure_floors
 from ..harness import Settings, Variant, compare, error_text
-from ..results import Column, make_row, ratio_entry
+from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, model_bytes, random_tokens
 from .common import SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
 
@@ -84,8 +84,7 @@ def _decode_check(d: Decoder, model32, prompt: torch.Tensor) -> dict:
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        decoder = _make_decoder(Decoder(d.key, d.name, d.mode, d.cuda_graph, False, d.gpu_only),
-                                model32, B)
+        decoder = _make_decoder(dataclasses.replace(d, compile=False), model32, B)
         decoder.prefill(prompt[:, :-1])
         got = decoder.decode(prompt[:, -1], P - 1)  # (B, V): last prompt token at position P-1
         ref, _ = model32(prompt, last_only=True)
@@ -163,17 +162,15 @@ def _bench_point(ctx: SuiteContext, m: _Model, chosen: Sequence[Decoder], sectio
                    "model_bytes": m.nbytes, "bandwidth_bytes_per_s": bw,
                    "copy_fraction": bw / m.copy_bw if m.copy_bw else None,
                    "greedy_match": checks[d.key].pop("greedy_match", None)}
-        ratios = {}
-        for key, other in (("vs_naive", names.get("naive")), ("vs_kv", names.get("kv"))):
-            entry = ratio_entry(cmp, other, d.name) if other and other != d.name else None
-            if entry is not None:
-                ratios[key] = entry
+        ratios = ratio_entries(cmp, d.name, {"vs_naive": names.get("naive"),
+                                             "vs_kv": names.get("kv")})
         ctx.result.add_row(make_row(section=section, group=group, name=d.name, params=params,
                                     measurement=meas, metrics=metrics, ratios=ratios,
                                     check=checks[d.key]))
 
 
-def _geometric(points: Sequence[int], limit: int) -> list[int]:
+def _lengths_up_to(points: Sequence[int], limit: int) -> list[int]:
+    """The distinct sweep lengths in 1..limit, ascending."""
     return sorted({p for p in points if 1 <= p <= limit})
 
 
@@ -212,10 +209,7 @@ def run_generate(
                               command=command)
     _declare(ctx)
     dt = resolve_dtype(dtype, ctx.device)
-    ctx.progress.row("floors: copy bandwidth and matmul rate")
-    floors = measure_floors(ctx.device, ctx.settings, smoke=smoke)
-    ctx.result.data["floors"] = floors
-    copy_bw = floors.get("copy", {}).get("bytes_per_s")
+    copy_bw = ctx.measure_floors().get("copy", {}).get("bytes_per_s")
     for shape in shapes:
         model = shape.build(ctx.device, dtype=dt, dropout=0.0).eval()
         m = _Model(shape, model, model if dt == torch.float32 else copy.deepcopy(model).float(),
@@ -238,10 +232,10 @@ def run_generate(
             if b == 1:
                 sweep = [d for d in chosen
                          if d.key in ("naive", "kv", "graph" if ctx.cuda else "static")]
-                for p in _geometric(sweep_prompt, shape.block_size - SWEEP_NEW_FOR_PROMPTS):
+                for p in _lengths_up_to(sweep_prompt, shape.block_size - SWEEP_NEW_FOR_PROMPTS):
                     _bench_point(ctx, m, sweep, "sweep_prompt", shape.name, 1, p,
                                  SWEEP_NEW_FOR_PROMPTS)
-                for n in _geometric(sweep_new, shape.block_size - SWEEP_PROMPT_FOR_NEW):
+                for n in _lengths_up_to(sweep_new, shape.block_size - SWEEP_PROMPT_FOR_NEW):
                     _bench_point(ctx, m, sweep, "sweep_new", shape.name, 1, SWEEP_PROMPT_FOR_NEW, n)
             m.decoders = {}
             release_memory(ctx.device)

@@ -21,19 +21,21 @@ from typing import Any
 import torch
 
 from ..errors import BenchError
-from ..floors import measure_floors
 from ..harness import Settings, Variant, compare, error_text
 from ..opregistry import Op, OpSize, load_native_candidates, registered_ops
-from ..results import Column, make_row, ratio_entry
+from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape
-from .common import SuiteContext, check_close, compile_callable, dtype_name, resolve_dtype
+from .common import (
+    SuiteContext,
+    check_close,
+    compile_callable,
+    dtype_name,
+    reference_dtype,
+    resolve_dtype,
+)
 
 INPUT_SETS = 3
 GRAPH_INNER = 10  # calls per captured graph: one replay amortizes the replay's own launch
-
-
-def _ref_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float32 else torch.float32
 
 
 def _upcast(inputs: tuple, dtype: torch.dtype) -> tuple:
@@ -47,7 +49,7 @@ def _measure_op(ctx: SuiteContext, op: Op, size: OpSize, dtype: torch.dtype, flo
     inputs = [op.make_inputs(size, ctx.device, dtype, g) for _ in range(INPUT_SETS)]
     params = {"op": op.name, "size": size.to_dict(), "dtype": dtype_name(dtype),
               "shapes": [list(x.shape) for x in inputs[0]], "about": op.about}
-    rd = _ref_dtype(dtype)
+    rd = reference_dtype(dtype)
     ref = op.reference(*_upcast(inputs[0], rd))
     impls: dict[str, Any] = {"eager": op.reference}
     checks, not_run = {}, {}
@@ -97,12 +99,10 @@ def _measure_op(ctx: SuiteContext, op: Op, size: OpSize, dtype: torch.dtype, flo
                    "flops_per_s": flops / t,
                    "copy_fraction": nbytes / t / copy_bw if copy_bw else None,
                    "floor_fraction": floor_t / t if floor_t else None}
-        ratios = {}
-        if name != "eager" and (entry := ratio_entry(cmp, "eager", name)) is not None:
-            ratios["vs_eager"] = entry
-        if name not in ("eager", "torch.compile") and (
-                entry := ratio_entry(cmp, "torch.compile", name)) is not None:
-            ratios["vs_compile"] = entry
+        # eager gets no vs_compile: compile's speedup over eager is on the compile row
+        baselines = {"vs_eager": "eager",
+                     "vs_compile": None if name == "eager" else "torch.compile"}
+        ratios = ratio_entries(cmp, name, baselines)
         ctx.result.add_row(make_row(section="ops", group=group, name=name, params=params,
                                     measurement=m, metrics=metrics, ratios=ratios,
                                     check=checks[name], note=note))
@@ -148,11 +148,7 @@ def run_ops(
                               command=command)
     _declare(ctx)
     dt = resolve_dtype(dtype, ctx.device)
-    ctx.progress.row("floors: copy bandwidth and matmul rate")
-    floors = measure_floors(ctx.device, ctx.settings, smoke=smoke)
-    ctx.result.data["floors"] = floors
-    if "error" in floors:
-        ctx.result.note(f"floors could not be measured: {floors['error']}")
+    floors = ctx.measure_floors()
     ctx.result.note(native)
     for name in names:
         for size in sizes:

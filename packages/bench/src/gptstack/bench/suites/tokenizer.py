@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import BenchError
 from ..harness import Settings, Variant, compare, error_text
-from ..results import Column, make_row, ratio_entry
+from ..results import Column, make_row, ratio_entries
 from .common import SuiteContext
 
 CHUNKS = 4  # rotating encode inputs
@@ -78,11 +78,12 @@ def _train_rows(ctx: SuiteContext, text: str, vocab_size: int, pattern: str) -> 
     if hf_train is not None:
         variants.append(Variant(HF_TRAIN, lambda t: trained.__setitem__(HF_TRAIN, hf_train(t)),
                                 [text]))
-    group = f"{len(text.encode()):,} bytes → vocab {vocab_size}"
+    nbytes = len(text.encode())
+    group = f"{nbytes:,} bytes → vocab {vocab_size}"
+    params = {"vocab_size": vocab_size, "pattern": pattern, "bytes": nbytes}
     ctx.progress.row(f"train {group}")
     cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
     for name in (OURS_TRAIN, HF_TRAIN):
-        params = {"vocab_size": vocab_size, "pattern": pattern, "bytes": len(text.encode())}
         if name == HF_TRAIN and hf_train is None:
             ctx.result.add_row(make_row(section="train", group=group, name=name, params=params,
                                         status="skipped", note=why))
@@ -94,14 +95,12 @@ def _train_rows(ctx: SuiteContext, text: str, vocab_size: int, pattern: str) -> 
         tok = trained[name]
         vocab = tok.vocab_size if name == OURS_TRAIN else tok.get_vocab_size()
         n_tokens = (len(tok.encode(text)) if name == OURS_TRAIN else len(tok.encode(text).ids))
-        ratios = {}
-        if name != OURS_TRAIN and (entry := ratio_entry(cmp, OURS_TRAIN, name)) is not None:
-            ratios["vs_ours"] = entry
         ctx.result.add_row(make_row(
             section="train", group=group, name=name, params=params,
-            measurement=cmp.measurements[name], ratios=ratios,
+            measurement=cmp.measurements[name],
+            ratios=ratio_entries(cmp, name, {"vs_ours": OURS_TRAIN}),
             metrics={"vocab_reached": vocab, "corpus_tokens": n_tokens,
-                     "bytes_per_token": len(text.encode()) / n_tokens},
+                     "bytes_per_token": nbytes / n_tokens},
             check={"ok": vocab == vocab_size, "against": f"vocabulary of {vocab_size} reached"}))
     return trained
 
@@ -149,19 +148,17 @@ def _encode_rows(ctx: SuiteContext, text: str, trained: dict[str, Any]) -> None:
         variants.append(Variant(name, enc, chunks))
     ctx.progress.row(f"encode {group}")
     cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+    params = {"chunks": CHUNKS, "mean_chunk_bytes": mean_bytes}
     for name, (enc, _, why) in encoders.items():
-        params = {"chunks": CHUNKS, "mean_chunk_bytes": mean_bytes}
         if enc is None or name not in cmp.measurements:
             status = "skipped" if enc is None else "error"
             ctx.result.add_row(make_row(section="encode", group=group, name=name, params=params,
                                         status=status, note=why or cmp.failures.get(name, "?")))
             continue
         m = cmp.measurements[name]
-        ratios = {}
-        if name != OURS_ENC and (entry := ratio_entry(cmp, OURS_ENC, name)) is not None:
-            ratios["vs_ours"] = entry
         ctx.result.add_row(make_row(section="encode", group=group, name=name, params=params,
-                                    measurement=m, ratios=ratios, check=checks[name],
+                                    measurement=m, check=checks[name],
+                                    ratios=ratio_entries(cmp, name, {"vs_ours": OURS_ENC}),
                                     metrics={"bytes_per_s": mean_bytes / m.stats["median"]}))
 
 

@@ -28,7 +28,7 @@ from gptstack.model import split_decay_params
 from ..errors import BenchError
 from ..harness import Comparison, Settings, Variant, compare, error_text
 from ..peaks import peak_flops
-from ..results import Column, make_row, ratio_entry
+from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, random_tokens
 from .common import SuiteContext, compile_callable, release_memory
 
@@ -76,14 +76,15 @@ RUNGS: tuple[Rung, ...] = (
          "torch.cuda.CUDAGraph, replayed each step"),
 )
 RUNG_KEYS = tuple(r.key for r in RUNGS)
+_BY_KEY = {r.key: r for r in RUNGS}
 BASELINE = "fp32"
 # The settings of `gptstack train` on CUDA today (tools/runtime.py, tools/train.py,
-# tools/graphed_step.py): bf16 autocast, TF32 allowed, torch.compile(model) default mode, and the
+# tools/train_step.py): bf16 autocast, TF32 allowed, torch.compile(model) default mode, and the
 # whole step (forward, backward, clip 1.0, fused capturable AdamW) replayed as one CUDA graph.
 TRAIN_DEFAULT = "graph"  # on CUDA; on a CPU `gptstack train` runs fp32 eager (no compile, no graph)
 TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + torch.compile(model) default mode + the "
                       "whole step (clip 1.0, fused capturable AdamW) as one CUDA graph "
-                      "(tools/runtime.py, tools/train.py, tools/graphed_step.py)")
+                      "(tools/runtime.py, tools/train.py, tools/train_step.py)")
 
 
 def _set_tf32(allowed: bool) -> None:
@@ -177,11 +178,15 @@ class RungStep:
 
 
 def _ancestor_measured(rung: Rung, measured: set[str]) -> str | None:
-    by_key = {r.key: r for r in RUNGS}
+    """The key of the nearest ancestor rung in `measured` (keys), or None."""
     parent = rung.parent
     while parent is not None and parent not in measured:
-        parent = by_key[parent].parent
+        parent = _BY_KEY[parent].parent
     return parent
+
+
+def _rung_name(key: str) -> str:
+    return _BY_KEY[key].name
 
 
 def _cudagraph_skips() -> int | None:
@@ -243,8 +248,7 @@ def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cm
     flops_per_token = (next(iter(built.values())).model.flops_per_token(seq_len)
                        if built else None)
     device_name = torch.cuda.get_device_name(ctx.device) if ctx.cuda else "cpu"
-    measured = set(cmp.measurements)
-    by_name = {r.name: r for r in RUNGS}
+    measured = {r.key for r in rungs if r.name in cmp.measurements}
     ref_loss = built[BASELINE].first_loss if BASELINE in built else None
     for rung in rungs:
         name = rung.name
@@ -269,14 +273,10 @@ def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cm
             "mfu_peak": peak.label if peak else None,
             **info[rung.key],
         }
-        parent_key = _ancestor_measured(rung, {by_name[n].key for n in measured})
-        parent = next((r.name for r in RUNGS if r.key == parent_key), None)
-        ratios = {}
-        for key, other in (("vs_previous", parent), ("vs_fp32", by_name_key(BASELINE)),
-                           ("vs_train_default", by_name_key(TRAIN_DEFAULT))):
-            entry = ratio_entry(cmp, other, name) if other and other != name else None
-            if entry is not None:
-                ratios[key] = entry
+        parent_key = _ancestor_measured(rung, measured)
+        ratios = ratio_entries(cmp, name, {
+            "vs_previous": _rung_name(parent_key) if parent_key else None,
+            "vs_fp32": _rung_name(BASELINE), "vs_train_default": _rung_name(TRAIN_DEFAULT)})
         check = None
         first = built[rung.key].first_loss
         if ref_loss is not None and first is not None:
@@ -288,20 +288,15 @@ def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cm
                                     measurement=m, metrics=metrics, ratios=ratios, check=check))
 
 
-def by_name_key(key: str) -> str:
-    return next(r.name for r in RUNGS if r.key == key)
-
-
 def _summarize(ctx: SuiteContext, shape: ModelShape) -> None:
     rows = [r for r in ctx.result.rows if r["group"] == shape.name and r["status"] == "ok"]
     if not rows:
         return
     best = max(rows, key=lambda r: r["metrics"]["tokens_per_s"])
-    default = by_name_key(TRAIN_DEFAULT)
     entry = {"fastest": best["name"], "fastest_tokens_per_s": best["metrics"]["tokens_per_s"]}
     if "vs_train_default" in best["ratios"]:
         entry["fastest_vs_train_default"] = best["ratios"]["vs_train_default"]["median"]
-    entry["train_default"] = default
+    entry["train_default"] = _rung_name(TRAIN_DEFAULT)
     ctx.result.data["summary"][shape.name] = entry
     ctx.result.save()
 
@@ -332,7 +327,7 @@ def run_train(
     params = {"shapes": [s.to_dict() for s in shapes], "rungs": [asdict(r) for r in chosen],
               "seq_len": seq_len, "grad_accum": grad_accum, "lr": LR, "betas": list(BETAS),
               "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-              "train_default": {"rung": by_name_key(TRAIN_DEFAULT), "what": TRAIN_DEFAULT_TEXT}}
+              "train_default": {"rung": _rung_name(TRAIN_DEFAULT), "what": TRAIN_DEFAULT_TEXT}}
     ctx = SuiteContext.create("train", params, device=device, settings=settings, out=out,
                               smoke=smoke, compile_backend=compile_backend, progress=progress,
                               command=command)
