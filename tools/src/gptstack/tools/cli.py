@@ -24,6 +24,7 @@ def _add_device(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import commands as c
     from .config import preset_names
+    from .defaults import SAMPLING
 
     parser = argparse.ArgumentParser(
         prog="gptstack",
@@ -76,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt", type=Path, required=True, help="run directory or checkpoint directory")
     p.add_argument("--prompt", default="", help="text to continue (default: start of text)")
     p.add_argument("--tokens", type=int, default=500)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=200, help="0 = no top-k")
+    p.add_argument("--temperature", type=float, default=SAMPLING.temperature,
+                   help="softmax temperature, 0 = greedy (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=SAMPLING.top_k,
+                   help="keep the k most likely tokens, 0 = no top-k (default %(default)s)")
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--mode", default="kv", choices=["naive", "kv", "static"], help="decoding mode")
@@ -90,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--samples", type=int, default=10, help="generated samples for word statistics")
     p.add_argument("--sample-tokens", type=int, default=200)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=SAMPLING.seed)
     _add_device(p)
     p.set_defaults(func=c.cmd_eval)
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .data import Corpus, batch_rng, get_batch
+from .defaults import SAMPLING
 from .runtime import Runtime
 
 EVAL_STREAM = 1 << 30  # batch_rng stream id of evaluation batches (training uses step numbers)
@@ -84,7 +85,8 @@ def word_stats(generated: str, train_text: str) -> dict[str, float]:
 
 def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
                    samples: int = 10, sample_tokens: int = 200, seed: int = 1,
-                   temperature: float = 0.8, top_k: int | None = 200) -> dict[str, Any]:
+                   temperature: float = SAMPLING.temperature,
+                   top_k: int | None = SAMPLING.top_k) -> dict[str, Any]:
     """Every number `gptstack eval` reports, as one dict (also the JSON it writes)."""
     from gptstack.model import generate
 

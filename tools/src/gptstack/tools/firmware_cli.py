@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .defaults import SAMPLING
 from .errors import GptstackError
 
 
@@ -26,9 +27,9 @@ def add_firmware_parser(sub) -> None:
     p.add_argument("--artifact", type=Path, required=True, help="the .gsm file")
     p.add_argument("--prompt", default="")
     p.add_argument("--tokens", type=int, default=100)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--seed", type=int, default=SAMPLING.seed)
+    p.add_argument("--temperature", type=float, default=SAMPLING.temperature)
+    p.add_argument("--top-k", type=int, default=SAMPLING.top_k)
     p.add_argument("--screen", type=Path, help="also render the final OLED screen to this PNG")
     p.add_argument("--variant", default="release", choices=["release", "openmp"])
     p.set_defaults(func=cmd_firmware_run)

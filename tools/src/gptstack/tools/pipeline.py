@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .config import apply_overrides, load_preset
+from .defaults import SAMPLING
 
 
 def _stage(i: int, n: int, title: str) -> None:
@@ -61,7 +62,8 @@ def run_pipeline(args) -> int:
 
     _stage(3, n, "sample (PyTorch, KV cache)")
     ckpt = load_checkpoint(run_dir)
-    s = sample(ckpt, args.prompt, tokens=200, temperature=0.8, top_k=40, seed=1)
+    s = sample(ckpt, args.prompt, tokens=200, temperature=SAMPLING.temperature,
+               top_k=SAMPLING.top_k, top_p=SAMPLING.top_p, seed=SAMPLING.seed)
     (out / "sample.txt").write_text(s.text + "\n")
     print(f"[{s.new_tokens} tokens, {s.tokens_per_s:,.0f} tokens/s] -> {out / 'sample.txt'}")
 
@@ -79,7 +81,8 @@ def run_pipeline(args) -> int:
 
     _stage(6, n, "C engine on this host + OLED screen")
     screen = out / "screen.png"
-    proc = run_engine(artifact, args.prompt, tokens=120, seed=1, temperature=0.8, top_k=40,
+    proc = run_engine(artifact, args.prompt, tokens=120, seed=SAMPLING.seed,
+                      temperature=SAMPLING.temperature, top_k=SAMPLING.top_k,
                       screen=screen, capture=True)
     (out / "engine.txt").write_text(proc.stdout)
     print(proc.stdout.rstrip())

@@ -14,6 +14,7 @@ from gptstack.model import stream
 from gptstack.tokenizer import Tokenizer
 
 from .checkpoint import Checkpoint
+from .defaults import SAMPLING
 from .errors import GptstackError
 
 
@@ -36,8 +37,9 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return [eot] if eot is not None else tokenizer.encode("\n")
 
 
-def sample(ckpt: Checkpoint, prompt: str, *, tokens: int, temperature: float = 0.8,
-           top_k: int | None = 200, top_p: float | None = None, seed: int | None = None,
+def sample(ckpt: Checkpoint, prompt: str, *, tokens: int,
+           temperature: float = SAMPLING.temperature, top_k: int | None = SAMPLING.top_k,
+           top_p: float | None = SAMPLING.top_p, seed: int | None = None,
            mode: str = "kv", out: TextIO | None = sys.stdout) -> SampleResult:
     """Generate `tokens` new tokens after `prompt`, writing text to `out` as it is produced."""
     if tokens < 0:
