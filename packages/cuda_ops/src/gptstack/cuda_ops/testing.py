@@ -1,0 +1,40 @@
+"""How gptstack.cuda_ops is checked: one error measure and one tolerance table.
+
+    rel = rel_error(out, ref)                 # ||out - ref|| / ||ref||, in float64
+    assert_close(out, ref, torch.bfloat16, "layernorm dx")
+
+Tolerances follow ../../../../../shared/MEASURING.md rule 5 ("relative error under 1e-5
+(fp32), under 1e-2 (bf16)"); float64 gets 1e-10 (the kernels compute float64 in double). The
+reference is always computed in float64 from the same (rounded) inputs. Used by the tests, the
+GPU check script and the bench candidates' self-check.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| (Frobenius), computed in float64; 0 when both are zero."""
+    out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
+    if out.shape != ref.shape:
+        raise AssertionError(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    denom = ref.norm().item()
+    diff = (out - ref).norm().item()
+    return diff / denom if denom > 0 else diff
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> float:
+    """Raise AssertionError naming `what` if rel_error exceeds TOLERANCE[dtype]; returns it."""
+    rel = rel_error(out, ref)
+    tol = TOLERANCE[dtype]
+    if not rel <= tol:  # also catches NaN
+        worst = (out.detach().double().cpu() - ref.detach().double().cpu()).abs().argmax()
+        raise AssertionError(
+            f"{what}: relative error {rel:.3e} > {tol:.0e} for {dtype}; worst element at flat "
+            f"index {worst.item()}: {out.flatten()[worst].item()!r} vs "
+            f"{ref.flatten()[worst].item()!r}"
+        )
+    return rel
