@@ -11,6 +11,7 @@ whole public API; see README.md.
 """
 
 from ._ext import _C
+from .attention import causal_attention, gptstack_attention
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 
@@ -34,6 +35,8 @@ __all__ = [
     "OpInputError",
     "OpTypeError",
     "build_info",
+    "causal_attention",
     "gelu_tanh",
+    "gptstack_attention",
     "set_cpu_path",
 ]
