@@ -183,7 +183,8 @@ void attention_forward(nb::ndarray<> y, nb::ndarray<> lse, nb::ndarray<> q, nb::
 void attention_backward(nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv, nb::ndarray<> dy,
                         nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, nb::ndarray<> y,
                         nb::ndarray<> lse, std::optional<nb::ndarray<>> seed, double dropout_p,
-                        int warps, uintptr_t stream, int num_threads) {
+                        std::optional<nb::ndarray<>> dq_accum, int warps, uintptr_t stream,
+                        int num_threads) {
   const char* op = "attention_backward";
   (void)stream;
   (void)warps;
@@ -194,6 +195,16 @@ void attention_backward(nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv, nb
   const Dims d = dims_of(op, Q);
   const void* L = lse_of(op, lse, Q, d);
   const Drop drop = drop_of(op, dropout_p, seed, Q);
+  float* acc = nullptr;  // the atomic-dQ mode's scratch: contiguous (B, nh, T, hs) float32
+  if (dq_accum) {
+    Tensor A = view(op, "dq_accum", *dq_accum);
+    check_shape(op, "dq_accum", A, {d.B, d.nh, d.T, d.hs});
+    check_dtype(op, "dq_accum", A, {DType::f32});
+    if (!A.cuda || A.device_id != Q.device || Q.dtype != DType::bf16)
+      fail(op, "dq_accum is for bfloat16 CUDA tensors only, on q's device");
+    acc = A.ptr<float>();
+  }
+  (void)acc;
   if (Q.cuda) {
     Tensor scope_t;
     scope_t.dtype = Q.dtype;
@@ -204,7 +215,8 @@ void attention_backward(nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv, nb
       GS_CUDA_CALL(attn::backward_cuda_bf16(
           d, DY.as<const bf16_t>(), Q.as<const bf16_t>(), K.as<const bf16_t>(),
           V.as<const bf16_t>(), Y.as<const bf16_t>(), static_cast<const float*>(L),
-          DQ.as<bf16_t>(), DK.as<bf16_t>(), DV.as<bf16_t>(), launch_of(drop, warps, stream)));
+          DQ.as<bf16_t>(), DK.as<bf16_t>(), DV.as<bf16_t>(), acc,
+          launch_of(drop, warps, stream)));
     else
       GS_CUDA_CALL(attn::backward_cuda_f32(
           d, DY.as<const float>(), Q.as<const float>(), K.as<const float>(), V.as<const float>(),
@@ -232,10 +244,12 @@ void register_attention(nb::module_& m) {
         "(B, nh, T). seed: one int64 on q's device, needed when dropout_p > 0. warps: CUDA "
         "bf16 CTA size, 4 or 8 (0: by shape).");
   m.def("attention_backward", &attention_backward, "dq"_a, "dk"_a, "dv"_a, "dy"_a, "q"_a, "k"_a,
-        "v"_a, "y"_a, "lse"_a, "seed"_a.none(), "dropout_p"_a = 0.0, "warps"_a = 0,
-        "stream"_a = 0, "num_threads"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "v"_a, "y"_a, "lse"_a, "seed"_a.none(), "dropout_p"_a = 0.0,
+        "dq_accum"_a.none() = nb::none(), "warps"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
         "Gradients of attention_forward: dq, dk, dv (overwritten) from dy, the inputs, y and "
-        "lse, with the forward's dropout_p and seed.");
+        "lse, with the forward's dropout_p and seed. dq_accum (bf16 on CUDA only): a float32 "
+        "(B, nh, T, hs) scratch that selects the atomic-dQ backward (long T).");
 }
 
 }  // namespace gs

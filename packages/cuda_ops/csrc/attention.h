@@ -65,10 +65,13 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
                        View4<const bf16_t> v, View4<bf16_t> y, float* lse, const CudaLaunch& l);
 void forward_cuda_f32(const Dims& d, View4<const float> q, View4<const float> k,
                       View4<const float> v, View4<float> y, float* lse, const CudaLaunch& l);
+// dq_accum: nullptr for the deterministic two-stage backward; else a (B, nh, T, hs) float32
+// scratch buffer, and dQ is accumulated there with atomics (FlashAttention-2's way: fewer tile
+// matmuls, for long T; attention_backward.cuh) and converted into dq.
 void backward_cuda_bf16(const Dims& d, View4<const bf16_t> dy, View4<const bf16_t> q,
                         View4<const bf16_t> k, View4<const bf16_t> v, View4<const bf16_t> y,
                         const float* lse, View4<bf16_t> dq, View4<bf16_t> dk, View4<bf16_t> dv,
-                        const CudaLaunch& l);
+                        float* dq_accum, const CudaLaunch& l);
 void backward_cuda_f32(const Dims& d, View4<const float> dy, View4<const float> q,
                        View4<const float> k, View4<const float> v, View4<const float> y,
                        const float* lse, View4<float> dq, View4<float> dk, View4<float> dv,

@@ -8,7 +8,11 @@
 // (Dao 2023, FlashAttention-2, Algorithm 2, with dQ computed by its own CTAs instead of atomic
 // adds: no fp32 dQ buffer, no zeroing or conversion kernels, deterministic results, and each
 // (b, h) gets T/16*NW + 1 tile steps of work per CTA pair, balanced across the causal triangle.)
-// The price is two extra tile matmuls (S and dP are computed by both kinds). D_i = dY_i . y_i,
+// The price is two extra tile matmuls (S and dP are computed by both kinds). Mode kAtomicDq is
+// FlashAttention-2's own: key CTAs only (z = 0), which also stage dS^T per tile in shared memory
+// and add dS K for the tile's queries into a zeroed fp32 buffer with atomics (dQ by
+// ldmatrix.trans of dS^T); attention_dq_convert_kernel then scales and rounds it. Five tile
+// matmuls instead of seven, for long T where the kernel is compute-bound. D_i = dY_i . y_i,
 // the row term of the softmax backward, is computed where it is needed: by the key CTAs for each
 // query tile they load (from the Y tile they load with it) and by the query CTAs for their rows,
 // so there is no separate pre-pass kernel. The accumulators of S^T / dS^T (keys x queries) are
@@ -17,7 +21,7 @@
 #pragma once
 
 #include "attention.h"
-#include "attention_mma.cuh"
+#include "attention_tiles.cuh"
 
 namespace gs::attn {
 
@@ -30,6 +34,7 @@ struct BwdArgs {
   uint32_t threshold;
   float drop_scale;
   const int64_t* seed;
+  float* dq_accum;  // kAtomicDq: zeroed (B*nh, T, hs) fp32, dQ / scale accumulates here
 };
 
 template <int HS, int NW> struct BwdConfig {
@@ -45,124 +50,56 @@ template <int HS, int NW> struct BwdConfig {
   // queries: Q, dY rows + 2 x (K, V tiles)
   static constexpr int kSmemQueries = 2 * kRowBytes + 2 * 2 * kTileBytes;
   static constexpr int kSmemBytes = kSmemKeys > kSmemQueries ? kSmemKeys : kSmemQueries;
+  // kAtomicDq: the key CTA's dS^T of one tile, [kRows][kTile + 8] bf16, after the key stages
+  static constexpr int kDsPitch = kTile + 8;
+  static constexpr int kSmemAtomic = kSmemKeys + kRows * kDsPitch * 2;
 };
 
-// Sum of the 8 products of two rows of 8 bf16.
-__device__ __forceinline__ float dot8_bf16(uint4 x, uint4 y) {
-  return bf16_lo(x.x) * bf16_lo(y.x) + bf16_hi(x.x) * bf16_hi(y.x) + bf16_lo(x.y) * bf16_lo(y.y) +
-         bf16_hi(x.y) * bf16_hi(y.y) + bf16_lo(x.z) * bf16_lo(y.z) + bf16_hi(x.z) * bf16_hi(y.z) +
-         bf16_lo(x.w) * bf16_lo(y.w) + bf16_hi(x.w) * bf16_hi(y.w);
-}
-
-__device__ __forceinline__ void seed_key(const int64_t* seed, uint32_t* key0, uint32_t* key1) {
-  const uint64_t s = static_cast<uint64_t>(*seed);
-  *key0 = static_cast<uint32_t>(s);
-  *key1 = static_cast<uint32_t>(s >> 32);
-}
-
-// Bit nt*4 + r of the result: keep weight s[nt][r] of a 16 x kTile tile in the mma layout
-// (rows = queries), whose first row is i0 and first column j0 (attention_philox.h: one call per
-// 16 x 16 block). Blocks with key block > `last_row` are skipped (all masked; bits 0).
-template <int kTile>
-__device__ __forceinline__ uint32_t keep_bits_rows(uint32_t key0, uint32_t key1, uint32_t bh,
-                                                   int i0, int j0, int last_row, uint32_t thr,
-                                                   int g, int t) {
-  uint32_t keep = 0;
+// kAtomicDq: dQ_tile += dS K over the CTA's keys, from dS^T staged in `ds_s` (rows = the CTA's
+// kRows keys from k0, columns = the tile's queries from i0). Warp w takes query m-tile
+// w % (QT/16) and one of NW / (QT/16) column slices of hs; results go to `dq_rows` (this head's
+// (T, hs) fp32 accumulator) by atomic adds.
+template <int HS, int NW, int QT, int P>
+__device__ __forceinline__ void dq_tile_atomic(const uint16_t* ds_s, const uint16_t* k_s,
+                                               float* dq_rows, int k0, int i0, int T, int warp,
+                                               int lane) {
+  constexpr int kMTiles = QT / 16, kCols = HS / (NW / kMTiles), DSP = QT + 8;
+  static_assert(NW % kMTiles == 0 && kCols % 16 == 0, "dQ tiles must split evenly over warps");
+  const int mq = warp % kMTiles, c0 = (warp / kMTiles) * kCols, q_first = i0 + 16 * mq;
+  if (q_first >= T) return;
+  float acc[kCols / 8][4] = {};
 #pragma unroll
-  for (int np = 0; np < kTile / 16; ++np) {
-    if (j0 + 16 * np > last_row) continue;
-    const Philox4 r = philox4x32_10(((j0 >> 4) + np) * 4 + t, (i0 >> 4) * 8 + g, bh, 0u, key0,
-                                    key1);
+  for (int kb = 0; kb < NW; ++kb) {
+    const int key0 = k0 + 16 * kb;
+    if (key0 >= T || key0 > q_first + 15) continue;  // past the end, or after these queries
+    uint32_t af[4];  // dS (queries x keys) = transposed reads of the stored dS^T
+    ldmatrix_x4_trans(af, ds_s + (16 * kb + (lane >> 4) * 8 + (lane & 7)) * DSP + 16 * mq +
+                              ((lane >> 3) & 1) * 8);
 #pragma unroll
-    for (int nl = 0; nl < 2; ++nl)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (((r.w[nl * 2 + hh] >> (16 * e)) & 0xFFFFu) >= thr)
-            keep |= 1u << ((2 * np + nl) * 4 + 2 * hh + e);
-  }
-  return keep;
-}
-
-// The same for a 16 x kTile tile in the transposed layout (rows = keys from j0, columns =
-// queries from i0): two calls per 16 x 16 block. Blocks whose last query < j0 are skipped.
-template <int kTile>
-__device__ __forceinline__ uint32_t keep_bits_cols(uint32_t key0, uint32_t key1, uint32_t bh,
-                                                   int j0, int i0, uint32_t thr, int g, int t) {
-  uint32_t keep = 0;
-#pragma unroll
-  for (int np = 0; np < kTile / 16; ++np) {
-    if (i0 + 16 * np + 15 < j0) continue;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const Philox4 r = philox4x32_10((j0 >> 4) * 4 + (g >> 1), ((i0 >> 4) + np) * 8 + 2 * t + e,
-                                      bh, 0u, key0, key1);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int nl = 0; nl < 2; ++nl)
-          if (((r.w[hh * 2 + nl] >> (16 * (g & 1))) & 0xFFFFu) >= thr)
-            keep |= 1u << ((2 * np + nl) * 4 + 2 * hh + e);
-    }
-  }
-  return keep;
-}
-
-// Packs accumulator pairs (n-tiles 2kk, 2kk+1) of s into an A fragment, weight w(nt, r) each.
-template <typename W>
-__device__ __forceinline__ void pack_a(uint32_t (&f)[4], const float (*s)[4], int kk, W w) {
-  f[0] = pack_bf16(w(2 * kk, 0, s[2 * kk][0]), w(2 * kk, 1, s[2 * kk][1]));
-  f[1] = pack_bf16(w(2 * kk, 2, s[2 * kk][2]), w(2 * kk, 3, s[2 * kk][3]));
-  f[2] = pack_bf16(w(2 * kk + 1, 0, s[2 * kk + 1][0]), w(2 * kk + 1, 1, s[2 * kk + 1][1]));
-  f[3] = pack_bf16(w(2 * kk + 1, 2, s[2 * kk + 1][2]), w(2 * kk + 1, 3, s[2 * kk + 1][3]));
-}
-
-// acc[16 x 8*NT] += A (16 x 16*KS, fragments from shared rows `a_s`) B^T, where B is stored as
-// rows (n) of `b_s` (pitch P) — the product of two row-major tiles along their common columns.
-// Column blocks np with skip(np) are left out.
-template <int KS, int NT, int P, typename Skip>
-__device__ __forceinline__ void mma_rows_rows(float (*acc)[4], const uint16_t* a_s,
-                                              const uint16_t* b_s, int lane, Skip skip) {
-#pragma unroll
-  for (int kk = 0; kk < KS; ++kk) {
-    uint32_t af[4];
-    ldmatrix_x4(af, a_s + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      if (skip(np)) continue;
+    for (int dp = 0; dp < kCols / 16; ++dp) {
       uint32_t bf[4];
-      ldmatrix_x4(bf, b_s + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
-                          ((lane >> 3) & 1) * 8);
-      mma_bf16(acc[2 * np], af, bf[0], bf[1]);
-      mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
-    }
-  }
-}
-
-// acc[16 x HS] += A(kk) B for each 16-row slice kk of the row-major tile `b_s` (rows = the
-// common dimension), A(kk) from registers; slices with skip(kk) are left out.
-template <int KS, int HS, int P, typename MakeA, typename Skip>
-__device__ __forceinline__ void mma_regs_rows(float (*acc)[4], const uint16_t* b_s, int lane,
-                                              MakeA make_a, Skip skip) {
-#pragma unroll
-  for (int kk = 0; kk < KS; ++kk) {
-    if (skip(kk)) continue;
-    uint32_t af[4];
-    make_a(af, kk);
-#pragma unroll
-    for (int dp = 0; dp < HS / 16; ++dp) {
-      uint32_t bf[4];
-      ldmatrix_x4_trans(bf, b_s + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P + dp * 16 +
-                                (lane >> 4) * 8);
+      ldmatrix_x4_trans(bf, k_s + (16 * kb + ((lane >> 3) & 1) * 8 + (lane & 7)) * P + c0 +
+                                dp * 16 + (lane >> 4) * 8);
       mma_bf16(acc[2 * dp], af, bf[0], bf[1]);
       mma_bf16(acc[2 * dp + 1], af, bf[2], bf[3]);
     }
   }
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = q_first + g + 8 * hh;
+      if (row >= T) continue;
+      float* d = dq_rows + static_cast<int64_t>(row) * HS + c0 + nt * 8 + 2 * t;
+      atomicAdd(d, acc[nt][2 * hh]);
+      atomicAdd(d + 1, acc[nt][2 * hh + 1]);
+    }
 }
 
-// z = 0: dK, dV of keys [k0, k0 + kRows), over query tiles from the one holding k0 to the end.
-template <int HS, int NW, bool kDropout>
+// z = 0: dK, dV of keys [k0, k0 + kRows), over query tiles from the one holding k0 to the end
+// (and with kAtomicDq the tiles' dQ shares).
+template <int HS, int NW, bool kDropout, bool kAtomicDq>
 __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* smem) {
   using C = BwdConfig<HS, NW>;
   constexpr int P = C::kPitch, QT = C::kTile;
@@ -228,11 +165,11 @@ __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* s
       }
     }
     __syncthreads();
+    float s[QT / 8][4] = {};  // S^T: rows = keys wk0 + g (+8), columns = queries i0 + 8nt + 2t
     if (wk0 < T && i0 + QT - 1 >= wk0) {
       const uint16_t *qs = q_t(buf), *dys = dy_t(buf);
       const float *lse_s = lse_t(buf), *d_s = d_t(buf);
       auto masked = [&](int np) { return i0 + 16 * np + 15 < wk0; };  // queries before the keys
-      float s[QT / 8][4] = {};  // S^T: rows = keys wk0 + g (+8), columns = queries i0 + 8nt + 2t
       mma_rows_rows<HS / 16, QT / 8, P>(s, k_s + 16 * warp * P, qs, lane, masked);
 #pragma unroll
       for (int nt = 0; nt < QT / 8; ++nt) {
@@ -269,6 +206,20 @@ __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* s
           dk, qs, lane,
           [&](uint32_t(&f)[4], int kk) { pack_a(f, s, kk, [](int, int, float x) { return x; }); },
           masked);
+    }
+    if (kAtomicDq) {  // every warp's dS^T (zeros where it had none) -> dQ shares of this tile
+      uint16_t* ds_s = reinterpret_cast<uint16_t*>(smem + C::kSmemKeys);
+      constexpr int DSP = C::kDsPitch;
+#pragma unroll
+      for (int nt = 0; nt < QT / 8; ++nt) {
+        sts(reinterpret_cast<uint32_t*>(ds_s + (16 * warp + g) * DSP + nt * 8 + 2 * t),
+            pack_bf16(s[nt][0], s[nt][1]));
+        sts(reinterpret_cast<uint32_t*>(ds_s + (16 * warp + g + 8) * DSP + nt * 8 + 2 * t),
+            pack_bf16(s[nt][2], s[nt][3]));
+      }
+      __syncthreads();
+      dq_tile_atomic<HS, NW, QT, P>(ds_s, k_s, a.dq_accum + static_cast<int64_t>(bh) * T * HS,
+                                    k0, i0, T, warp, lane);
     }
     __syncthreads();  // every warp is done with `buf` before the next prefetch overwrites it
   }
@@ -382,13 +333,30 @@ __device__ __forceinline__ void backward_queries(const BwdArgs& a, unsigned char
                         a.dq.st, T - wq0, lane);
 }
 
-template <int HS, int NW, bool kDropout>
+// grid (ceil(T / 16NW), B*nh, 2) — or 1 with kAtomicDq, which has no query CTAs.
+template <int HS, int NW, bool kDropout, bool kAtomicDq>
 __global__ void __launch_bounds__(32 * NW) attention_backward_mma_kernel(const BwdArgs a) {
   GS_DYNAMIC_SHARED(smem);
   if (blockIdx.z == 0)
-    backward_keys<HS, NW, kDropout>(a, smem);
-  else
+    backward_keys<HS, NW, kDropout, kAtomicDq>(a, smem);
+  else if (!kAtomicDq)
     backward_queries<HS, NW, kDropout>(a, smem);
+}
+
+// kAtomicDq epilogue: dq = bf16(scale * dq_accum), 8 elements per thread; acc is contiguous
+// (B*nh, T, hs) fp32, dq any (B, nh, T, hs) view with 16-byte rows.
+__global__ void attention_dq_convert_kernel(const float* acc, View4<uint16_t> dq, int nh, int T,
+                                            int hs, float scale, int64_t n8) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  const int64_t e = 8 * i, row = e / hs;
+  const int d = static_cast<int>(e % hs), t = static_cast<int>(row % T);
+  const int bh = static_cast<int>(row / T);
+  const float4 x0 = *reinterpret_cast<const float4*>(acc + e);
+  const float4 x1 = *reinterpret_cast<const float4*>(acc + e + 4);
+  const uint4 out = {pack_bf16(x0.x * scale, x0.y * scale), pack_bf16(x0.z * scale, x0.w * scale),
+                     pack_bf16(x1.x * scale, x1.y * scale), pack_bf16(x1.z * scale, x1.w * scale)};
+  *reinterpret_cast<uint4*>(dq.row(bh / nh, bh % nh, t) + d) = out;
 }
 
 }  // namespace gs::attn

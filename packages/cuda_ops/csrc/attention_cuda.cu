@@ -60,11 +60,28 @@ void launch_forward(const FwdArgs& a, const Dims& d, cudaStream_t s) {
 template <int HS, int NW, bool kDrop>
 void launch_backward(const BwdArgs& a, const Dims& d, cudaStream_t s) {
   using C = BwdConfig<HS, NW>;
-  auto kernel = attention_backward_mma_kernel<HS, NW, kDrop>;
-  allow_smem(kernel, C::kSmemBytes, "causal_attention_backward");
-  const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh), 2);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
-  check_launch("causal_attention_backward", shape_of(d));
+  const unsigned blocks = ceil_div(d.T, C::kRows), bh = static_cast<unsigned>(d.B * d.nh);
+  const char* op = "causal_attention_backward";
+  if (a.dq_accum == nullptr) {  // two stages: key CTAs (z = 0) and query CTAs (z = 1)
+    auto kernel = attention_backward_mma_kernel<HS, NW, kDrop, false>;
+    allow_smem(kernel, C::kSmemBytes, op);
+    kernel<<<dim3(blocks, bh, 2), C::kThreads, C::kSmemBytes, s>>>(a);
+    check_launch(op, shape_of(d));
+    return;
+  }
+  // atomic dQ: zero the fp32 buffer, key CTAs only, then scale and round into dq
+  const int64_t n = d.B * d.nh * d.T * d.hs;
+  cudaMemsetAsync(a.dq_accum, 0, n * sizeof(float), s);
+  check_launch(op, shape_of(d) + " (zeroing dq_accum)");
+  auto kernel = attention_backward_mma_kernel<HS, NW, kDrop, true>;
+  allow_smem(kernel, C::kSmemAtomic, op);
+  kernel<<<dim3(blocks, bh, 1), C::kThreads, C::kSmemAtomic, s>>>(a);
+  check_launch(op, shape_of(d));
+  const int64_t n8 = n / 8;
+  constexpr int kConvertThreads = 256;
+  attention_dq_convert_kernel<<<ceil_div(n8, kConvertThreads), kConvertThreads, 0, s>>>(
+      a.dq_accum, a.dq, a.nh, a.T, HS, a.scale, n8);
+  check_launch(op, shape_of(d) + " (dq conversion)");
 }
 
 // Runs Op::run<HS, NW, kDrop>(args...) for the instance the arguments select.
@@ -130,11 +147,11 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
 void backward_cuda_bf16(const Dims& d, View4<const bf16_t> dy, View4<const bf16_t> q,
                         View4<const bf16_t> k, View4<const bf16_t> v, View4<const bf16_t> y,
                         const float* lse, View4<bf16_t> dq, View4<bf16_t> dk, View4<bf16_t> dv,
-                        const CudaLaunch& l) {
+                        float* dq_accum, const CudaLaunch& l) {
   const float scale = 1.0f / sqrtf(static_cast<float>(d.hs));
   BwdArgs a{bits(dy), bits(q), bits(k), bits(v), bits(y), lse, bits(dq), bits(dk), bits(dv),
             static_cast<int>(d.nh), static_cast<int>(d.T), scale, scale * kLog2e, l.threshold,
-            l.drop_scale, l.seed};
+            l.drop_scale, l.seed, dq_accum};
   const cudaStream_t s = as_stream(l.stream);
   dispatch<Backward>("causal_attention_backward", d, l.warps == 8 ? 8 : 4, l.threshold != 0, a,
                      d, s);

@@ -12,7 +12,7 @@ from pathlib import Path
 import gptstack.cuda_ops as ops
 import pytest
 import torch
-from gptstack.cuda_ops import OpInputError, OpTypeError, _C
+from gptstack.cuda_ops import _C, OpInputError, OpTypeError
 from gptstack.cuda_ops.attention import cuda_variant, gptstack_attention
 from gptstack.cuda_ops.testing import assert_close
 from gptstack.model import GPT, GPTConfig, manual_attention, sdpa_attention
@@ -83,7 +83,7 @@ def test_strided_views_match_contiguous(gen):
 
 def test_logsumexp_output(gen):
     q, k, v = _qkv((2, 2, 19, 64), torch.float64, gen)
-    y, lse = torch.ops.gptstack.causal_attention(q, k, v, 0.0, None)
+    _, lse = torch.ops.gptstack.causal_attention(q, k, v, 0.0, None)
     scores = (q @ k.transpose(-2, -1)) / 8.0
     scores = scores.masked_fill(~torch.ones(19, 19, dtype=torch.bool).tril(), float("-inf"))
     assert_close(lse, torch.logsumexp(scores, dim=-1), torch.float64, "attention lse")
@@ -116,10 +116,14 @@ def test_python_philox_matches_random123_known_answers():
     # Random123 kat_vectors, philox4x32_10
     assert philox4x32_10((0, 0, 0, 0), (0, 0)) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
     assert philox4x32_10((MASK32,) * 4, (MASK32, MASK32)) == (
-        0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)
-    assert philox4x32_10((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
-                         (0xA4093822, 0x299F31D0)) == (
-        0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)
+        0x408F276D,
+        0x41C83B0E,
+        0xA20BC7C6,
+        0x6D5451FD,
+    )
+    assert philox4x32_10(
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0)
+    ) == (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)
 
 
 def dropout_mask(seed: int, B: int, nh: int, T: int, p: float) -> torch.Tensor:
@@ -192,7 +196,8 @@ def test_gradcheck_float64(dropout_p, gen):
     q, k, v = (t.requires_grad_() for t in _qkv((1, 2, 11, 32), torch.float64, gen))
     seed = _seed(42)
     assert torch.autograd.gradcheck(
-        lambda q, k, v: ops.causal_attention(q, k, v, dropout_p=dropout_p, seed=seed), (q, k, v))
+        lambda q, k, v: ops.causal_attention(q, k, v, dropout_p=dropout_p, seed=seed), (q, k, v)
+    )
 
 
 @pytest.mark.parametrize("dropout_p", [0.0, 0.1])
@@ -202,8 +207,9 @@ def test_opcheck(dropout_p, gen):
     torch.library.opcheck(torch.ops.gptstack.causal_attention.default, (q, k, v, dropout_p, seed))
     y, lse = torch.ops.gptstack.causal_attention(q, k, v, dropout_p, seed)
     dy = torch.randn(y.shape, generator=gen)
-    torch.library.opcheck(torch.ops.gptstack.causal_attention_backward.default,
-                          (dy, q, k, v, y, lse, dropout_p, seed))
+    torch.library.opcheck(
+        torch.ops.gptstack.causal_attention_backward.default, (dy, q, k, v, y, lse, dropout_p, seed)
+    )
 
 
 @pytest.mark.parametrize(
@@ -227,8 +233,16 @@ def test_bad_inputs_raise(change, error, gen):
     args = {"q": q, "k": q.clone(), "v": q.clone(), "dropout_p": 0.0, "seed": None}
     args.update(change(q))
     with pytest.raises(error, match="causal_attention"):
-        ops.causal_attention(args["q"], args["k"], args["v"], dropout_p=args["dropout_p"],
-                             seed=args["seed"])
+        ops.causal_attention(
+            args["q"], args["k"], args["v"], dropout_p=args["dropout_p"], seed=args["seed"]
+        )
+
+
+def test_variant_switch_rejects_unknown_settings():
+    with pytest.raises(OpInputError, match="warps"), cuda_variant(forward_warps=6):
+        pass
+    with pytest.raises(OpInputError, match="backward mode"), cuda_variant(backward="fast"):
+        pass
 
 
 def test_extension_checks_its_arguments(gen):
@@ -242,13 +256,24 @@ def test_extension_checks_its_arguments(gen):
         _C.attention_forward(y, lse, q, q, q, None, 0.5)
     with pytest.raises(ValueError, match="head size"):
         _C.attention_forward(y[..., :16], lse, q[..., :16], q[..., :16], q[..., :16], None)
+    with pytest.raises(ValueError, match="dq_accum"):  # the atomic mode is bf16 CUDA only
+        _C.attention_backward(
+            y, y.clone(), y.clone(), q, q, q, q, y, lse, None, 0.0, torch.empty(1, 2, 8, 32)
+        )
 
 
 # --- the model backend ---------------------------------------------------------------------
 def _gpt(attention: str, dropout: float = 0.0) -> GPT:
     torch.manual_seed(11)  # same weights for every backend
-    cfg = GPTConfig(vocab_size=50, block_size=40, n_layer=2, n_head=2, n_embd=64,
-                    dropout=dropout, attention=attention)
+    cfg = GPTConfig(
+        vocab_size=50,
+        block_size=40,
+        n_layer=2,
+        n_head=2,
+        n_embd=64,
+        dropout=dropout,
+        attention=attention,
+    )
     return GPT(cfg)
 
 
@@ -309,10 +334,22 @@ def test_kernels_under_emulator(tmp_path):
     if cxx is None:
         pytest.skip("no C++ compiler to build the emulator")
     exe = tmp_path / "check"
-    subprocess.run([cxx, "-std=c++17", "-O1", "-DGS_ATTN_EMULATE", f"-I{CSRC}",
-                    str(CSRC / "attention_emu" / "check.cpp"), str(CSRC / "attention_cpu.cpp"),
-                    "-o", str(exe)], check=True, capture_output=True)
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            "-O1",
+            "-DGS_ATTN_EMULATE",
+            f"-I{CSRC}",
+            str(CSRC / "attention_emu" / "check.cpp"),
+            str(CSRC / "attention_cpu.cpp"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count(" ok") == len(run.stdout.strip().splitlines())
 
@@ -321,28 +358,41 @@ def test_kernels_under_emulator(tmp_path):
 PRESET_SHAPES = [(8, 8, 64, 32), (4, 6, 256, 64), (2, 12, 1024, 64), (2, 2, 100, 128)]
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("shape", PRESET_SHAPES + [(1, 1, 1, 32), (3, 2, 77, 64)])
-@pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
-def test_cuda_bf16_matches_reference(shape, warps, dropout_p, gen):
+_CUDA_REFERENCES: dict = {}  # (shape, dropout_p) -> reference: the inputs are seeded alike
+
+
+def _cuda_case(shape, dropout_p, gen):
     q, k, v = _qkv(shape, torch.bfloat16, gen, device="cuda", packed=True)
     dy = torch.randn(shape, generator=gen).to(torch.bfloat16).cuda()
-    seed = 1234567
-    with cuda_variant(warps, warps):
-        y, grads = _run(q, k, v, dy, dropout_p=dropout_p, seed=_seed(seed, "cuda"))
-    B, nh, T, _ = shape
-    if dropout_p and T <= 256:  # the Python mask is slow beyond
-        p_eff = round(dropout_p * 65536) / 65536
-        y_ref, g_ref = _reference(q, k, v, dy, dropout_mask(seed, B, nh, T, dropout_p), p_eff)
-    elif dropout_p:  # same stream on both devices: the CPU kernel is the reference
-        y_ref, g_ref = _run(*(t.float().cpu() for t in (q, k, v, dy)), dropout_p=dropout_p,
-                            seed=_seed(seed))
-    else:
-        y_ref, g_ref = _reference(q, k, v, dy)
-    assert_close(y, y_ref, torch.bfloat16, f"cuda y {shape} warps={warps} p={dropout_p}")
+    key, seed = (shape, dropout_p), 1234567
+    if key not in _CUDA_REFERENCES:
+        B, nh, T, _ = shape
+        if dropout_p and T <= 256:  # the Python mask is slow beyond
+            p_eff = round(dropout_p * 65536) / 65536
+            ref = _reference(q, k, v, dy, dropout_mask(seed, B, nh, T, dropout_p), p_eff)
+        elif dropout_p:  # the same stream on both devices: the CPU kernel is the reference
+            ref = _run(
+                *(t.float().cpu() for t in (q, k, v, dy)), dropout_p=dropout_p, seed=_seed(seed)
+            )
+        else:
+            ref = _reference(q, k, v, dy)
+        _CUDA_REFERENCES[key] = ref
+    return (q, k, v, dy, _seed(seed, "cuda")), _CUDA_REFERENCES[key]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", PRESET_SHAPES + [(1, 1, 1, 32), (3, 2, 77, 64)])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("backward", ["stages", "atomic"])
+def test_cuda_bf16_matches_reference(shape, dropout_p, warps, backward, gen):
+    (q, k, v, dy, seed), (y_ref, g_ref) = _cuda_case(shape, dropout_p, gen)
+    with cuda_variant(warps, warps, backward):
+        y, grads = _run(q, k, v, dy, dropout_p=dropout_p, seed=seed)
+    what = f"{shape} warps={warps} p={dropout_p} backward={backward}"
+    assert_close(y, y_ref, torch.bfloat16, f"cuda y {what}")
     for name, g, r in zip("qkv", grads, g_ref):
-        assert_close(g, r, torch.bfloat16, f"cuda d{name} {shape} warps={warps} p={dropout_p}")
+        assert_close(g, r, torch.bfloat16, f"cuda d{name} {what}")
 
 
 @pytest.mark.cuda
@@ -352,8 +402,9 @@ def test_cuda_float32_matches_cpu(shape, dropout_p, gen):
     q, k, v = _qkv(shape, torch.float32, gen)
     dy = torch.randn(shape, generator=gen)
     y_ref, g_ref = _run(q, k, v, dy, dropout_p=dropout_p, seed=_seed(99))
-    y, grads = _run(q.cuda(), k.cuda(), v.cuda(), dy.cuda(), dropout_p=dropout_p,
-                    seed=_seed(99, "cuda"))
+    y, grads = _run(
+        q.cuda(), k.cuda(), v.cuda(), dy.cuda(), dropout_p=dropout_p, seed=_seed(99, "cuda")
+    )
     assert_close(y, y_ref, torch.float32, f"cuda fp32 y {shape}")
     for g, r in zip(grads, g_ref):
         assert_close(g, r, torch.float32, f"cuda fp32 grad {shape}")
@@ -375,14 +426,16 @@ def test_cuda_torch_compile_fullgraph(gen):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dropout_p", [0.0, 0.2])
-def test_cuda_graph_capture(dropout_p, gen):
+@pytest.mark.parametrize("backward", ["stages", "atomic"])
+def test_cuda_graph_capture(dropout_p, backward, gen):
     shape = (8, 8, 64, 32)
     q, k, v = (t.detach().requires_grad_() for t in _qkv(shape, torch.bfloat16, gen, "cuda"))
     dy = torch.randn(shape, generator=gen).to(torch.bfloat16).cuda()
 
     def step():
-        y = ops.causal_attention(q, k, v, dropout_p=dropout_p)
-        return (y, *torch.autograd.grad(y, (q, k, v), dy))
+        with cuda_variant(backward=backward):
+            y = ops.causal_attention(q, k, v, dropout_p=dropout_p)
+            return (y, *torch.autograd.grad(y, (q, k, v), dy))
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -27,7 +27,7 @@ using namespace gs::attn;
 namespace {
 
 struct Case {
-  std::string kind;  // fwd | bwd | f32
+  std::string kind;  // fwd | bwd (two-stage backward) | atm (atomic-dQ backward) | f32
   int hs, warps, T;
   bool dropout;
   bool packed;  // q, k, v as views into one (B, T, 3C) buffer, like the model's c_attn output
@@ -127,9 +127,10 @@ template <int HS, int NW, bool kDrop> bool run_mma(const Case& c, std::mt19937& 
   const std::vector<float> yk = y.from_bits();
   double e_y = rel_err(yk, y_ref.f), e_lse = rel_err(lse, lse_ref);
   bool ok = e_y < kBf16Tol && e_lse < 1e-5;
-  std::printf("fwd hs=%d warps=%d T=%d dropout=%d %s: y %.2e lse %.2e", HS, NW, c.T, c.dropout,
-              c.packed ? "packed" : "contig", e_y, e_lse);
-  if (c.kind == "bwd") {
+  std::printf("%s hs=%d warps=%d T=%d dropout=%d %s: y %.2e lse %.2e", c.kind.c_str(), HS, NW,
+              c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse);
+  if (c.kind == "bwd" || c.kind == "atm") {
+    const bool atomic = c.kind == "atm";
     // reference backward from the kernel's own y (bf16) and the reference lse
     Out yk_f(c);
     yk_f.f = yk;
@@ -141,11 +142,22 @@ template <int HS, int NW, bool kDrop> bool run_mma(const Case& c, std::mt19937& 
     BwdArgs ba{grad_h.view(grad.buf, grad.v[0]), fa.q, fa.k, fa.v,
                {y.h.data(), y.sb, y.sh, y.st}, lse.data(), dq.vh(), dk.vh(), dv.vh(), kNh, c.T,
                1.0f / std::sqrt(float(HS)), kLog2e / std::sqrt(float(HS)), drop.threshold,
-               static_cast<float>(drop.scale), &kSeed};
+               static_cast<float>(drop.scale), &kSeed, nullptr};
     using Bc = BwdConfig<HS, NW>;
-    emu::launch(attention_backward_mma_kernel<HS, NW, kDrop>,
-                dim3((c.T + Bc::kRows - 1) / Bc::kRows, kB * kNh, 2), dim3(Bc::kThreads),
-                Bc::kSmemBytes, ba);
+    const dim3 grid((c.T + Bc::kRows - 1) / Bc::kRows, kB * kNh, atomic ? 1 : 2);
+    std::vector<float> dq_accum;
+    if (!atomic) {
+      emu::launch(attention_backward_mma_kernel<HS, NW, kDrop, false>, grid, dim3(Bc::kThreads),
+                  Bc::kSmemBytes, ba);
+    } else {  // as launch_backward: zeroed buffer, key CTAs, conversion
+      dq_accum.assign(size_t(kB) * kNh * c.T * HS, 0.0f);
+      ba.dq_accum = dq_accum.data();
+      emu::launch(attention_backward_mma_kernel<HS, NW, kDrop, true>, grid, dim3(Bc::kThreads),
+                  Bc::kSmemAtomic, ba);
+      const int64_t n8 = int64_t(dq_accum.size()) / 8;
+      emu::launch(attention_dq_convert_kernel, dim3(unsigned((n8 + 127) / 128)), dim3(128), 0,
+                  dq_accum.data(), ba.dq, kNh, c.T, HS, ba.scale, n8);
+    }
     const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
                  e_v = rel_err(dv.from_bits(), dv_r.f);
     std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
@@ -216,7 +228,6 @@ bool run(const Case& c, std::mt19937& rng) {
 
 Case parse(const std::string& s) {
   Case c;
-  std::string layout;
   std::stringstream in(s);
   std::string f[6];
   for (auto& x : f) std::getline(in, x, ':');
@@ -237,6 +248,8 @@ int main(int argc, char** argv) {
     cases = {"bwd:32:4:64:0:packed",  "bwd:32:4:1:0:contig",   "bwd:32:4:37:1:packed",
              "bwd:64:4:130:0:packed", "bwd:64:4:130:1:contig", "bwd:64:8:200:1:packed",
              "bwd:128:4:70:1:packed", "bwd:128:8:33:0:contig", "bwd:32:8:129:0:contig",
+             "atm:32:4:64:1:packed",  "atm:64:4:150:0:contig", "atm:64:8:200:1:packed",
+             "atm:128:4:70:1:contig", "atm:128:8:45:0:packed", "atm:32:8:7:0:contig",
              "f32:32:4:45:1:packed",  "f32:64:4:20:0:contig",  "f32:128:4:9:1:contig"};
   std::mt19937 rng(2024);
   bool ok = true;

@@ -44,6 +44,9 @@ struct uint4 {
 struct float2 {
   float x, y;
 };
+struct float4 {
+  float x, y, z, w;
+};
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 inline int min(int a, int b) { return a < b ? a : b; }
@@ -386,3 +389,9 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int mask) {
   return emu::shfl(v, emu::lane() ^ mask);
 }
 template <typename T> T __shfl_sync(unsigned, T v, int src) { return emu::shfl(v, src); }
+// one OS thread runs every fiber, so a plain add is atomic
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}

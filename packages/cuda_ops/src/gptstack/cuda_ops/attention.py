@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -43,23 +42,45 @@ HEAD_SIZES = (32, 64, 128)  # one kernel instance each (csrc/attention.h)
 BACKEND_NAME = "gptstack"
 _SEED_HIGH = 2**63 - 1
 
-# CTA size (warps) of the bf16 CUDA kernels, forward and backward; 0 lets the launcher pick by
-# shape. Changed only through cuda_variant() (scripts/attention_bench.py times both sizes).
-_cuda_warps = [0, 0]
+# The bf16 CUDA backward has two modes (csrc/attention_backward.cuh): "stages" recomputes S
+# and dP in separate dQ CTAs (7 tile matmuls, deterministic, no scratch: cheapest when short
+# sequences leave the GPU waiting on memory and launches), "atomic" adds dQ into an fp32
+# scratch buffer from the key CTAs (5 tile matmuls plus zeroing, atomics and a conversion
+# kernel: cheapest when compute-bound). The switch sits between the presets' T = 256 and 1024;
+# scripts/attention_bench.py times both modes at the three preset shapes.
+ATOMIC_DQ_MIN_T = 512
+BACKWARD_MODES = ("auto", "stages", "atomic")
+
+# The variant the bf16 CUDA kernels run: CTA size (warps) of forward and backward (0: the
+# launcher picks by shape) and the backward mode. Changed only through cuda_variant().
+_variant = {"forward_warps": 0, "backward_warps": 0, "backward": "auto"}
 
 
 @contextlib.contextmanager
-def cuda_variant(forward_warps: int = 0, backward_warps: int = 0) -> Iterator[None]:
-    """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: by shape)."""
+def cuda_variant(
+    forward_warps: int = 0, backward_warps: int = 0, backward: str = "auto"
+) -> Iterator[None]:
+    """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: by shape) and
+    the backward mode "stages", "atomic" or "auto" (by T). For benchmarks and tests."""
     for w in (forward_warps, backward_warps):
         if w not in (0, 4, 8):
             raise OpInputError(f"{OP}: warps per CTA is {w}; use 0 (by shape), 4 or 8")
-    saved = list(_cuda_warps)
-    _cuda_warps[:] = [forward_warps, backward_warps]
+    if backward not in BACKWARD_MODES:
+        raise OpInputError(f"{OP}: backward mode {backward!r}; use one of {BACKWARD_MODES}")
+    saved = dict(_variant)
+    _variant.update(forward_warps=forward_warps, backward_warps=backward_warps, backward=backward)
     try:
         yield
     finally:
-        _cuda_warps[:] = saved
+        _variant.update(saved)
+
+
+def _atomic_dq(q: Tensor) -> bool:
+    """Whether the backward of q's call takes the atomic-dQ mode (bf16 CUDA only)."""
+    if not (q.is_cuda and q.dtype == torch.bfloat16):
+        return False
+    mode = _variant["backward"]
+    return mode == "atomic" or (mode == "auto" and q.size(2) >= ATOMIC_DQ_MIN_T)
 
 
 def _rows_ok(t: Tensor) -> bool:
@@ -85,13 +106,23 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @torch.library.custom_op("gptstack::causal_attention", mutates_args=())
 def _attention(
-    q: Tensor, k: Tensor, v: Tensor, dropout_p: float, seed: Optional[Tensor]
+    q: Tensor, k: Tensor, v: Tensor, dropout_p: float, seed: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     y = _new_rows(q)
     lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q.dtype), device=q.device)
     s = None if seed is None else seed.detach()
-    _C.attention_forward(y, lse, q.detach(), k.detach(), v.detach(), s, dropout_p,
-                         _cuda_warps[0], stream_of(q), threads())
+    _C.attention_forward(
+        y,
+        lse,
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        s,
+        dropout_p,
+        _variant["forward_warps"],
+        stream_of(q),
+        threads(),
+    )
     return y, lse
 
 
@@ -102,16 +133,38 @@ def _attention_fake(q, k, v, dropout_p, seed):
 
 @torch.library.custom_op("gptstack::causal_attention_backward", mutates_args=())
 def _attention_backward(
-    dy: Tensor, q: Tensor, k: Tensor, v: Tensor, y: Tensor, lse: Tensor, dropout_p: float,
-    seed: Optional[Tensor],
+    dy: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    y: Tensor,
+    lse: Tensor,
+    dropout_p: float,
+    seed: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     dy = dy.detach().to(q.dtype)
     if not _rows_ok(dy) or (dy.is_cuda and dy.data_ptr() % 16):
         dy = dy.contiguous()  # autograd's gradient layout is not ours to choose
     dq, dk, dv = _new_rows(q), _new_rows(q), _new_rows(q)
     s = None if seed is None else seed.detach()
-    _C.attention_backward(dq, dk, dv, dy, q.detach(), k.detach(), v.detach(), y.detach(),
-                          lse.detach(), s, dropout_p, _cuda_warps[1], stream_of(q), threads())
+    acc = torch.empty(q.shape, dtype=torch.float32, device=q.device) if _atomic_dq(q) else None
+    _C.attention_backward(
+        dq,
+        dk,
+        dv,
+        dy,
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        y.detach(),
+        lse.detach(),
+        s,
+        dropout_p,
+        acc,
+        _variant["backward_warps"],
+        stream_of(q),
+        threads(),
+    )
     return dq, dk, dv
 
 
@@ -148,23 +201,31 @@ def _check(q: object, k: object, v: object, dropout_p: object, seed: object) -> 
     if kind not in ("cpu", "cuda"):
         raise OpInputError(f"{OP}: q is on {q.device}; use a CPU or CUDA tensor")
     if kind == "cuda" and not CUDA_BUILT:
-        raise OpInputError(f"{OP}: q is on {q.device} but this gptstack.cuda_ops was built "
-                           f"without CUDA kernels (see gptstack.cuda_ops.build_info())")
+        raise OpInputError(
+            f"{OP}: q is on {q.device} but this gptstack.cuda_ops was built "
+            f"without CUDA kernels (see gptstack.cuda_ops.build_info())"
+        )
     allowed = CUDA_FLOATS if kind == "cuda" else CPU_FLOATS
     if q.dtype not in allowed:
-        raise OpTypeError(f"{OP}: q is {str(q.dtype).removeprefix('torch.')} on {kind}; "
-                          f"expected one of {_names(allowed)}")
+        raise OpTypeError(
+            f"{OP}: q is {str(q.dtype).removeprefix('torch.')} on {kind}; "
+            f"expected one of {_names(allowed)}"
+        )
     if q.dim() != 4:
         raise OpInputError(f"{OP}: q has shape {tuple(q.shape)}; expected (B, nh, T, hs)")
     for name, t in (("k", k), ("v", v)):
         if t.device != q.device:
             raise OpInputError(f"{OP}: {name} is on {t.device} but q is on {q.device}")
         if t.dtype != q.dtype:
-            raise OpTypeError(f"{OP}: {name} is {str(t.dtype).removeprefix('torch.')} but q is "
-                              f"{str(q.dtype).removeprefix('torch.')}; use one dtype")
+            raise OpTypeError(
+                f"{OP}: {name} is {str(t.dtype).removeprefix('torch.')} but q is "
+                f"{str(q.dtype).removeprefix('torch.')}; use one dtype"
+            )
         if t.shape != q.shape:
-            raise OpInputError(f"{OP}: {name} has shape {tuple(t.shape)} but q has "
-                               f"{tuple(q.shape)}; q, k and v must match (self-attention)")
+            raise OpInputError(
+                f"{OP}: {name} has shape {tuple(t.shape)} but q has "
+                f"{tuple(q.shape)}; q, k and v must match (self-attention)"
+            )
     B, nh, T, hs = q.shape
     if hs not in HEAD_SIZES:
         raise OpInputError(f"{OP}: head size hs = {hs}; the kernels take {HEAD_SIZES}")
@@ -176,13 +237,18 @@ def _check(q: object, k: object, v: object, dropout_p: object, seed: object) -> 
                 f"{OP}: {name} has strides {tuple(t.stride())} (storage offset "
                 f"{t.storage_offset()}); the kernels need unit stride along hs"
                 + (" and 16-byte aligned rows (multiples of 8 elements)" if q.is_cuda else "")
-                + ": call .contiguous()")
+                + ": call .contiguous()"
+            )
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise OpTypeError(f"{OP}: dropout_p must be a float, got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p < 1.0:
         raise OpInputError(f"{OP}: dropout_p is {dropout_p}; it must be in [0, 1)")
-    if seed is not None and (not isinstance(seed, Tensor) or seed.dtype != torch.int64
-                             or seed.numel() != 1 or seed.device != q.device):
+    if seed is not None and (
+        not isinstance(seed, Tensor)
+        or seed.dtype != torch.int64
+        or seed.numel() != 1
+        or seed.device != q.device
+    ):
         raise OpInputError(f"{OP}: seed must be a one-element int64 tensor on {q.device}")
 
 
