@@ -60,9 +60,10 @@ Rows rows(const char* op, const char* name, const nb::ndarray<>& a) {
   r.sh = a.stride(1);
   r.st = a.stride(2);
   if (r.sb < 0 || r.sh < 0 || r.st < 0) fail(op, std::string(name) + " has negative strides");
-  if (r.cuda && r.dtype == DType::bf16) {
-    const bool aligned = reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.sb % 8 == 0 &&
-                         r.sh % 8 == 0 && r.st % 8 == 0;
+  if (r.cuda && r.dtype == DType::bf16) {  // strides of size-1 dimensions are never used
+    auto ok = [&](int64_t stride, int dim) { return r.shape[dim] == 1 || stride % 8 == 0; };
+    const bool aligned = reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && ok(r.sb, 0) &&
+                         ok(r.sh, 1) && ok(r.st, 2);
     if (!aligned)
       fail(op, std::string(name) + " rows are not 16-byte aligned (data pointer and B/nh/T "
                                    "strides a multiple of 8 elements): call .contiguous() first");

@@ -25,6 +25,9 @@ namespace {
 
 constexpr int64_t kRowTile = 16;  // rows per task (and the dropout stream's 16-key blocks)
 constexpr int64_t kKeyTile = 64;  // keys per online-softmax step (the CUDA kernels' tile)
+// B*nh*T*hs below which one thread is faster than waking the OpenMP team (the order of
+// common.h's kParallelMinElements; attention does ~T/2 multiply-adds per element, hence lower)
+constexpr int64_t kParallelMinWork = int64_t(1) << 14;
 
 // --- row primitives: acc . x and acc += a * x over hs elements ----------------------------------
 template <typename Acc, typename E> Acc dot_scalar(const Acc* a, const E* x, int64_t n) {
@@ -40,7 +43,8 @@ template <typename Acc, typename E> void axpy_scalar(Acc* y, Acc a, const E* x, 
 // n is a multiple of 8 (every supported head size is).
 template <typename E> GS_AVX2 float dot_avx2(const float* a, const E* x, int64_t n) {
   __m256 s = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), avx2::load8(x + i), s);
+  for (int64_t i = 0; i < n; i += 8)
+    s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), avx2::load8(x + i), s);
   return avx2::hsum8(s);
 }
 template <typename E> GS_AVX2 void axpy_avx2(float* y, float a, const E* x, int64_t n) {
@@ -95,7 +99,7 @@ void dropout_row16(const DropoutSpec& d, uint32_t bh, uint32_t i, uint32_t j16, 
 // Run task(b, h, tile) for every (b, h, tile of kRowTile rows), in parallel when worth it.
 template <typename F> void for_each_tile(const Dims& d, int threads, F&& task) {
   const int64_t tiles = (d.T + kRowTile - 1) / kRowTile, n = d.B * d.nh * tiles;
-  const bool parallel = threads > 1 && d.B * d.nh * d.T * d.hs >= (int64_t(1) << 14);
+  const bool parallel = threads > 1 && d.B * d.nh * d.T * d.hs >= kParallelMinWork;
   (void)parallel;
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (parallel)
   for (int64_t w = 0; w < n; ++w) task(w / (d.nh * tiles), (w / tiles) % d.nh, w % tiles);

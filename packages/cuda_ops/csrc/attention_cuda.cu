@@ -1,7 +1,9 @@
 // attention_cuda.cu: launchers of the causal attention kernels (attention.h). bf16 goes to the
-// tensor-core kernels, one template instance per (head size, warps per CTA, dropout on/off);
+// tensor-core kernels, one template instance per (head size, warps per CTA, dropout on/off, and
+// for the backward its mode: two-stage, or atomic dQ when the caller passes the fp32 scratch);
 // float32 to the SIMT kernels. Each launcher runs on the caller's stream, never allocates or
-// synchronizes (CUDA-graph capturable), and checks its launch (cuda_common.cuh).
+// synchronizes (CUDA-graph capturable; the atomic mode's zeroing is a cudaMemsetAsync on that
+// stream), and checks its launch (cuda_common.cuh). The backward's CTA size defaults to 4 warps.
 #include <atomic>
 #include <string>
 
@@ -40,9 +42,11 @@ template <typename E> View4<uint16_t> bits(View4<E> v) {
   return {reinterpret_cast<uint16_t*>(v.p), v.sb, v.sh, v.st};
 }
 
-// The CTA size for a shape when the caller leaves it open (0). Measured choice: see
-// scripts/attention_bench.py, which times both on the three preset shapes.
-int default_warps(int requested, const Dims& d) {
+// The forward's CTA size when the caller leaves it open (0): 8 warps (128 queries share each
+// K/V tile, halving their L2 traffic) once T is long enough to give every SM several CTAs, 4
+// below, so that short sequences still fill the GPU. Not yet measured on the H200:
+// scripts/attention_bench.py times both sizes (and both backward sizes) at the preset shapes.
+int default_forward_warps(int requested, const Dims& d) {
   if (requested == 4 || requested == 8) return requested;
   return d.T >= 512 ? 8 : 4;
 }
@@ -91,7 +95,8 @@ template <typename Op, int HS, int NW, typename... A> void by_drop(bool drop, co
   else
     Op::template run<HS, NW, false>(args...);
 }
-template <typename Op, int HS, typename... A> void by_warps(int warps, bool drop, const A&... args) {
+template <typename Op, int HS, typename... A>
+void by_warps(int warps, bool drop, const A&... args) {
   if (warps == 8)
     by_drop<Op, HS, 8>(drop, args...);
   else
@@ -141,7 +146,8 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
             static_cast<int>(d.T), kLog2e / sqrtf(static_cast<float>(d.hs)), l.threshold,
             l.drop_scale, l.seed};
   const cudaStream_t s = as_stream(l.stream);
-  dispatch<Forward>("causal_attention", d, default_warps(l.warps, d), l.threshold != 0, a, d, s);
+  dispatch<Forward>("causal_attention", d, default_forward_warps(l.warps, d),
+                    l.threshold != 0, a, d, s);
 }
 
 void backward_cuda_bf16(const Dims& d, View4<const bf16_t> dy, View4<const bf16_t> q,

@@ -5,7 +5,8 @@
 // in tests with these exact fragment layouts.
 //
 // mma.m16n8k16 fragment layouts (bf16 in, fp32 accumulate), lane = 4 * g + t (g = lane / 4):
-//   A 16x16 (row-major): a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..)  a[2] = (g, 2t+8..)  a[3] = (g+8, 2t+8..)
+//   A 16x16 (row-major): a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..)
+//                        a[2] = (g, 2t+8..)    a[3] = (g+8, 2t+8..)
 //   B 16x8  (k x n):     b[0] = (k 2t..2t+1, n g)  b[1] = (k 2t+8..2t+9, n g)
 //   C 16x8  (fp32):      c[0], c[1] = (g, 2t), (g, 2t+1)   c[2], c[3] = (g+8, 2t), (g+8, 2t+1)
 // So the accumulators of two neighbouring n-tiles, packed to bf16 pairs, are exactly the A

@@ -267,6 +267,7 @@ def main(argv=None) -> int:
                     )
                     rows.append(run_row(preset, p, backward, timing, settings, device, gen))
     data = {
+        "kind": "attention kernels vs every SDPA backend (cuda_ops/scripts/attention_bench.py)",
         "suite": "attention-bench",
         "env": environment(device, ["python", *sys.argv]),
         "settings": settings.to_dict(),

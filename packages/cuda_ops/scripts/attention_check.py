@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-TOOL_TIMEOUT_S = 900
+TOOL_TIMEOUT_S = 180  # per tool: the four fit the device tool's 10-minute command limit
 SHAPES = [(1, 2, 1, 32), (2, 3, 77, 32), (2, 3, 77, 64), (1, 2, 77, 128)]
 
 

@@ -440,7 +440,8 @@ def test_cuda_graph_capture(dropout_p, backward, gen):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        step()  # warm up outside the capture
+        for _ in range(3):  # warm up outside the capture (torch.cuda.graphs' recipe)
+            step()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

@@ -229,7 +229,9 @@ template <typename T> T shfl(T v, int src_lane) {
   return out;
 }
 
-inline float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+inline float bf16_bits_to_float(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
 inline uint16_t half_of(uint32_t w, int hi) { return static_cast<uint16_t>(hi ? w >> 16 : w); }
 
 inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

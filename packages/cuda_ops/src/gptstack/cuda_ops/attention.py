@@ -87,8 +87,9 @@ def _rows_ok(t: Tensor) -> bool:
     """The kernels take t as it is: unit stride along hs; on CUDA in bf16, 16-byte rows."""
     if t.stride(-1) != 1 and t.size(-1) != 1:
         return False
-    if t.device.type == "cuda" and t.dtype == torch.bfloat16:
-        return t.storage_offset() % 8 == 0 and all(s % 8 == 0 for s in t.stride()[:3])
+    if t.device.type == "cuda" and t.dtype == torch.bfloat16:  # size-1 dims: any stride
+        strides = (s for s, n in zip(t.stride()[:3], t.shape[:3]) if n > 1)
+        return t.storage_offset() % 8 == 0 and all(s % 8 == 0 for s in strides)
     return True
 
 
