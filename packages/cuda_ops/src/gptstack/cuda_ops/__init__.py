@@ -13,6 +13,7 @@ whole public API; see README.md.
 from ._ext import _C
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
+from .layernorm import add_layernorm, layernorm
 
 
 def build_info() -> dict:
@@ -33,7 +34,9 @@ __all__ = [
     "NotBuiltError",
     "OpInputError",
     "OpTypeError",
+    "add_layernorm",
     "build_info",
     "gelu_tanh",
+    "layernorm",
     "set_cpu_path",
 ]
