@@ -11,6 +11,7 @@ whole public API; see README.md.
 """
 
 from ._ext import _C
+from .cross_entropy import cross_entropy, linear_cross_entropy
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
@@ -36,7 +37,9 @@ __all__ = [
     "OpTypeError",
     "add_layernorm",
     "build_info",
+    "cross_entropy",
     "gelu_tanh",
     "layernorm",
+    "linear_cross_entropy",
     "set_cpu_path",
 ]
