@@ -11,6 +11,7 @@ whole public API; see README.md.
 """
 
 from ._ext import _C
+from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
@@ -36,6 +37,7 @@ __all__ = [
     "OpInputError",
     "OpTypeError",
     "add_layernorm",
+    "bench_candidates",
     "build_info",
     "cross_entropy",
     "gelu_tanh",
