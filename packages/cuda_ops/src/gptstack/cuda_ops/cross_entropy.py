@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ._checks import float_tensor, like
-from ._ext import _C, arg, stream_of, threads
+from ._ext import _C, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 IGNORE_INDEX = -1  # gptstack.model's padding target (GPT.forward: "-1 = ignore")
@@ -53,12 +53,12 @@ def _grad_scale(targets: Tensor, ignore_index: int, dtype: torch.dtype) -> Tenso
 # --- cross_entropy on logits -------------------------------------------------------------------
 @torch.library.custom_op("gptstack::cross_entropy", mutates_args=())
 def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
-    logits = arg(logits)
     acc = _acc_dtype(logits.dtype)
     losses = torch.empty(logits.shape[0], dtype=acc, device=logits.device)
     _C.cross_entropy(
-        losses, None, logits, arg(targets), None, ignore_index, stream_of(logits), threads()
-    )
+        dl(losses), None, dl(logits), dl(targets), None, ignore_index, stream_of(logits),
+        threads(),
+    )  # fmt: skip
     return losses.sum() * _grad_scale(targets, ignore_index, acc)[0]
 
 
@@ -71,14 +71,14 @@ def _cross_entropy_fake(logits, targets, ignore_index):
 def _cross_entropy_backward(
     dloss: Tensor, logits: Tensor, targets: Tensor, ignore_index: int
 ) -> Tensor:
-    logits = arg(logits)
     acc = _acc_dtype(logits.dtype)
     scale = _grad_scale(targets, ignore_index, acc) * dloss.to(acc)
     losses = torch.empty(logits.shape[0], dtype=acc, device=logits.device)
-    dlogits = torch.empty_like(logits)
+    dlogits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
     _C.cross_entropy(
-        losses, dlogits, logits, arg(targets), scale, ignore_index, stream_of(logits), threads()
-    )
+        dl(losses), dl(dlogits), dl(logits), dl(targets), dl(scale), ignore_index,
+        stream_of(logits), threads(),
+    )  # fmt: skip
     return dlogits
 
 
@@ -113,13 +113,13 @@ def _linear_cross_entropy(
     matmul_dtype: torch.dtype,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(loss, dh, dweight) for dloss = 1; dh, dweight empty without compute_grad."""
-    h, targets = arg(h), arg(targets)
+    h, targets = h.contiguous(), targets.contiguous()
     N = h.shape[0]
     acc = _acc_dtype(matmul_dtype)
     scale = _grad_scale(targets, ignore_index, acc)
     losses = torch.empty(N, dtype=acc, device=h.device)
     with torch.autocast(h.device.type, enabled=False):
-        w = arg(weight).to(matmul_dtype)  # (V, C), once per call as autocast would
+        w = weight.detach().to(matmul_dtype)  # (V, C), once per call as autocast would
         dh = torch.empty(h.shape if compute_grad else 0, dtype=h.dtype, device=h.device)
         # dweight accumulates over the chunks in the matmul dtype with beta = 1 (cuBLAS adds into
         # C in float32 and rounds once per chunk: ~sqrt(chunks) bf16 roundings, no extra pass)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ._checks import float_tensor, like
-from ._ext import _C, arg, stream_of, threads
+from ._ext import _C, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 # GPT-2's LayerNorm epsilon (openai/gpt-2 src/model.py `norm`), also gptstack.model's
@@ -45,11 +45,10 @@ def _rows(t: Tensor) -> Tensor:
 def _layernorm(
     x: Tensor, weight: Tensor, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    x = arg(x)
     out, mean, rstd = _outputs(x)
     _C.layernorm_forward(
-        _rows(out), None, mean.view(-1), rstd.view(-1), _rows(x), None, arg(weight),
-        None if bias is None else arg(bias), eps, stream_of(x), threads(),
+        dl(_rows(out)), None, dl(mean.view(-1)), dl(rstd.view(-1)), dl(_rows(x.contiguous())),
+        None, dl(weight), dl(bias), eps, stream_of(x), threads(),
     )  # fmt: skip
     return out, mean, rstd
 
@@ -63,12 +62,12 @@ def _layernorm_fake(x, weight, bias, eps):
 def _add_layernorm(
     x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    x = arg(x)
     s = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     out, mean, rstd = _outputs(x)
     _C.layernorm_forward(
-        _rows(out), _rows(s), mean.view(-1), rstd.view(-1), _rows(x), _rows(arg(residual)),
-        arg(weight), None if bias is None else arg(bias), eps, stream_of(x), threads(),
+        dl(_rows(out)), dl(_rows(s)), dl(mean.view(-1)), dl(rstd.view(-1)),
+        dl(_rows(x.contiguous())), dl(_rows(residual.contiguous())), dl(weight), dl(bias), eps,
+        stream_of(x), threads(),
     )  # fmt: skip
     return s, out, mean, rstd
 
@@ -83,8 +82,8 @@ def _layernorm_backward(
     dout: Tensor, dsum: Tensor | None, src: Tensor, weight: Tensor, mean: Tensor, rstd: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """dx (+ dsum), dweight, dbias of LayerNorm of src (x, or s = x + residual)."""
-    src = arg(src)
-    dout = arg(dout).to(src.dtype)
+    src = src.contiguous()
+    dout = dout.to(src.dtype).contiguous()
     dx = torch.empty(src.shape, dtype=src.dtype, device=src.device)
     dweight = torch.empty(weight.shape, dtype=src.dtype, device=src.device)
     dbias = torch.empty(weight.shape, dtype=src.dtype, device=src.device)
@@ -94,10 +93,12 @@ def _layernorm_backward(
     if src.device.type == "cuda":
         n = _C.layernorm_workspace_floats(N, C)
         workspace = torch.empty(n, dtype=torch.float32, device=src.device)
+    if dsum is not None:
+        dsum = _rows(dsum.to(src.dtype).contiguous())
     _C.layernorm_backward(
-        _rows(dx), dweight, dbias, workspace, _rows(dout),
-        None if dsum is None else _rows(arg(dsum).to(src.dtype)), _rows(src), arg(weight),
-        arg(mean).view(-1), arg(rstd).view(-1), stream_of(src), threads(),
+        dl(_rows(dx)), dl(dweight), dl(dbias), dl(workspace), dl(_rows(dout)), dl(dsum),
+        dl(_rows(src)), dl(weight), dl(mean.reshape(-1)), dl(rstd.reshape(-1)), stream_of(src),
+        threads(),
     )  # fmt: skip
     return dx, dweight, dbias
 
