@@ -88,6 +88,13 @@ void check_same_device(const char* op, const Tensor& ref, const char* name, cons
                  ": put every tensor on one device");
 }
 
+void check_arg(const char* op, const Tensor& ref, const char* name, const Tensor& t, DType dtype,
+               const std::vector<int64_t>& shape) {
+  check_dtype(op, name, t, {dtype});
+  check_shape(op, name, t, shape);
+  check_same_device(op, ref, name, t);
+}
+
 // --- CPU path --------------------------------------------------------------------------------
 bool cpu_has_avx2() {
 #if defined(GS_HAVE_AVX2_PATH)

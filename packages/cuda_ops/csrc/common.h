@@ -53,6 +53,9 @@ void check_dtype(const char* op, const char* name, const Tensor& t,
 void check_shape(const char* op, const char* name, const Tensor& t,
                  const std::vector<int64_t>& want);
 void check_same_device(const char* op, const Tensor& ref, const char* name, const Tensor& t);
+// The three at once: t has this dtype and shape, on ref's device.
+void check_arg(const char* op, const Tensor& ref, const char* name, const Tensor& t, DType dtype,
+               const std::vector<int64_t>& shape);
 
 // Call f(T{}) with T the C++ element type of d (float, double, bf16_t): one body per dtype.
 template <typename F> void dispatch_float(const char* op, DType d, F&& f) {

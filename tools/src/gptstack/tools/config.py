@@ -27,6 +27,7 @@ class ModelSection:
     dropout: float = 0.0
     bias: bool = True  # biases in linear layers and LayerNorms (GPT-2 has them)
     attention: str = "sdpa"  # manual | sdpa
+    ops: str = "torch"  # torch | gptstack: LayerNorm, GELU and the loss from gptstack.cuda_ops
 
 
 @dataclass
@@ -105,6 +106,7 @@ class RunConfig:
 SECTIONS = ("model", "tokenizer", "data", "train")
 CHOICES = {
     ("model", "attention"): ("manual", "sdpa"),
+    ("model", "ops"): ("torch", "gptstack"),
     ("tokenizer", "kind"): ("char", "bpe", "gpt2"),
     ("tokenizer", "pattern"): ("gpt2", "gpt4"),
     ("train", "device"): ("auto", "cuda", "cpu"),

@@ -54,7 +54,7 @@ def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
     return GPTConfig(
         vocab_size=padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to),
         block_size=m.block_size, n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd,
-        dropout=m.dropout, bias=m.bias, attention=m.attention,
+        dropout=m.dropout, bias=m.bias, attention=m.attention, ops=m.ops,
     )
 
 

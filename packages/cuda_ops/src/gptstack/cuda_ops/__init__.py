@@ -12,8 +12,11 @@ whole public API; see README.md.
 
 from ._ext import _C
 from .attention import causal_attention, gptstack_attention
+from .bench import bench_candidates
+from .cross_entropy import cross_entropy, linear_cross_entropy
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
+from .layernorm import add_layernorm, layernorm
 
 
 def build_info() -> dict:
@@ -34,9 +37,14 @@ __all__ = [
     "NotBuiltError",
     "OpInputError",
     "OpTypeError",
+    "add_layernorm",
+    "bench_candidates",
     "build_info",
     "causal_attention",
+    "cross_entropy",
     "gelu_tanh",
     "gptstack_attention",
+    "layernorm",
+    "linear_cross_entropy",
     "set_cpu_path",
 ]

@@ -2,13 +2,16 @@
 
 Each call passes the caller's CUDA stream (torch's current stream on the tensor's device, as
 an integer) and the CPU thread count (torch.get_num_threads(), so `torch.set_num_threads`
-governs our OpenMP loops too). Tensors cross as DLPack; `detach()` because torch refuses to
-export a tensor that requires grad (the op's autograd formula is registered separately).
+governs our OpenMP loops too). Tensors cross as DLPack capsules from `torch.utils.dlpack.
+to_dlpack` (0.4 us each, measured on the 2-core dev host; handing nanobind the tensor itself
+makes it call `Tensor.__dlpack__`, 11 us). The legacy capsule does no stream synchronization:
+the stream is passed explicitly, which is what keeps the ops capturable in CUDA graphs.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.utils.dlpack import to_dlpack
 
 from .errors import NotBuiltError
 
@@ -32,9 +35,10 @@ def threads() -> int:
     return torch.get_num_threads()
 
 
-def arg(t: torch.Tensor) -> torch.Tensor:
-    """A tensor as the extension takes it: detached, contiguous (a no-op when already so)."""
-    return t.detach().contiguous()
+def dl(t: torch.Tensor | None):
+    """t as the extension takes it: a DLPack capsule of t, made contiguous if it is not (the
+    capsule keeps that copy alive); None stays None (an optional argument)."""
+    return None if t is None else to_dlpack(t.contiguous())
 
 
-__all__ = ["_C", "arg", "stream_of", "threads"]
+__all__ = ["_C", "dl", "stream_of", "threads"]

@@ -14,14 +14,13 @@ import torch
 from torch import Tensor
 
 from ._checks import float_tensor
-from ._ext import _C, arg, stream_of, threads
+from ._ext import _C, dl, stream_of, threads
 
 
 @torch.library.custom_op("gptstack::gelu_tanh", mutates_args=())
 def _gelu_tanh(x: Tensor) -> Tensor:
-    x = arg(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.gelu_forward(out, x, stream_of(x), threads())
+    _C.gelu_forward(dl(out), dl(x), stream_of(x), threads())
     return out
 
 
@@ -32,9 +31,8 @@ def _gelu_tanh_fake(x: Tensor) -> Tensor:
 
 @torch.library.custom_op("gptstack::gelu_tanh_backward", mutates_args=())
 def _gelu_tanh_backward(dout: Tensor, x: Tensor) -> Tensor:
-    x, dout = arg(x), arg(dout).to(x.dtype)
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    _C.gelu_backward(dx, dout, x, stream_of(x), threads())
+    _C.gelu_backward(dl(dx), dl(dout.to(x.dtype)), dl(x), stream_of(x), threads())
     return dx
 
 

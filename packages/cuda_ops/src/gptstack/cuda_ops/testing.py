@@ -14,14 +14,17 @@ from __future__ import annotations
 import torch
 
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 1e-2}
+# A reference whose RMS is below this is zero up to rounding (e.g. dweight of a LayerNorm over
+# C = 1, exactly 0 in float32 and 1e-16 in float64): its error is measured against this RMS.
+ZERO_RMS = 1e-6
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| (Frobenius), computed in float64; 0 when both are zero."""
+    """||out - ref|| / max(||ref||, sqrt(n) ZERO_RMS) (Frobenius), in float64."""
     out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
     if out.shape != ref.shape:
         raise AssertionError(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
-    denom = ref.norm().item()
+    denom = max(ref.norm().item(), ref.numel() ** 0.5 * ZERO_RMS)
     diff = (out - ref).norm().item()
     return diff / denom if denom > 0 else diff
 
