@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-TOOL_TIMEOUT_S = 180  # per tool: the four fit the device tool's 10-minute command limit
+TOOL_TIMEOUT_S = 120  # per tool: all four fit gpu_check.sh's sanitize stage (540 s)
 SHAPES = [(1, 2, 1, 32), (2, 3, 77, 32), (2, 3, 77, 64), (1, 2, 77, 128)]
 
 
@@ -126,13 +126,13 @@ def drive(tools) -> int:
         except subprocess.TimeoutExpired as e:
             out, rc = f"timed out after {TOOL_TIMEOUT_S} s: {e.stdout or ''}", -1
         summary = [ln for ln in out.splitlines() if "ERROR SUMMARY" in ln or "workload" in ln]
-        if rc == 0:
-            print(f"{tool:10s} clean  ({'; '.join(s.strip() for s in summary)})")
-            continue
-        ok = False
-        first = [ln for ln in out.splitlines() if ln.startswith("=========")][:12]
-        print(f"{tool:10s} FAILED (exit {rc})")
-        print("\n".join("    " + ln for ln in (first or out.splitlines()[-12:])))
+        verdict = "clean" if rc == 0 else f"FAILED (exit {rc})"
+        # one line per tool, with the sanitizer's ERROR SUMMARY (what gpu_check.sh collects)
+        print(f"attention_check {tool}: {verdict} ({'; '.join(s.strip() for s in summary)})")
+        if rc != 0:
+            ok = False
+            first = [ln for ln in out.splitlines() if ln.startswith("=========")][:12]
+            print("\n".join("    " + ln for ln in (first or out.splitlines()[-12:])))
     return 0 if ok else 1
 
 
