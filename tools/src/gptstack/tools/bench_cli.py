@@ -45,10 +45,13 @@ DTYPES = ["auto", "fp32", "bf16", "fp16"]  # gptstack.bench.suites.common.resolv
 
 
 def _repo_benchmarks() -> Path:
-    root = Path(__file__).resolve().parents[4]
-    if (root / "packages").is_dir():
-        return root / "benchmarks"
-    return Path.cwd() / "benchmarks"
+    """benchmarks/ of the gptstack checkout holding the current directory (an installed wheel
+    has no checkout of its own), else ./benchmarks."""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "benchmarks" / "results").is_dir() and (folder / "packages").is_dir():
+            return folder / "benchmarks"
+    return here / "benchmarks"
 
 
 def preset_shape(name: str, batch_size: int | None = None):
@@ -233,7 +236,7 @@ def _shapes(args: argparse.Namespace, suite: str):
 def _run(args: argparse.Namespace, suite: str, call) -> int:
     """Common part of every suite command: result path, settings, summary."""
     import torch
-    from gptstack.bench import resolve_device, result_path, text_summary
+    from gptstack.bench import SuiteOptions, resolve_device, result_path, text_summary
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -242,9 +245,10 @@ def _run(args: argparse.Namespace, suite: str, call) -> int:
     device = resolve_device(getattr(args, "device", "cpu"))
     path = result_path(out_dir, suite, device,
                        args.tag + ("smoke" if args.smoke and not args.tag else ""))
-    common = {"settings": _settings(args), "out": path, "smoke": args.smoke,
-              "progress": not args.no_progress, "command": _command(args)}
-    data = call(common)
+    options = SuiteOptions(device=device, settings=_settings(args), out=path, smoke=args.smoke,
+                           compile_backend=getattr(args, "compile_backend", "inductor"),
+                           progress=not args.no_progress, command=_command(args))
+    data = call(options)
     print(text_summary([data]))
     print(f"wrote {path}")
     return 0
@@ -255,42 +259,38 @@ def _given(args: argparse.Namespace, *names: str) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
-def _device_kwargs(args: argparse.Namespace) -> dict:
-    return {"device": args.device, "compile_backend": args.compile_backend}
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from gptstack.bench import RUNG_KEYS, run_train
 
-    return _run(args, "train", lambda c: run_train(
+    return _run(args, "train", lambda o: run_train(
         _shapes(args, "train"), rungs=args.rungs or RUNG_KEYS,
-        **_given(args, "seq_len", "grad_accum"), **_device_kwargs(args), **c))
+        **_given(args, "seq_len", "grad_accum"), options=o))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from gptstack.bench import run_generate
 
-    return _run(args, "generate", lambda c: run_generate(
+    return _run(args, "generate", lambda o: run_generate(
         _shapes(args, "generate"),
         **_given(args, "batches", "decoders", "prompt_len", "new_tokens", "sweep_prompt",
                  "sweep_new", "dtype"),
-        **_device_kwargs(args), **c))
+        options=o))
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
     from gptstack.bench import run_attention
 
-    return _run(args, "attention", lambda c: run_attention(
+    return _run(args, "attention", lambda o: run_attention(
         _shapes(args, "attention"), **_given(args, "seq_len", "dtype"),
-        **_device_kwargs(args), **c))
+        options=o))
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
     from gptstack.bench import run_ops
 
-    return _run(args, "ops", lambda c: run_ops(
+    return _run(args, "ops", lambda o: run_ops(
         _shapes(args, "ops"), **_given(args, "ops", "seq_len", "dtype", "graph_inner"),
-        **_device_kwargs(args), **c))
+        options=o))
 
 
 def _engines(variants: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
@@ -318,16 +318,16 @@ def cmd_engine(args: argparse.Namespace) -> int:
     if artifact is None and not args.synthetic and not args.smoke:
         trained = firmware_dir() / "data" / "model.gsm"
         artifact = trained if trained.is_file() else None
-    return _run(args, "engine", lambda c: run_engine(
+    return _run(args, "engine", lambda o: run_engine(
         preset_shape("esp32"), engines=engines, unavailable=missing, artifact=artifact,
-        tokens=args.tokens, **c))
+        tokens=args.tokens, options=o))
 
 
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from gptstack.bench import run_tokenizer
 
-    return _run(args, "tokenizer", lambda c: run_tokenizer(
-        **_given(args, "data", "vocab_size"), **c))
+    return _run(args, "tokenizer", lambda o: run_tokenizer(
+        **_given(args, "data", "vocab_size"), options=o))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from .errors import ConfigError, GptstackError
 
 
 def _device(name: str):
-    from .runtime import resolve_device
+    from gptstack.model import resolve_device
 
     return resolve_device(name)
 

@@ -44,7 +44,7 @@ class Corpus:
 
     def bits_per_char(self, loss_nats: float) -> float:
         """Convert a mean per-token loss on val to bits per character (comparable across tokenizers)."""
-        return loss_nats / np.log(2.0) * len(self.val) / max(1, len(self.val_text))
+        return float(loss_nats / np.log(2.0) * len(self.val) / max(1, len(self.val_text)))
 
 
 def corpus_text(cfg: RunConfig) -> tuple[str, str]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 
-from gptstack.bench import Peak, peak_flops
+from gptstack.bench.peaks import Peak, peak_flops
+from gptstack.model import autocast, resolve_device
 
 from .config import TrainSection
 from .errors import ConfigError
@@ -26,9 +26,7 @@ class Runtime:
         return self.device.type
 
     def autocast(self):
-        if self.dtype == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.device, bf16=self.dtype == "bf16")
 
     def to_device(self, *arrays):
         """numpy batches -> device tensors. On CUDA through pinned memory: a copy from pageable
@@ -43,14 +41,6 @@ class Runtime:
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
         extra = (", torch.compile" if self.compile else "") + (", CUDA graph" if self.cuda_graph else "")
         return f"{name} ({self.device}), {self.dtype}{extra}"
-
-
-def resolve_device(name: str, setting: str = "--device") -> torch.device:
-    """"auto" (a CUDA GPU if one is visible, else the CPU), "cuda" or "cpu"."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{setting} cuda but no CUDA GPU is visible; use {setting} cpu")
-    use_cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
-    return torch.device("cuda" if use_cuda else "cpu")
 
 
 def resolve_runtime(train: TrainSection) -> Runtime:

@@ -1,8 +1,9 @@
 """The training loop: `train(cfg, run_dir)` -> TrainResult.
 
 AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipping; on CUDA bf16
-autocast, torch.compile and the whole step replayed as one CUDA graph (train_step.py). Every `eval_interval` steps: train/val loss and val bits/char, the
-checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
+autocast, torch.compile and the whole step replayed as one CUDA graph (gptstack.model.TrainStep,
+the same step `gptstack bench train` measures). Every `eval_interval` steps: train/val loss and
+val bits/char, the checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
 to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step, saves `last/` and returns.
 Resuming from `last/` continues exactly: the batch of a step depends only on (seed, step).
 """
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from gptstack.model import GPT, GPTConfig, load_safetensors
+from gptstack.model import GPT, GPTConfig, TrainStep, load_safetensors
 from gptstack.tokenizer import load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
@@ -28,7 +29,6 @@ from .config import RunConfig
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
 from .errors import CheckpointError
 from .evaluate import estimate_loss
-from .train_step import TrainStep
 from .runtime import Runtime, resolve_runtime
 from .schedule import get_lr, total_steps
 
@@ -102,7 +102,7 @@ def _restore(ckpt: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str, A
             "carry weights only): resume from the run directory or its last/"
         )
     load_safetensors(model, ckpt / "model.safetensors")
-    state = torch.load(state_path, map_location="cpu", weights_only=False)
+    state = torch.load(state_path, map_location="cpu", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     if runtime.cuda_graph:  # loaded rates may be CPU tensors or floats: back to device tensors
         for group in optimizer.param_groups:
@@ -153,8 +153,8 @@ def train(
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
     fwd = torch.compile(model) if runtime.compile else model
-    train_step = TrainStep(fwd, model.parameters(), optimizer, grad_clip=t.grad_clip,
-                           bf16=runtime.dtype == "bf16", device=runtime.device,
+    train_step = TrainStep(fwd, model.parameters(), optimizer, device=runtime.device,
+                           bf16=runtime.dtype == "bf16", grad_clip=t.grad_clip,
                            cuda_graph=runtime.cuda_graph)
 
     tokens_per_step = t.batch_size * t.grad_accum * T
@@ -190,7 +190,7 @@ def train(
     def save_last(step: int, meta: dict[str, Any]) -> None:
         state = {"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                  "cuda_rng": torch.cuda.get_rng_state(runtime.device) if runtime.device_type == "cuda" else None,
-                 "best_val_loss": best_val, "best_val_bpc": best_bpc,
+                 "best_val_loss": float(best_val), "best_val_bpc": float(best_bpc),
                  "elapsed_s": elapsed0 + time.perf_counter() - t0}
         save_checkpoint(run_dir / "last", model=model, tokenizer=corpus.tokenizer, meta=meta,
                         train_state=state)

@@ -19,18 +19,22 @@ from .attention import (
 )
 from .bigram import Bigram
 from .config import GPTConfig
+from .device import DEVICE_CHOICES, autocast, resolve_device
 from .errors import ModelConfigError, ModelError
 from .generate import KVCacheDecoder, StaticCacheDecoder, generate, stream
 from .gpt import GPT
+from .graphs import capture, run_on_side_stream
 from .io import load_safetensors, save_safetensors, unwrap
 from .kv_cache import KVCache, StaticKVCache
 from .optimizer import configure_adamw, split_decay_params
 from .sampling import logits_to_probs, make_generator, sample
+from .train_step import TrainStep
 
 __all__ = [
     "GPT",
     "AttentionBackend",
     "Bigram",
+    "DEVICE_CHOICES",
     "GPTConfig",
     "KVCache",
     "KVCacheDecoder",
@@ -38,7 +42,10 @@ __all__ = [
     "ModelError",
     "StaticCacheDecoder",
     "StaticKVCache",
+    "TrainStep",
     "attention_backends",
+    "autocast",
+    "capture",
     "causal_mask",
     "configure_adamw",
     "generate",
@@ -48,6 +55,8 @@ __all__ = [
     "make_generator",
     "manual_attention",
     "register_attention_backend",
+    "resolve_device",
+    "run_on_side_stream",
     "sample",
     "save_safetensors",
     "sdpa_attention",

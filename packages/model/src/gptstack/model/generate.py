@@ -30,14 +30,12 @@ from torch import Tensor, nn
 
 from .errors import ModelError
 from .gpt import GPT
+from .graphs import capture
 from .io import unwrap
 from .kv_cache import KVCache, StaticKVCache
 from .sampling import check_sampling, make_generator, sample
 
 MODES = ("naive", "kv", "static")
-# Eager runs of the decode step on a side stream before capture (PyTorch's CUDA graph recipe:
-# lazy init, cuBLAS workspaces and autotuning must happen outside the captured region).
-GRAPH_WARMUP_STEPS = 3
 
 
 class KVCacheDecoder:
@@ -131,16 +129,7 @@ class StaticCacheDecoder:
     def _capture(self) -> None:
         # Warm-up and capture rerun the current step: they write the same k/v at the same
         # position, so the cache is unchanged by them.
-        side = torch.cuda.Stream(device=self._token.device)
-        side.wait_stream(torch.cuda.current_stream(self._token.device))
-        with torch.cuda.stream(side):
-            for _ in range(GRAPH_WARMUP_STEPS):
-                self._step()
-        torch.cuda.current_stream(self._token.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._graph_logits = self._step()
-        self._graph = graph
+        self._graph, self._graph_logits = capture(self._step, self._token.device)
 
 
 def _require_gpt(model: nn.Module, mode: str) -> GPT:

@@ -223,8 +223,10 @@ class GPT(nn.Module):
         device_type: str,
         *,
         capturable: bool = False,
+        fused: bool | None = None,
     ) -> torch.optim.AdamW:
         """AdamW: decay on Linear weights only (not biases, LayerNorms, wte/lm_head, wpe);
-        fused when device_type == "cuda"; capturable for CUDA graphs. See optimizer.py."""
+        fused when device_type == "cuda" (or as `fused` says); capturable for CUDA graphs.
+        See optimizer.py."""
         return configure_adamw(self, weight_decay, learning_rate, betas, device_type,
-                               capturable=capturable)
+                               capturable=capturable, fused=fused)
