@@ -1,17 +1,27 @@
-"""`gptstack bench ...` (tools/bench_cli.py) and benchmarks/gpu_suites.sh: wiring, not numbers."""
+"""`gptstack bench ...` (tools/bench_cli.py), the engine suite (it needs the C engine's host
+build, which tools makes) and the GPU scripts: wiring, not numbers."""
 
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-cli = pytest.importorskip("gptstack.tools.cli", reason="gptstack-tools is not installed")
+from gptstack.bench import ModelShape, Settings, SuiteOptions, load_result, run_engine
+from gptstack.tools import cli
+from gptstack.tools.bench_cli import GPT2_VOCAB, preset_shape
+from gptstack.tools.config import load_preset
+from gptstack.tools.errors import GptstackError
+from gptstack.tools.firmware_host import build_host
+
+REPO = Path(__file__).resolve().parents[2]
+FEW_ROUNDS = Settings(warmup=1, min_repeats=3, min_repeats_slow=2, max_repeats=3, budget_s=0.0)
+ESP32 = ModelShape("esp32", vocab_size=512, block_size=64, n_layer=6, n_head=8, n_embd=256,
+                   batch_size=64, dropout=0.2)
 
 
 def test_preset_shapes_follow_the_toml_files():
-    from gptstack.tools.bench_cli import GPT2_VOCAB, preset_shape
-    from gptstack.tools.config import load_preset
-
     cfg = load_preset("gpt2-124m")
     gpt2 = preset_shape("gpt2-124m")
     m, pad = cfg.model, cfg.tokenizer.pad_vocab_to
@@ -33,22 +43,51 @@ def test_user_mistakes_give_one_line_and_status_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_report_and_summary_commands(tmp_path, results_dir, suite_results, capsys):
+def test_a_suite_then_report_and_summary_commands(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert cli.main(["bench", "attention", "--device", "cpu", "--smoke", "--preset", "esp32",
+                     "--out", str(results), "--no-progress"]) == 0
+    files = sorted(results.glob("attention-cpu-*.json"))
+    assert len(files) == 1 and load_result(files[0])["suite"] == "attention"
     readme = tmp_path / "README.md"
-    assert cli.main(["bench", "report", "--results", str(results_dir), "--readme", str(readme),
+    assert cli.main(["bench", "report", "--results", str(results), "--readme", str(readme),
                      "--plots", str(tmp_path / "plots")]) == 0
-    assert readme.is_file()
-    files = [str(p) for p in suite_results.values()]
-    assert cli.main(["bench", "summary", "--short", *files]) == 0
-    assert "train" in capsys.readouterr().out
+    assert files[0].name in readme.read_text()
+    capsys.readouterr()
+    assert cli.main(["bench", "summary", "--short", str(files[0])]) == 0
+    assert "attention" in capsys.readouterr().out
 
 
-def test_gpu_script_parses(repo):
+def _gs_run() -> Path | None:
+    try:
+        return build_host("release").gs_run
+    except GptstackError:
+        if os.environ.get("GPTSTACK_REQUIRE_TOOLCHAINS"):
+            raise
+        return None
+
+
+@pytest.mark.slow
+def test_engine_suite_rows(tmp_path):
+    binary = _gs_run()
+    if binary is None:
+        pytest.skip("the C engine could not be built here (cmake or a compiler missing)")
+    out = tmp_path / "engine.json"
+    run_engine(ESP32, engines={"release": binary}, unavailable={"openmp": "not built here"},
+               options=SuiteOptions(settings=FEW_ROUNDS, out=out, smoke=True, progress=False))
+    data = load_result(out)
+    ok = [r for r in data["rows"] if r["section"] == "engine" and r["status"] == "ok"]
+    assert {r["name"] for r in ok} >= {"C engine release (1 thread)",
+                                       "PyTorch fp32 eager, KV cache (1 thread)"}
+    c = next(r for r in ok if r["name"].startswith("C engine"))
+    assert c["timing"] == "self" and c["ratios"]["vs_torch_1t"]["n"] == len(c["samples_s"])
+    assert any(r["status"] == "skipped" and r["note"] == "not built here" for r in data["rows"])
+
+
+@pytest.mark.parametrize("script", sorted((REPO / "benchmarks").glob("*.sh")),
+                         ids=lambda p: p.name)
+def test_gpu_scripts_parse(script):
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("no bash")
-    script = repo / "benchmarks" / "gpu_suites.sh"
     assert subprocess.run([bash, "-n", str(script)]).returncode == 0
-    text = script.read_text()
-    assert "export PYTHONPATH=$ROOT/packages/tokenizer/src" in text
-    assert "-m gptstack.tools.cli bench" in text

@@ -9,6 +9,7 @@ from gptstack.bench import (
     RUNGS,
     BenchError,
     ModelShape,
+    SuiteOptions,
     add_candidate,
     get_op,
     load_result,
@@ -73,10 +74,14 @@ def test_attention_op_and_model_rows(suite_results):
     data = load_result(suite_results["attention"])
     for section in ("op", "model"):
         ok = rows(data, section, "ok")
-        assert {r["name"] for r in ok} == {"per-head loop", "manual (batched heads)", "sdpa"}
+        assert {r["name"] for r in ok} >= {"per-head loop", "manual (batched heads)", "sdpa"}
         assert all(r["check"]["ok"] and r["check"]["rel_err"] < 1e-5 for r in ok)
+        # the native row is measured and checked when gptstack.cuda_ops is installed, and
+        # otherwise says why it is missing; either way there is exactly one per shape
         native = [r for r in rows(data, section) if r["name"] == "native (cuda_ops)"]
-        assert native and all(r["status"] == "skipped" and r["note"] for r in native)
+        assert len(native) == len({r["group"] for r in ok})
+        assert all(r["status"] in ("ok", "skipped") and (r["status"] == "ok" or r["note"])
+                   for r in native)
 
 
 def test_ops_rows_and_floors(suite_results):
@@ -99,18 +104,6 @@ def test_tokenizer_rows(suite_results):
     assert all(r["check"]["ok"] for r in encode if r["status"] == "ok")
 
 
-def test_engine_rows(suite_results):
-    if "engine" not in suite_results:
-        pytest.skip("the C engine could not be built here (cmake or a compiler missing)")
-    data = load_result(suite_results["engine"])
-    ok = rows(data, "engine", "ok")
-    assert {r["name"] for r in ok} >= {"C engine release (1 thread)",
-                                       "PyTorch fp32 eager, KV cache (1 thread)"}
-    c = next(r for r in ok if r["name"].startswith("C engine"))
-    assert c["timing"] == "self" and c["ratios"]["vs_torch_1t"]["n"] == len(c["samples_s"])
-    assert any(r["status"] == "skipped" and r["note"] == "not built here" for r in data["rows"])
-
-
 def test_a_registered_candidate_is_timed_and_checked(tmp_path, bench_settings):
     op = get_op("gelu_tanh")
     register_op("bench_test_double", lambda x: 2 * x, make_inputs=op.make_inputs,
@@ -120,8 +113,10 @@ def test_a_registered_candidate_is_timed_and_checked(tmp_path, bench_settings):
     with pytest.raises(BenchError, match="already has"):
         add_candidate("bench_test_double", "eager", torch.neg)
     shape = ModelShape("tiny", 64, 16, 1, 2, 16, batch_size=2)
-    data = run_ops([shape], ops=["bench_test_double"], device="cpu", compile_backend="eager",
-                   settings=bench_settings, progress=False, out=tmp_path / "ops.json")
+    data = run_ops([shape], ops=["bench_test_double"],
+                   options=SuiteOptions(device="cpu", compile_backend="eager",
+                                        settings=bench_settings, progress=False,
+                                        out=tmp_path / "ops.json"))
     by_name = {r["name"]: r for r in data["rows"]}
     assert set(by_name) == {"eager", "torch.compile", "right", "wrong"}
     assert by_name["right"]["check"]["ok"] and not by_name["wrong"]["check"]["ok"]

@@ -1,7 +1,7 @@
 """Suite `engine`: how fast is the firmware's C engine on this host, next to PyTorch on the CPU?
 
     data = run_engine(shape_esp32, engines={"release": Path(".../build-release/gs-run")},
-                      artifact=None, out=path)
+                      artifact=None, options=SuiteOptions(out=path))
 
 Same model on both sides, batch 1, greedy: the int8 artifact runs in the C engine (`gs-run
 --json`; the release build on one thread, the openmp build on one and on all threads), and its
@@ -34,10 +34,10 @@ from gptstack.model import GPT, GPTConfig, generate
 
 from ..environment import threads_available
 from ..errors import BenchError
-from ..harness import Settings, Variant, compare
+from ..harness import Variant, compare
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape
-from .common import SuiteContext
+from .common import SuiteOptions, SuiteContext
 
 BPE_MIN_VOCAB = 257  # 256 byte tokens + at least one special token
 SUBPROCESS_TIMEOUT_S = 600
@@ -120,15 +120,12 @@ def run_engine(
     unavailable: Mapping[str, str] | None = None,
     artifact: str | os.PathLike | None = None,
     tokens: int | None = None,
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    progress: bool = True,
-    command: list[str] | None = None,
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """C engine builds (variant name -> gs-run path; e.g. release, openmp) against PyTorch fp32
     on the CPU, batch 1. `unavailable` names builds that could not be made, with the reason."""
-    shape = shape.smoke() if smoke else shape
+    options = options or SuiteOptions()
+    shape = shape.smoke() if options.smoke else shape
     threads = threads_available()
     n_tok = tokens or (shape.block_size - 1)
     if not 1 <= n_tok <= shape.block_size - 1:
@@ -137,8 +134,7 @@ def run_engine(
     params = {"shape": shape.to_dict(), "tokens": n_tok, "batch": 1, "sampling": "greedy",
               "threads_available": threads, "engines": {k: str(v) for k, v in engines.items()},
               "unavailable": dict(unavailable or {})}
-    ctx = SuiteContext.create("engine", params, device="cpu", settings=settings, out=out,
-                              smoke=smoke, progress=progress, command=command)
+    ctx = SuiteContext.create("engine", params, options.on_cpu())
     _declare(ctx)
     torch_threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="gs-bench-engine-") as tmp:

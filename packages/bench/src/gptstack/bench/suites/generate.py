@@ -1,6 +1,6 @@
 """Suite `generate`: how fast does a model decode, and when does the KV cache start to pay?
 
-    data = run_generate([shape_esp32, shape_char, shape_gpt2], device="cuda", out=path)
+    data = run_generate([shape_esp32, shape_char, shape_gpt2], options=SuiteOptions(device="cuda", out=path))
 
 Decoders (gptstack.model.generate): naive (forward of the whole window per token, the
 reference), KV cache (prefill, then one token against a growing cache), static cache (fixed
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +27,10 @@ import torch
 from gptstack.model import KVCacheDecoder, StaticCacheDecoder, generate
 
 from ..errors import BenchError
-from ..harness import Settings, Variant, compare, error_text
+from ..harness import Variant, compare, error_text
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, model_bytes, random_tokens
-from .common import SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
+from .common import SuiteOptions, SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
 
 INPUT_SETS = 4  # rotating prompts per row
 SWEEP_NEW_FOR_PROMPTS = 16  # generated tokens in the prompt-length sweep
@@ -184,29 +183,22 @@ def run_generate(
     sweep_prompt: Sequence[int] = (8, 32, 128, 512),
     sweep_new: Sequence[int] = (4, 16, 64),
     dtype: str = "auto",
-    device: str | torch.device = "auto",
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    compile_backend: str = "inductor",
-    progress: bool = True,
-    command: list[str] | None = None,
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """Decode throughput per model, batch and decoder, plus the cache-regime sweeps (batch 1).
     prompt_len defaults to block_size/8, new_tokens to min(block_size/2, MAX_NEW)."""
+    options = options or SuiteOptions()
     unknown = [k for k in decoders if k not in DECODER_KEYS]
     if unknown or "naive" not in decoders:
         raise BenchError(f"decoders {list(decoders)}: need 'naive' (the reference) and only "
                          f"{', '.join(DECODER_KEYS)}")
     chosen = [d for d in DECODERS if d.key in decoders]
-    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
     params = {"shapes": [s.to_dict() for s in shapes], "batches": list(batches),
               "decoders": [d.name for d in chosen], "prompt_len": prompt_len,
               "new_tokens": new_tokens, "sweep_prompt": list(sweep_prompt),
               "sweep_new": list(sweep_new), "dtype": dtype, "sampling": "greedy"}
-    ctx = SuiteContext.create("generate", params, device=device, settings=settings, out=out,
-                              smoke=smoke, compile_backend=compile_backend, progress=progress,
-                              command=command)
+    ctx = SuiteContext.create("generate", params, options)
     _declare(ctx)
     dt = resolve_dtype(dtype, ctx.device)
     copy_bw = ctx.measure_floors().get("copy", {}).get("bytes_per_s")
