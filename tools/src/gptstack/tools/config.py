@@ -3,6 +3,10 @@
 A run is described by one `RunConfig` of four sections (model, tokenizer, data, train). A preset
 or `--config FILE` gives the values; `--set section.key=value` overrides one, parsed against the
 dataclass field's type. An unknown key or a bad value is reported with the valid choices.
+
+The model section is not written here: it is `gptstack.model.GPTConfig` without `vocab_size`
+(which the tokenizer decides), derived field by field, and validated by building a GPTConfig. A
+new GPTConfig field, or a newly registered attention backend, is settable with `--set` as is.
 """
 
 from __future__ import annotations
@@ -15,18 +19,36 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gptstack.model.config import GPTConfig
+from gptstack.model.errors import ModelConfigError
+
 from .errors import ConfigError
 
+# GPTConfig's required sizes, when a config file leaves one out: nanoGPT's shakespeare-char shape
+# (6 layers, 6 heads, 384 wide, context 256).
+MODEL_SIZE_DEFAULTS = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256}
 
-@dataclass
-class ModelSection:
-    n_layer: int = 6
-    n_head: int = 6
-    n_embd: int = 384
-    block_size: int = 256  # context length in tokens
-    dropout: float = 0.0
-    bias: bool = True  # biases in linear layers and LayerNorms (GPT-2 has them)
-    attention: str = "sdpa"  # manual | sdpa
+
+def _model_section_type() -> type:
+    """A dataclass with GPTConfig's fields, types and defaults, minus vocab_size."""
+    hints = typing.get_type_hints(GPTConfig)
+    fields = []
+    for f in dataclasses.fields(GPTConfig):
+        if f.name == "vocab_size":
+            continue
+        default = MODEL_SIZE_DEFAULTS.get(f.name, f.default)
+        fields.append((f.name, hints[f.name], field(default=default)))
+    section = dataclasses.make_dataclass("ModelSection", fields)
+    section.__module__ = __name__
+    return section
+
+
+ModelSection = _model_section_type()
+
+
+def gpt_config(model: Any, vocab_size: int) -> GPTConfig:
+    """The GPTConfig of a model section for a vocabulary of vocab_size ids."""
+    return GPTConfig(vocab_size=vocab_size, **dataclasses.asdict(model))
 
 
 @dataclass
@@ -104,7 +126,6 @@ class RunConfig:
 
 SECTIONS = ("model", "tokenizer", "data", "train")
 CHOICES = {
-    ("model", "attention"): ("manual", "sdpa"),
     ("tokenizer", "kind"): ("char", "bpe", "gpt2"),
     ("tokenizer", "pattern"): ("gpt2", "gpt4"),
     ("train", "device"): ("auto", "cuda", "cpu"),
@@ -181,11 +202,12 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
 def validate(cfg: RunConfig, *, source: str) -> None:
     """Cross-field rules that a single field's type cannot express."""
     m, t, tok = cfg.model, cfg.train, cfg.tokenizer
+    try:
+        gpt_config(m, vocab_size=1)  # GPTConfig checks every model field; the vocab comes later
+    except ModelConfigError as e:
+        raise ConfigError(f"{source}: {str(e).replace('GPTConfig.', 'model.')}") from None
     rules = [
-        (m.n_layer >= 1 and m.n_head >= 1 and m.n_embd >= 1, "model sizes must be positive"),
-        (m.n_embd % m.n_head == 0, f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})"),
         (m.block_size >= 2, f"model.block_size must be at least 2, got {m.block_size}"),
-        (0.0 <= m.dropout < 1.0, f"model.dropout must be in [0, 1), got {m.dropout}"),
         (tok.kind != "bpe" or 256 < tok.vocab_size <= 65536,
          f"tokenizer.vocab_size must be in (256, 65536] for bpe, got {tok.vocab_size}"),
         (tok.pad_vocab_to >= 1, "tokenizer.pad_vocab_to must be >= 1"),

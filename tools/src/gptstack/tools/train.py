@@ -25,7 +25,7 @@ from gptstack.model import GPT, GPTConfig, TrainStep, load_safetensors
 from gptstack.tokenizer import load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
-from .config import RunConfig
+from .config import RunConfig, gpt_config
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
 from .errors import CheckpointError
 from .evaluate import estimate_loss
@@ -50,12 +50,8 @@ def padded_vocab(vocab_size: int, multiple: int) -> int:
 
 
 def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
-    m = cfg.model
-    return GPTConfig(
-        vocab_size=padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to),
-        block_size=m.block_size, n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd,
-        dropout=m.dropout, bias=m.bias, attention=m.attention,
-    )
+    """The model `gptstack train` builds for `cfg` over a tokenizer of vocab_size ids."""
+    return gpt_config(cfg.model, padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to))
 
 
 class _StopOnInterrupt:

@@ -11,7 +11,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .attention import attention_backends
 from .errors import ModelConfigError
 
 
@@ -62,6 +61,8 @@ class GPTConfig:
             raise ModelConfigError(
                 f"GPTConfig.bias is {self.bias!r}: it must be true or false"
             )
+        from .attention import attention_backends  # torch: only when a config is checked
+
         known = attention_backends()
         if self.attention not in known:
             raise ModelConfigError(

@@ -158,7 +158,7 @@ class GPT(nn.Module):
 
         idx: (B, T) int64 token ids, T <= block_size. targets: (B, T) int64, -1 = ignore.
         Returns logits (B, T, V), or (B, 1, V) with last_only, and a scalar loss or None.
-        kv_cache / pos (used by generate.py): idx holds positions [pos, pos + T); keys and values
+        kv_cache / pos (used by decoding.py): idx holds positions [pos, pos + T); keys and values
         are written into / read from the cache. Raises ModelError on a bad shape or T.
         """
         if idx.dim() != 2:

@@ -2,7 +2,7 @@
 
     data = run_generate([shape_esp32, shape_char, shape_gpt2], options=SuiteOptions(device="cuda", out=path))
 
-Decoders (gptstack.model.generate): naive (forward of the whole window per token, the
+Decoders (gptstack.model.decoding): naive (forward of the whole window per token, the
 reference), KV cache (prefill, then one token against a growing cache), static cache (fixed
 shapes, position as a tensor), static cache + CUDA graph (the decode step captured once and
 replayed), and optionally + torch.compile inside the graph (gpt-fast's recipe; compile time is
