@@ -78,6 +78,23 @@ def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(tmp_path, sm
     assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")) == []
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_checkpoint_files_follow_the_umask(tmp_path, small_corpus, umask):
+    train(smoke_cfg(small_corpus, "train.max_steps=2"), tmp_path / "run", progress=False,
+          log=lambda s: None)
+    ckpt = load_checkpoint(tmp_path / "run" / "last")
+    previous = os.umask(umask)
+    try:
+        out = save_checkpoint(tmp_path / "copy", model=ckpt.model, tokenizer=ckpt.tokenizer,
+                              meta=ckpt.meta, train_state={"step": 2})
+    finally:
+        os.umask(previous)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert set(modes) == {"config.json", "model.safetensors", "tokenizer.json", "train_state.pt"}
+    assert set(modes.values()) == {0o666 & ~umask}
+
+
 def test_a_crash_between_the_two_renames_is_recovered(tmp_path, small_corpus):
     train(smoke_cfg(small_corpus, "train.max_steps=5"), tmp_path / "run", progress=False, log=lambda s: None)
     run = tmp_path / "run"

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from gptstack.model import GPT, GPTConfig, load_safetensors, save_safetensors
-from gptstack.tokenizer import Tokenizer, load_tokenizer
+from gptstack.tokenizer import Tokenizer, atomic_path, load_tokenizer, sync_dir, write_atomic
 
 from .config import RunConfig
 from .errors import CheckpointError
@@ -27,6 +27,12 @@ from .errors import CheckpointError
 FORMAT = "gptstack-checkpoint"
 VERSION = 1
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @dataclass
@@ -58,18 +64,22 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders; honour the umask
         doc = {"format": FORMAT, "version": VERSION, **meta}
-        (tmp / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+        write_atomic(tmp / "config.json", json.dumps(doc, indent=2) + "\n")
         save_safetensors(model, tmp / "model.safetensors")
         tokenizer.save(tmp / "tokenizer.json")
         if train_state is not None:
-            torch.save(train_state, tmp / "train_state.pt")
+            with atomic_path(tmp / "train_state.pt") as state_tmp:
+                torch.save(train_state, state_tmp)
+        sync_dir(tmp)  # every file above was fsync'ed by the atomic writers
         old = path.parent / f".{path.name}.old"
         if old.exists():
             shutil.rmtree(old)
         if path.exists():
             os.rename(path, old)
         os.rename(tmp, path)
+        sync_dir(path.parent)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -17,11 +17,11 @@ def _device(name: str):
 
 
 def _write_json(path: Path, data: dict) -> None:
+    from gptstack.tokenizer import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 # --- tokenizer ---------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gptstack.tokenizer import write_atomic
+
 from .plot import read_metrics
 
 
@@ -58,7 +60,5 @@ def write_run_summary(run_dir: Path, command: list[str] | None = None) -> tuple[
     """Write RUN_DIR/summary.json atomically; return its path and content."""
     summary = summarize_run(run_dir, command)
     path = Path(run_dir) / "summary.json"
-    tmp = path.with_name(".summary.json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(summary, indent=2) + "\n")
     return path, summary
