@@ -81,9 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="softmax temperature, 0 = greedy (default %(default)s)")
     p.add_argument("--top-k", type=int, default=SAMPLING.top_k,
                    help="keep the k most likely tokens, 0 = no top-k (default %(default)s)")
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--mode", default="kv", choices=["naive", "kv", "static"], help="decoding mode")
+    p.add_argument("--top-p", type=float, default=SAMPLING.top_p,
+                   help="nucleus sampling: keep the likeliest tokens up to this probability "
+                        "mass (default: off)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the sampler: the same seed writes the same text (default: "
+                        "a fresh one)")
+    p.add_argument("--mode", default="auto", choices=["auto", "naive", "kv", "static", "graph"],
+                   help="decoder: auto = graph on CUDA (static cache, sampling on the GPU, "
+                        "CUDA-graph replays), kv on a CPU; naive is the reference")
+    p.add_argument("--window", default="slide", choices=["slide", "halve"],
+                   help="past the context: slide (the last block_size tokens) or halve (the "
+                        "C engine's rule; PyTorch then writes what the chip writes)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="weights while sampling (default auto: bf16 on CUDA, fp32 on a CPU)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the graph decoder's step (fewer kernels, costs start-up)")
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write a sample-run record (tokens/s, start-up, device) here")
     _add_device(p)
     p.set_defaults(func=c.cmd_sample)
 

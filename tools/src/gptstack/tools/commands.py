@@ -124,11 +124,27 @@ def cmd_sample(args) -> int:
     from .checkpoint import load_checkpoint
     from .sample import sample
 
-    ckpt = load_checkpoint(args.ckpt, device=_device(args.device))
+    device = _device(args.device)
+    ckpt = load_checkpoint(args.ckpt, device=device)
     result = sample(ckpt, args.prompt, tokens=args.tokens, temperature=args.temperature,
-                    top_k=args.top_k or None, top_p=args.top_p, seed=args.seed, mode=args.mode)
-    print(f"[{result.new_tokens} tokens in {result.seconds:.2f} s: {result.tokens_per_s:,.1f} tokens/s, "
-          f"{args.mode} decoding on {next(ckpt.model.parameters()).device}]", file=sys.stderr)
+                    top_k=args.top_k or None, top_p=args.top_p, seed=args.seed, mode=args.mode,
+                    window=args.window, dtype=args.dtype, compile=args.compile)
+    print(f"[{result.new_tokens} tokens: {result.tokens_per_s:,.1f} tokens/s steady state, "
+          f"start-up {result.startup_s:.2f} s; {result.mode} decoding, {result.dtype}, on "
+          f"{device}]", file=sys.stderr)
+    if args.json:
+        from gptstack.bench.environment import environment
+
+        _write_json(args.json, {
+            "kind": "sample-run", "run": str(ckpt.path), "device": str(device),
+            "mode": result.mode, "dtype": result.dtype, "window": args.window,
+            "compile": args.compile, "prompt": args.prompt, "new_tokens": result.new_tokens,
+            "tokens_per_s": result.tokens_per_s, "startup_s": result.startup_s,
+            "seconds": result.seconds,
+            "sampling": {"temperature": args.temperature, "top_k": args.top_k or None,
+                         "top_p": args.top_p, "seed": args.seed},
+            "environment": environment(device, sys.argv)})
+        print(f"sample-run record -> {args.json}", file=sys.stderr)
     return 0
 
 

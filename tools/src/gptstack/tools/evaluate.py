@@ -101,8 +101,10 @@ def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
     }
     if samples > 0:
         start = torch.tensor([prompt_ids(corpus.tokenizer, "")] * samples, device=runtime.device)
-        out = generate(model, start, sample_tokens, mode="kv", temperature=temperature,
-                       top_k=top_k, seed=seed)
+        # the decoder `gptstack sample` uses on this device; padded vocabulary rows never drawn
+        mode = "graph" if runtime.device.type == "cuda" else "kv"
+        out = generate(model, start, sample_tokens, mode=mode, temperature=temperature,
+                       top_k=top_k, seed=seed, vocab_limit=corpus.tokenizer.vocab_size)
         texts = [corpus.tokenizer.decode(row[1:].tolist()) for row in out.cpu()]
         generated = word_stats("\n".join(texts), corpus.train_text)
         reference = word_stats(corpus.val_text, corpus.train_text)

@@ -26,6 +26,8 @@ _EXPORTS = {
     "KVCacheDecoder": ".decoding", "StaticCacheDecoder": ".decoding", "generate": ".decoding",
     "stream": ".decoding",
     "GPT": ".gpt",
+    "GraphDecoder": ".graph_decoding", "WINDOWS": ".graph_decoding",
+    "window_length": ".graph_decoding",
     "capture": ".graphs", "run_on_side_stream": ".graphs",
     "load_safetensors": ".io", "save_safetensors": ".io", "unwrap": ".io",
     "KVCache": ".kv_cache", "StaticKVCache": ".kv_cache",

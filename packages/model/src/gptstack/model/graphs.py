@@ -11,7 +11,7 @@ and outputs are the tensors the callable reads and returns: replays overwrite th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import torch
@@ -38,17 +38,22 @@ def run_on_side_stream(fn: Callable[[], R], device: torch.device, calls: int = 1
 
 
 def capture(
-    fn: Callable[[], R], device: torch.device, *, warmup: int = WARMUP_CALLS
+    fn: Callable[[], R], device: torch.device, *, warmup: int = WARMUP_CALLS,
+    generators: Sequence[torch.Generator] = (),
 ) -> tuple[torch.cuda.CUDAGraph, R]:
     """Warm fn up `warmup` times on a side stream, then capture one call into a CUDA graph.
 
     Returns (graph, output of the captured call). Every replay reruns the captured kernels on
     the same memory: write new inputs into the tensors fn reads before `graph.replay()`.
+    generators: CUDA generators (besides the default one) that fn draws from; each replay then
+    advances them like an eager call would (CUDAGraph.register_generator_state).
     """
     if warmup > 0:
         run_on_side_stream(fn, device, warmup)
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
+    for g in generators:
+        graph.register_generator_state(g)
     with torch.cuda.graph(graph):
         out = fn()
     return graph, out
