@@ -41,6 +41,11 @@ def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus)
     assert meta["val_loss"] == result.best_val_loss and meta["format"] == "gptstack-checkpoint"
     # bits/char = loss in bits * tokens / chars; for a char tokenizer tokens == chars
     assert meta["val_bpc"] == pytest.approx(meta["val_loss"] / torch.log(torch.tensor(2.0)).item())
+    from gptstack.tools.summary import write_run_summary
+
+    _, summary = write_run_summary(run)
+    # from process start (this pytest process: it started before train() did)
+    assert summary["process_wall_s"] > summary["wall_time_s"] > 0
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, small_corpus):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -10,6 +13,7 @@ from gptstack.bench.peaks import Peak, peak_flops
 from gptstack.model import autocast, resolve_device
 
 from .config import TrainSection
+from .datasets import cache_dir
 from .errors import ConfigError
 
 
@@ -17,7 +21,7 @@ from .errors import ConfigError
 class Runtime:
     device: torch.device
     dtype: str  # "bf16" (autocast) or "fp32"
-    compile: bool
+    compile: str | None  # "regional" or "full" (gptstack.model.compile_model), None: eager
     peak: Peak | None  # for MFU; None on CPUs and unknown GPUs
     cuda_graph: bool = False  # the whole training step replayed as one CUDA graph
 
@@ -39,8 +43,26 @@ class Runtime:
 
     def describe(self) -> str:
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
-        extra = (", torch.compile" if self.compile else "") + (", CUDA graph" if self.cuda_graph else "")
+        extra = ((f", torch.compile ({self.compile})" if self.compile else "")
+                 + (", CUDA graph" if self.cuda_graph else ""))
         return f"{name} ({self.device}), {self.dtype}{extra}"
+
+
+def process_start_time() -> float:
+    """When this process started (epoch seconds): the wall time a user waits counts Python's
+    and torch's start-up too. Linux: /proc/self/stat's start time; elsewhere: now."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+def use_compile_cache() -> None:
+    """Keep Inductor's compiled kernels under gptstack's cache folder (unless the user chose
+    a folder): a second run of the same preset then skips code generation and autotuning."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
 
 
 def resolve_runtime(train: TrainSection) -> Runtime:
@@ -49,7 +71,10 @@ def resolve_runtime(train: TrainSection) -> Runtime:
     dtype = train.dtype if train.dtype != "auto" else ("bf16" if use_cuda else "fp32")
     if dtype == "bf16" and use_cuda and not torch.cuda.is_bf16_supported():
         dtype = "fp32"
-    compile_ = train.compile == "true" or (train.compile == "auto" and use_cuda)
+    compile_ = {"auto": "regional" if use_cuda else None, "regional": "regional",
+                "full": "full", "true": "full", "false": None}[train.compile]
+    if compile_:
+        use_compile_cache()
     if train.cuda_graph == "true" and not use_cuda:
         raise ConfigError("train.cuda_graph = true needs a CUDA GPU; use train.cuda_graph=auto")
     graph = train.cuda_graph == "true" or (train.cuda_graph == "auto" and use_cuda)

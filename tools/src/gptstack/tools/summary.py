@@ -33,6 +33,9 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
     mfus = [r["mfu"] for r in steady if r.get("mfu") is not None]
     # Wall time: each (start, end) segment of the run, so a resumed run adds its parts.
     wall = sum(e["time"] - s["time"] for s, e in zip(starts, ends, strict=False))
+    # The same from each process's start: Python, torch, data and compile start-up included.
+    process_wall = sum(e["time"] - s.get("process_start", s["time"])
+                       for s, e in zip(starts, ends, strict=False))
     first = starts[0] if starts else {}
     device = torch.device("cuda" if "cuda" in str(first.get("device", "")) else "cpu")
     return {
@@ -45,6 +48,7 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
         "max_steps": first.get("max_steps"),
         "segments": len(starts),
         "wall_time_s": wall,
+        "process_wall_s": process_wall,
         "best_val_loss": best["val_loss"] if best else None,
         "best_val_bpc": best["val_bpc"] if best else None,
         "best_step": best["step"] if best else None,

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from gptstack.model import GPT, GPTConfig, TrainStep, load_safetensors
+from gptstack.model import GPT, GPTConfig, TrainStep, compile_model, load_safetensors
 from gptstack.tokenizer import load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
@@ -29,7 +29,7 @@ from .config import RunConfig, gpt_config
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
 from .errors import CheckpointError
 from .evaluate import estimate_loss
-from .runtime import Runtime, resolve_runtime
+from .runtime import Runtime, process_start_time, resolve_runtime
 from .schedule import get_lr, total_steps
 
 
@@ -148,7 +148,7 @@ def train(
         state = _restore(ckpt, model, optimizer, runtime)
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
-    fwd = torch.compile(model) if runtime.compile else model
+    fwd = compile_model(model, runtime.compile) if runtime.compile else model
     train_step = TrainStep(fwd, model.parameters(), optimizer, device=runtime.device,
                            bf16=runtime.dtype == "bf16", grad_clip=t.grad_clip,
                            cuda_graph=runtime.cuda_graph)
@@ -164,7 +164,8 @@ def train(
 
     metrics = _Metrics(run_dir / "metrics.jsonl")
     metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
-                  device=runtime.describe(), n_params=model.num_params(), time=time.time())
+                  device=runtime.describe(), n_params=model.num_params(), time=time.time(),
+                  process_start=process_start_time())
 
     def evaluate(step: int) -> float:
         nonlocal best_val, best_bpc

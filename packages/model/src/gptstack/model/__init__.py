@@ -20,6 +20,7 @@ _EXPORTS = {
     "manual_attention": ".attention", "register_attention_backend": ".attention",
     "sdpa_attention": ".attention",
     "Bigram": ".bigram",
+    "COMPILE_MODES": ".compiling", "compile_model": ".compiling",
     "GPTConfig": ".config",
     "DEVICE_CHOICES": ".device", "autocast": ".device", "resolve_device": ".device",
     "ModelConfigError": ".errors", "ModelError": ".errors",

@@ -176,6 +176,16 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(positions))  # (B, T, C) + (T, C) -> (B, T, C)
         for block in self.h:
             x = block(x, kv_cache, pos)
+        return self.head(x, targets, last_only=last_only)
+
+    def head(
+        self, x: Tensor, targets: Tensor | None = None, *, last_only: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """ln_f, the tied LM head and the loss: x (B, T, C) -> logits (B, T or 1, V), loss.
+
+        A method of its own so that regional compilation (compiling.py) can compile it apart
+        from the blocks: it is where gpt2-124m spends its memory ((B*T) x V logits).
+        """
         x = self.ln_f(x)
         if last_only:
             x = x[:, -1:, :]  # (B, 1, C): only the next-token prediction goes through the head
