@@ -26,17 +26,15 @@ from gptstack.tools.bench_cli import preset_shape
 
 
 def build_step(name: str, device: torch.device, cuda_graph: bool):
-    from gptstack.model import GPT
-
-    from gptstack.tools import train_step as ts
+    from gptstack.model import GPT, TrainStep, compile_model
 
     shape = preset_shape(name)
     torch.manual_seed(0)
     model = GPT(shape.config()).to(device)
     opt = model.configure_optimizer(0.1, 1e-4, (0.9, 0.95), "cuda", capturable=cuda_graph)
-    fwd = torch.compile(model)
-    step = ts.TrainStep(fwd, model.parameters(), opt, grad_clip=1.0, bf16=True, device=device,
-                        cuda_graph=cuda_graph)
+    fwd = compile_model(model, os.environ.get("COMPILE", "regional"))
+    step = TrainStep(fwd, model.parameters(), opt, grad_clip=1.0, bf16=True, device=device,
+                     cuda_graph=cuda_graph)
     g = torch.Generator().manual_seed(1)
     B, T, V = shape.batch_size, shape.block_size, shape.vocab_size
     batches = [[(torch.randint(0, V, (B, T), generator=g).to(device),

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from gptstack.model import autocast, capture
+
 from .data import Corpus, batch_rng, get_batch
 from .defaults import SAMPLING
 from .runtime import Runtime
@@ -26,24 +28,61 @@ WORD = re.compile(r"[A-Za-z']+")
 NGRAM = 8
 
 
-@torch.no_grad()
-def estimate_loss(model, corpus: Corpus, *, batch_size: int, block_size: int, batches: int,
-                  seed: int, runtime: Runtime) -> dict[str, float]:
-    """Mean loss over `batches` random batches of each split; the same batches at every call."""
-    was_training = model.training
-    model.eval()
-    out = {}
-    for split_id, (split, tokens) in enumerate((("train", corpus.train), ("val", corpus.val))):
-        total = 0.0
-        for i in range(batches):
-            x, y = runtime.to_device(*get_batch(tokens, batch_size, block_size,
-                                                batch_rng(seed, EVAL_STREAM, split_id, i)))
-            with runtime.autocast():
-                _, loss = model(x, y)
-            total += loss.item()
-        out[split] = total / batches
-    model.train(was_training)
-    return out
+class LossEstimator:
+    """Mean loss over fixed random batches of each split, as training evaluates it.
+
+    The batches (the same at every call: seeded by EVAL_STREAM) are drawn once and kept on the
+    device, the losses add up on the device and are read once per split, so an evaluation costs
+    forwards only. On CUDA with `cuda_graph`, the forward over one static batch is captured once
+    and replayed for every batch (copying each batch in on the device): evaluating the small
+    presets is then no longer launch-bound (issue 11).
+    """
+
+    def __init__(self, model, corpus: Corpus, *, batch_size: int, block_size: int,
+                 batches: int, seed: int, runtime: Runtime, cuda_graph: bool = False) -> None:
+        self.model, self.runtime, self.cuda_graph = model, runtime, cuda_graph
+        self.splits: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for split_id, (split, tokens) in enumerate((("train", corpus.train),
+                                                    ("val", corpus.val))):
+            self.splits[split] = [
+                tuple(runtime.to_device(*get_batch(tokens, batch_size, block_size,
+                                                   batch_rng(seed, EVAL_STREAM, split_id, i))))
+                for i in range(batches)]
+        self._graph = None
+        self._static: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._static_loss: torch.Tensor | None = None
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with autocast(self.runtime.device, bf16=self.runtime.dtype == "bf16",
+                      graph_safe=self.cuda_graph):
+            _, loss = self.model(x, y)
+        return loss.float()
+
+    def _replayed_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self._graph is None:
+            self._static = (x.clone(), y.clone())
+            self._graph, self._static_loss = capture(lambda: self._loss(*self._static),
+                                                     self.runtime.device)
+        sx, sy = self._static
+        sx.copy_(x)
+        sy.copy_(y)
+        self._graph.replay()
+        return self._static_loss
+
+    @torch.no_grad()
+    def __call__(self) -> dict[str, float]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = {}
+            for split, batches in self.splits.items():
+                total = torch.zeros((), device=self.runtime.device)
+                for x, y in batches:
+                    total += self._replayed_loss(x, y) if self.cuda_graph else self._loss(x, y)
+                out[split] = total.item() / len(batches)  # the one host sync per split
+            return out
+        finally:
+            self.model.train(was_training)
 
 
 def windows(tokens: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
 from .config import RunConfig, gpt_config
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
 from .errors import CheckpointError
-from .evaluate import estimate_loss
+from .evaluate import LossEstimator
 from .runtime import Runtime, process_start_time, resolve_runtime
 from .schedule import get_lr, total_steps
 
@@ -167,10 +167,14 @@ def train(
                   device=runtime.describe(), n_params=model.num_params(), time=time.time(),
                   process_start=process_start_time())
 
+    # eval batches drawn once and kept on the device; on CUDA the eval forward is a graph too
+    estimator = LossEstimator(fwd, corpus, batch_size=t.batch_size, block_size=T,
+                              batches=t.eval_batches, seed=t.seed, runtime=runtime,
+                              cuda_graph=runtime.cuda_graph)
+
     def evaluate(step: int) -> float:
         nonlocal best_val, best_bpc
-        losses = estimate_loss(fwd, corpus, batch_size=t.batch_size, block_size=T,
-                               batches=t.eval_batches, seed=t.seed, runtime=runtime)
+        losses = estimator()
         val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
         metrics.write(event="eval", step=step, train_loss=losses["train"], val_loss=val,
                       val_bpc=bpc, lr=get_lr(step, t, max_steps), time=time.time())
