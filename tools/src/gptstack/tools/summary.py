@@ -28,6 +28,7 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
     ends = [r for r in records if r.get("event") == "end"]
     evals = [r for r in records if r.get("event") == "eval"]
     train = [r for r in records if r.get("event") == "train"]
+    startups = [r for r in records if r.get("event") == "startup"]
     steady = train[1:] if len(train) > 1 else train
     best = min(evals, key=lambda r: r["val_loss"]) if evals else None
     mfus = [r["mfu"] for r in steady if r.get("mfu") is not None]
@@ -49,6 +50,8 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
         "segments": len(starts),
         "wall_time_s": wall,
         "process_wall_s": process_wall,
+        "startup": ({k: v for k, v in startups[0].items() if k.endswith("_s")}
+                    if startups else None),
         "best_val_loss": best["val_loss"] if best else None,
         "best_val_bpc": best["val_bpc"] if best else None,
         "best_step": best["step"] if best else None,

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from gptstack.model import GPT, GPTConfig, TrainStep, compile_model, load_safetensors
+from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
@@ -43,6 +44,19 @@ class TrainResult:
     best_val_bpc: float
     wall_time_s: float
     interrupted: bool
+
+
+# Steps whose time counts as start-up: the eager warm-up steps, the capture, one replay.
+FIRST_STEPS = WARMUP_STEPS + 2
+
+
+def startup_line(startup: dict[str, float]) -> str:
+    """One line for the run log: where the time before steady training went."""
+    names = {"imports_s": "Python + imports", "data_s": "data", "model_s": "model + CUDA init",
+             "first_eval_s": "first evaluation (compile, capture)",
+             "first_steps_s": f"first {FIRST_STEPS} steps (compile, warm-up, capture)"}
+    parts = [f"{names[k]} {v:.1f} s" for k, v in startup.items() if k in names]
+    return f"start-up: {sum(startup.values()):.1f} s = " + ", ".join(parts)
 
 
 def padded_vocab(vocab_size: int, multiple: int) -> int:
@@ -125,6 +139,8 @@ def train(
     run in stages on machines with a time limit and resumed exactly.
     """
     run_dir = Path(run_dir)
+    entered = time.time()
+    startup = {"imports_s": entered - process_start_time()}  # Python, torch, the CLI
     run_dir.mkdir(parents=True, exist_ok=True)
     runtime = resolve_runtime(cfg.train)
     t, T = cfg.train, cfg.model.block_size
@@ -137,12 +153,14 @@ def train(
         tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     if corpus is None:
         corpus = prepare_corpus(cfg, tokenizer)
+    startup["data_s"] = time.time() - entered
     torch.manual_seed(t.seed)
     mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
     model = GPT(mcfg).to(runtime.device)
     optimizer = model.configure_optimizer(t.weight_decay, t.lr, (t.beta1, t.beta2),
                                           runtime.device_type, capturable=runtime.cuda_graph)
 
+    startup["model_s"] = time.time() - entered - startup["data_s"]  # incl. CUDA's start
     start, best_val, best_bpc, elapsed0 = 0, math.inf, math.inf, 0.0
     if resume is not None:
         state = _restore(ckpt, model, optimizer, runtime)
@@ -205,15 +223,24 @@ def train(
         try:
             for step in range(start, max_steps):
                 if step % t.eval_interval == 0 and not (resume is not None and step == start):
+                    t_eval = time.perf_counter()
                     last_val = evaluate(step)
+                    startup.setdefault("first_eval_s", time.perf_counter() - t_eval)
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
                 model.train()
                 batches = [runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
                                                         batch_rng(t.seed, step, micro)))
                            for micro in range(t.grad_accum)]
+                if step == start:
+                    t_first = time.perf_counter()
                 loss = train_step.step(batches, lr)
                 interval_steps += 1
+                if step == start + FIRST_STEPS - 1:  # compiled, warmed up and captured by now
+                    loss.item()
+                    startup["first_steps_s"] = time.perf_counter() - t_first
+                    bar.write(startup_line(startup))
+                    metrics.write(event="startup", step=step + 1, **startup, time=time.time())
                 if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:
                     loss_value = loss.item()  # synchronizes the device
                     now = time.perf_counter()

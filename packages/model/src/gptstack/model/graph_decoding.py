@@ -186,7 +186,6 @@ class GraphDecoder:
 
     # --- generation --------------------------------------------------------------------------
 
-    @torch.no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                  window: str = "slide", vocab_limit: int | None = None) -> Iterator[Tensor]:
@@ -208,6 +207,7 @@ class GraphDecoder:
         return self._generate(idx, max_new_tokens, temperature, top_k, top_p, seed, window,
                               vocab_limit)
 
+    @torch.no_grad()  # on a generator function, torch applies no_grad around each resume
     def _generate(self, idx: Tensor, n: int, temperature: float, top_k: int | None,
                   top_p: float | None, seed: int | None, window: str,
                   vocab_limit: int | None) -> Iterator[Tensor]:
