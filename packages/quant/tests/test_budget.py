@@ -34,6 +34,26 @@ def test_esp32_preset_fits_with_margin(tables512):
     assert plan.weights_bytes == 512 * C + 64 * C + 6 * 12 * C * C
 
 
+def test_slide_tile_lives_in_the_discarded_kv_rows(tables512):
+    """FORMAT.md section 11: the tile's buffers fit the rows a slide frees, so the arena does not
+    grow; the flash read per token and per slide add up from the tensors' sizes."""
+    spec = ModelSpec(**ESP32_PRESET)
+    plan = memory_plan(spec, "esp32s3", tables=tables512)
+    C, L, T, P = 256, 6, 64, plan.slide_tile_positions
+    assert P == min(T // 2, L * T // 32) == 12
+    assert P * 16 * C <= (T // 2) * L * C and plan.slide_tile_bytes - P * 16 * C <= (T // 2) * L * C
+    # one token: every int8 weight with its scales, every f32 parameter, 2 embedding rows
+    assert plan.token_read_bytes == (plan.weights_bytes - 64 * C + plan.scales_bytes - 4 * 64
+                                     + plan.float_bytes + 2 * (C + 4))
+    # a slide: 3 tiles (12, 12, 8); per tile the layers' matrices (weights, scales, biases),
+    # per position the two embedding rows and the layers' LayerNorm parameters (f32 w and b)
+    per_position = 2 * (C + 4) + L * 2 * 8 * C
+    head = 512 * C + 4 * 512 + 8 * C  # wte as the tied head, and ln_f
+    matrices = plan.token_read_bytes - head - per_position
+    assert plan.slide_read_bytes == 3 * matrices + 32 * per_position
+    assert any("tiles of 12 positions" in line for line in plan.lines())
+
+
 def test_plan_of_an_artifact_adds_up(tiny_bytes):
     art = read_artifact(tiny_bytes)
     plan = memory_plan(art, "host")

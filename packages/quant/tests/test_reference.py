@@ -187,6 +187,11 @@ def test_sliding_window_follows_section_8(bpe_tables, rng):
         expected = forward_sequence(art, np.array(window))[-1]
         assert same_bits(got, expected), step
         assert session.pos == len(window) and session.window == window
+        # the batched re-feed of a slide equals feeding the kept ids one at a time
+        one_at_a_time = Session(art)
+        for t in window:
+            per_token = one_at_a_time.feed(t)
+        assert same_bits(got, per_token), step
 
 
 def test_bad_tokens_and_modes(tiny_artifact):

@@ -21,6 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+# gs_slide_fn: void (*)(void *ctx, uint32_t done, uint32_t total)
+SLIDE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint32, c_uint32)
+HEADER_FIELDS = ("file_bytes", "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
+                 "head_size", "flags", "arena_bytes", "bos_token")
 CONFIG_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "head_size", "flags",
                  "arena_bytes", "bos_token", "n_tokens", "kind", "pattern", "n_pairs", "n_special")
 
@@ -74,6 +78,11 @@ class Engine:
             "gs_capi_pos": (c_uint32, [c_void_p]),
             "gs_capi_window": (c_uint32, [c_void_p, u32p]),
             "gs_capi_arena_formula": (c_uint64, [c_uint32, c_uint32, c_uint32, c_uint32]),
+            "gs_capi_slide_tile_formula": (c_uint32, [c_uint32, c_uint32]),
+            "gs_capi_weight_bytes": (c_uint64, [c_void_p]),
+            "gs_capi_peek_header": (ctypes.c_int, [c_void_p, c_size_t, u32p]),
+            "gs_peek_header": (ctypes.c_int, [c_void_p, c_size_t, u32p, c_void_p]),
+            "gs_on_slide": (None, [c_void_p, SLIDE_FN, c_void_p]),
             "gs_capi_exp": (None, [f32p, f32p, c_size_t]),
             "gs_capi_tanh": (None, [f32p, f32p, c_size_t]),
         }
@@ -107,6 +116,15 @@ class Engine:
 
     def arena_formula(self, V: int, T: int, L: int, C: int) -> int:
         return int(self.lib.gs_capi_arena_formula(V, T, L, C))
+
+    def slide_tile_formula(self, T: int, L: int) -> int:
+        return int(self.lib.gs_capi_slide_tile_formula(T, L))
+
+    def peek_header(self, data: bytes) -> dict[str, int]:
+        """gs_peek_header of these bytes: the header fields it returns (GsError otherwise)."""
+        out = (c_uint32 * len(HEADER_FIELDS))()
+        self.check(self.lib.gs_capi_peek_header(data, len(data), out), "gs_peek_header")
+        return dict(zip(HEADER_FIELDS, list(out)))
 
     def _elementwise(self, name: str, x: np.ndarray) -> np.ndarray:
         src = np.ascontiguousarray(x, dtype=np.float32)
@@ -171,6 +189,18 @@ class Model:
 
     def reset(self) -> None:
         self.engine.check(self.lib.gs_reset(self.struct), "gs_reset")
+
+    @property
+    def weight_bytes(self) -> int:
+        """gs_state.weight_bytes: artifact bytes gs_forward has read since the arena was attached."""
+        return int(self.lib.gs_capi_weight_bytes(self.struct))
+
+    def record_slides(self) -> list[tuple[int, int]]:
+        """Install a gs_on_slide callback; returns the list its (done, total) calls append to."""
+        calls: list[tuple[int, int]] = []
+        self._on_slide = SLIDE_FN(lambda _ctx, done, total: calls.append((done, total)))
+        self.lib.gs_on_slide(self.struct, self._on_slide, None)
+        return calls
 
     def forward_raw(self, token: int):
         """gs_forward; returns the engine's logits pointer (valid until the next call)."""

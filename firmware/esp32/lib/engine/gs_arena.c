@@ -40,6 +40,15 @@ uint64_t gs_arena_bytes(const gs_config *config)
     return total;
 }
 
+uint32_t gs_slide_tile_positions(const gs_config *config)
+{
+    uint64_t half, fits;
+    if (config == NULL) return 0;
+    half = config->block_size / 2u;
+    fits = (uint64_t)config->n_layer * config->block_size / 32u; /* 16C bytes each in (T/2)LC */
+    return (uint32_t)(fits < half ? fits : half);
+}
+
 gs_status gs_attach_arena(gs_model *model, void *arena, size_t arena_bytes)
 {
     uint64_t bytes[B_COUNT];
@@ -72,6 +81,7 @@ gs_status gs_attach_arena(gs_model *model, void *arena, size_t arena_bytes)
     s->window = (uint32_t *)at[B_WINDOW];
     s->candidates = (uint32_t *)at[B_CANDIDATES];
     s->pos = 0;
+    s->weight_bytes = 0;
     return GS_OK;
 }
 

@@ -14,7 +14,7 @@ operation, including exp and tanh (`fmath`) and the order of every sum.
 
 from . import fmath
 from .artifact import Artifact, artifact_bytes, read_artifact, write_artifact
-from .budget import BUDGETS, Budget, MemoryPlan, check_fits, memory_plan
+from .budget import BUDGETS, Budget, MemoryPlan, check_fits, feed_read_bytes, memory_plan
 from .corrupt import Corruption, corrupted_artifacts
 from .encode import PromptEncoder, StreamDecoder, decode, encode, split_chunks
 from .errors import (
@@ -33,7 +33,13 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .evaluate import evaluate_loss
-from .format import arena_buffers, arena_bytes, constants, required_tensors
+from .format import (
+    arena_buffers,
+    arena_bytes,
+    constants,
+    required_tensors,
+    slide_tile_positions,
+)
 from .heads import attend
 from .layout import Header, Layout, ModelSpec, TensorEntry, plan_layout
 from .quantize import dequantize_rows, quantize_checkpoint, quantize_rows, quantize_tensors
@@ -60,7 +66,7 @@ __all__ = [
     # artifact
     "Artifact", "Header", "Layout", "ModelSpec", "TensorEntry", "TokenizerTables",
     "artifact_bytes", "plan_layout", "read_artifact", "write_artifact",
-    "arena_buffers", "arena_bytes", "constants", "required_tensors",
+    "arena_buffers", "arena_bytes", "constants", "required_tensors", "slide_tile_positions",
     # quantization
     "quantize_rows", "dequantize_rows", "quantize_tensors", "quantize_checkpoint",
     # reference inference
@@ -71,7 +77,7 @@ __all__ = [
     # tokenizer tables at run time
     "PromptEncoder", "StreamDecoder", "encode", "decode", "split_chunks",
     # memory
-    "BUDGETS", "Budget", "MemoryPlan", "memory_plan", "check_fits",
+    "BUDGETS", "Budget", "MemoryPlan", "memory_plan", "check_fits", "feed_read_bytes",
     # synthetic test material
     "synthetic_tables", "synthetic_weights", "synthetic_artifact", "Corruption",
     "corrupted_artifacts",

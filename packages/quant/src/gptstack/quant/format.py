@@ -1,5 +1,5 @@
 """The constants of the `.gsm` artifact (FORMAT.md section 1), its tensor list (section 4) and its
-arena formula (section 11), defined once for Python.
+arena formula and slide tile (section 11), defined once for Python.
 
 The C engine defines the same names in `firmware/esp32/lib/engine/gs_format.h`; a firmware test
 compares the two through `constants()`. Only the sixteen constants of FORMAT.md section 1 are
@@ -118,3 +118,11 @@ def arena_buffers(config: ConfigLike) -> list[tuple[str, int]]:
 def arena_bytes(config: ConfigLike) -> int:
     """FORMAT.md section 11: bytes of the one arena the C engine needs for this config."""
     return sum(n for _, n in arena_buffers(config))
+
+
+def slide_tile_positions(config: ConfigLike) -> int:
+    """FORMAT.md section 11: positions a window slide re-encodes per tile, laid over the K/V
+    rows the slide discards: min(T/2, L·T/32) (16·C bytes each in (T/2)·L·C); 0 when not one
+    fits (the engine then re-encodes one position at a time in its token buffers)."""
+    T, L = config.block_size, config.n_layer
+    return min(T // 2, L * T // 32)

@@ -304,7 +304,9 @@ class Session:
     """Step-by-step decoding of one sequence (FORMAT.md section 8), as the C engine runs it.
 
     `feed(token)` runs the token at position `pos` and returns its logits (V,) float32. When the
-    window is full (pos == T) the last T/2 ids are re-fed at positions 0 .. T/2−1 first.
+    window is full (pos == T) the last T/2 ids are re-fed at positions 0 .. T/2−1 first, all in
+    one batched pass (each query row still gets exactly its per-token operations, so this equals
+    re-feeding them one at a time bit for bit: tests/test_reference.py checks it).
     """
 
     def __init__(self, art: Artifact, *, act: str = "int8") -> None:
@@ -320,13 +322,15 @@ class Session:
         """Forget the sequence (pos = 0, empty window); the cache rows are overwritten later."""
         self.pos, self.window = 0, []
 
-    def _run(self, token: int) -> np.ndarray:
-        """The token at position pos through every block, caching its K/V rows; x (1, 1, C)."""
-        x = embed(self.weights, np.array([[token]]), np.array([[self.pos]]))  # (1, 1, C)
+    def _run(self, tokens: list[int]) -> np.ndarray:
+        """The tokens at positions pos, pos+1, … through every block together (one pass over the
+        weights, as the C engine's tiles), caching their K/V rows; x (1, n, C)."""
+        n = len(tokens)
+        x = embed(self.weights, np.array([tokens]), np.arange(self.pos, self.pos + n)[None])
         for l in range(self.artifact.spec.n_layer):
             x = block(self.weights, l, x, self.cache, self.pos, self.act)
-        self.pos += 1
-        self.window.append(token)
+        self.pos += n
+        self.window.extend(tokens)
         return x
 
     def feed(self, token: int) -> np.ndarray:
@@ -337,6 +341,5 @@ class Session:
         if self.pos == spec.block_size:
             keep = self.window[-(spec.block_size // 2):]
             self.reset()
-            for t in keep:  # re-fed ids rebuild their cache rows; their logits go unused
-                self._run(t)
-        return logits(self.weights, self._run(token), self.act)[0, 0]
+            self._run(keep)  # the kept ids re-encoded in one batch; their logits go unused
+        return logits(self.weights, self._run([token]), self.act)[0, 0]
