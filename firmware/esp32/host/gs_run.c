@@ -304,7 +304,7 @@ static int prepare(gs_run *r)
 #ifdef GS_HAVE_OLED
         r->screen = (gs_sim_screen *)malloc(sizeof(gs_sim_screen));
         if (r->screen == NULL) return out_of_memory();
-        gs_sim_screen_init(r->screen);
+        gs_sim_screen_init(r->screen, OLED_SSD1306);
 #else
         fprintf(stderr, "gs-run: --screen needs the OLED library (firmware/esp32/lib/oled and "
                 "host/sim), which this build does not have\n");
