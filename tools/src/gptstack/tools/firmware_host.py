@@ -7,7 +7,8 @@ get `gs-run` and `libgs_engine.so`.
 
 Configures `firmware/esp32/host/CMakeLists.txt` once per variant into `<build_root>/build-<variant>`
 (default build_root: `firmware/esp32/host`, git-ignored), then runs `cmake --build`, which is a
-no-op when nothing changed. A file lock serializes concurrent builds of one variant. A missing
+no-op when nothing changed. The sources are found by `firmware_dir()`: `$GPTSTACK_FIRMWARE_DIR`,
+else the checkout around the current directory. A file lock serializes concurrent builds of one variant. A missing
 tool (cmake, a C compiler, gcc-multilib for m32, the sanitizer or OpenMP runtime, clang's
 libFuzzer) raises GptstackError naming the package to install.
 """
@@ -65,17 +66,27 @@ def _error(message: str) -> Exception:
     return GptstackError(message)
 
 
+FIRMWARE_DIR_ENV = "GPTSTACK_FIRMWARE_DIR"
+
+
 def firmware_dir() -> Path:
-    """firmware/esp32 of this checkout ($GPTSTACK_FIRMWARE_DIR overrides)."""
-    env = os.environ.get("GPTSTACK_FIRMWARE_DIR")
-    candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[4] / "firmware" / "esp32")
-    candidates += [p / "firmware" / "esp32" for p in [Path.cwd(), *Path.cwd().parents]]
-    for c in candidates:
-        if (c / "host" / "CMakeLists.txt").is_file():
-            return c
-    raise _error("firmware/esp32/host/CMakeLists.txt not found: run from a gptstack checkout or "
-                 "set GPTSTACK_FIRMWARE_DIR to its firmware/esp32 folder")
+    """The firmware sources (a checkout's firmware/esp32 folder): $GPTSTACK_FIRMWARE_DIR when set,
+    else firmware/esp32 in the current directory or the nearest parent that has one. An
+    installed gptstack ships no C sources, so outside a checkout the variable names them.
+    Raises GptstackError naming the setting when they are not there."""
+    env = os.environ.get(FIRMWARE_DIR_ENV)
+    if env:
+        folder = Path(env).expanduser()
+        if not (folder / "host" / "CMakeLists.txt").is_file():
+            raise _error(f"{FIRMWARE_DIR_ENV}={env} has no host/CMakeLists.txt: point it at the "
+                         f"firmware/esp32 folder of a gptstack checkout")
+        return folder.resolve()
+    for parent in [Path.cwd(), *Path.cwd().parents]:
+        folder = parent / "firmware" / "esp32"
+        if (folder / "host" / "CMakeLists.txt").is_file():
+            return folder
+    raise _error(f"the firmware sources (firmware/esp32) are not in {Path.cwd()} or above it: run "
+                 f"from a gptstack checkout or set {FIRMWARE_DIR_ENV} to its firmware/esp32 folder")
 
 
 def _which(tool: str, hint: str) -> str:
