@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,16 @@ def test_screen_png(release_build, bpe_artifact, tmp_path):
     run_gs(release_build.gs_run, bpe_artifact.path, "--prompt", "ROMEO:", "--tokens", 40,
            "--seed", 1, "--screen", png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_readme_screen_is_what_the_engine_draws(release_build, trained_artifact, tmp_path):
+    """docs/screen.png is `gs-run --screen` of the trained artifact as README.md says: prompt
+    "ROMEO:", 60 tokens, the sampling defaults, byte for byte."""
+    if "GS_HAVE_OLED:INTERNAL=ON" not in (release_build.build_dir / "CMakeCache.txt").read_text():
+        pytest.skip("this build has no OLED library (firmware/esp32/lib/oled, host/sim)")
+    docs_png = Path(__file__).resolve().parents[2] / "docs" / "screen.png"
+    png = tmp_path / "screen.png"
+    run_gs(release_build.gs_run, trained_artifact.path, "--prompt", "ROMEO:", "--tokens", 60,
+           "--screen", png, "--quiet")
+    assert png.read_bytes() == docs_png.read_bytes()
+    assert "--prompt \"ROMEO:\" --tokens 60 --screen" in (docs_png.parents[1] / "README.md").read_text()
