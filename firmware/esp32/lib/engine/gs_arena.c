@@ -2,7 +2,8 @@
  * static buffer or one heap_caps_malloc on the chip, an aligned allocation on the host); the
  * engine only carves it, in the table's order, each buffer on a 16-byte boundary. The formula
  * is the same as gptstack.quant.format.arena_bytes and the loader checks the header against it
- * (step 13). */
+ * (step 13). A window slide borrows the K/V rows of positions T/2 .. T-1 for its re-encode tiles
+ * (section 11, gs_slide_tile_positions below; carved in gs_forward.c), so they add nothing. */
 #include "gs_internal.h"
 
 /* The buffers of section 11, bytes before alignment; order = arena order. */

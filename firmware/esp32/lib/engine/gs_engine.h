@@ -168,7 +168,9 @@ uint32_t gs_crc32(const uint8_t *data, size_t n);
 
 /* ---- arena and state (gs_arena.c) ---- */
 
-/* FORMAT.md section 11: arena bytes for this config (64-bit so a huge config cannot wrap). */
+/* FORMAT.md section 11: arena bytes for this config (64-bit so a huge config cannot wrap). The
+ * window slide's re-encode tiles need nothing more: they live in the K/V rows the slide
+ * discards (gs_slide_tile_positions). */
 uint64_t gs_arena_bytes(const gs_config *config);
 
 /* FORMAT.md section 11: positions a window slide re-encodes per tile, in the K/V rows the slide
