@@ -23,13 +23,27 @@ import platform
 import statistics
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 
 def run_once(gs_run: Path, artifact: Path, prompt: str, tokens: int) -> dict:
-    cmd = [str(gs_run), str(artifact), "--prompt", prompt, "--tokens", str(tokens), "--seed", "1",
-           "--temperature", "0.8", "--top-k", "40", "--json", "--quiet"]
+    cmd = [
+        str(gs_run),
+        str(artifact),
+        "--prompt",
+        prompt,
+        "--tokens",
+        str(tokens),
+        "--seed",
+        "1",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "40",
+        "--json",
+        "--quiet",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(done.stdout)
@@ -64,8 +78,10 @@ def cpu_name() -> str:
 
 
 def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True)
+    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], capture_output=True, text=True, check=False
+    )
     return done.stdout.strip() + (" (dirty)" if dirty.stdout.strip() else "")
 
 
@@ -94,8 +110,10 @@ def main() -> int:
             samples[name].append(out["gen_s"])
             last[name] = out
     if last["before"]["tokens"] != last["after"]["tokens"]:
-        print("the two builds generated different tokens: not the same engine arithmetic",
-              file=sys.stderr)
+        print(
+            "the two builds generated different tokens: not the same engine arithmetic",
+            file=sys.stderr,
+        )
         return 1
     ratios = [b / a for b, a in zip(samples["before"], samples["after"])]  # > 1: after faster
     n_prompt = len(last["after"]["prompt_ids"])
@@ -104,20 +122,29 @@ def main() -> int:
         if "weight_bytes_per_token" in out:
             weight[name] = {"bytes": out["weight_bytes_per_token"], "source": "gs-run --stats"}
         else:
-            weight[name] = {"bytes": round(per_token_refeed_bytes(args.artifact, n_prompt,
-                                                                  args.tokens)),
-                            "source": "computed: one position per re-fed id (FORMAT.md 11)"}
+            weight[name] = {
+                "bytes": round(per_token_refeed_bytes(args.artifact, n_prompt, args.tokens)),
+                "source": "computed: one position per re-fed id (FORMAT.md 11)",
+            }
     result = {
         "kind": "engine-ab-past-the-window",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "cpu": cpu_name(),
         "load_average": os.getloadavg(),
         "python": platform.python_version(),
-        "params": {"artifact": str(args.artifact), "prompt": args.prompt, "tokens": args.tokens,
-                   "prompt_ids": n_prompt, "rounds": args.rounds, "warmup": args.warmup,
-                   "threads": 1, "before": str(args.before), "after": str(args.after)},
+        "params": {
+            "artifact": str(args.artifact),
+            "prompt": args.prompt,
+            "tokens": args.tokens,
+            "prompt_ids": n_prompt,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "threads": 1,
+            "before": str(args.before),
+            "after": str(args.after),
+        },
         "gen_s": samples,
         "tokens_per_s_median": {k: args.tokens / statistics.median(v) for k, v in samples.items()},
         "speedup_median": statistics.median(ratios),
@@ -132,10 +159,14 @@ def main() -> int:
     print(f"{'build':<8} {'tokens/s (median)':>18} {'weight bytes/token':>20}  source")
     for name in ("before", "after"):
         w = weight[name]
-        print(f"{name:<8} {result['tokens_per_s_median'][name]:>18.1f} {w['bytes']:>20,}  "
-              f"{w['source']}")
-    print(f"after / before speed: {result['speedup_median']:.3f}x median of {args.rounds} "
-          f"rounds [{result['speedup_min']:.3f}-{result['speedup_max']:.3f}]")
+        print(
+            f"{name:<8} {result['tokens_per_s_median'][name]:>18.1f} {w['bytes']:>20,}  "
+            f"{w['source']}"
+        )
+    print(
+        f"after / before speed: {result['speedup_median']:.3f}x median of {args.rounds} "
+        f"rounds [{result['speedup_min']:.3f}-{result['speedup_max']:.3f}]"
+    )
     return 0
 
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from gs_engine_ctypes import GsError
-from gs_testlib import assert_logits_equal, teacher_ids
 from gptstack.quant import (
     ModelSpec,
     Session,
@@ -22,6 +19,8 @@ from gptstack.quant import (
 )
 from gptstack.quant.budget import feed_read_bytes, memory_plan
 from gptstack.quant.format import slide_tile_positions
+from gs_engine_ctypes import GsError
+from gs_testlib import assert_logits_equal, teacher_ids
 
 ESP32 = ModelSpec(512, 64, 6, 8, 256, bias=True)
 
@@ -111,10 +110,21 @@ def test_peek_header_reads_what_gs_open_checks_first(engine, bpe_artifact, utf8_
         got = engine.peek_header(artifact.data[:128])  # the header alone is enough
         h, spec = artifact.art.header, artifact.art.spec
         assert got["file_bytes"] == h.file_bytes == len(artifact.data)
-        assert (got["vocab_size"], got["block_size"], got["n_layer"], got["n_head"],
-                got["n_embd"], got["arena_bytes"]) == (spec.vocab_size, spec.block_size,
-                                                       spec.n_layer, spec.n_head, spec.n_embd,
-                                                       h.arena_bytes)
+        assert (
+            got["vocab_size"],
+            got["block_size"],
+            got["n_layer"],
+            got["n_head"],
+            got["n_embd"],
+            got["arena_bytes"],
+        ) == (
+            spec.vocab_size,
+            spec.block_size,
+            spec.n_layer,
+            spec.n_head,
+            spec.n_embd,
+            h.arena_bytes,
+        )
         assert got["head_size"] == spec.n_embd // spec.n_head
         assert got["bos_token"] == (spec.bos_token if spec.bos_token is not None else 0xFFFFFFFF)
         for case in corrupted_artifacts(artifact.data):
@@ -124,4 +134,5 @@ def test_peek_header_reads_what_gs_open_checks_first(engine, bpe_artifact, utf8_
                 assert e.value.status == case.status, case.name
             else:
                 assert engine.peek_header(case.data)["file_bytes"] == int.from_bytes(
-                    case.data[12:16], "little"), case.name
+                    case.data[12:16], "little"
+                ), case.name

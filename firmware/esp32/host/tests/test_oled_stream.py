@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 import simlib
 
 ADDR = simlib.I2C_ADDR
@@ -46,17 +45,17 @@ def test_every_write_is_one_control_byte_and_a_bounded_payload(lib):
     assert lib.oled_flush_pages(dev, fb, 0b1010_0001) == 0
     assert cap.writes
     for addr, data in cap.writes:
-        assert addr == 0x3C                       # SA0 low (8.1.5)
-        assert data[0] in (0x00, 0x40)            # Co = 0; D/C# = 0 commands, 1 data
-        assert 2 <= len(data) <= 1 + 64           # fits Arduino's 128-byte Wire buffer
+        assert addr == 0x3C  # SA0 low (8.1.5)
+        assert data[0] in (0x00, 0x40)  # Co = 0; D/C# = 0 commands, 1 data
+        assert 2 <= len(data) <= 1 + 64  # fits Arduino's 128-byte Wire buffer
 
 
 def test_init_enables_charge_pump_before_display_on(lib):
     cap = simlib.Capture()
     assert lib.oled_init(cap.device()) == 0
     cmds = commands_of(cap.writes)
-    assert cmds[0] == 0xAE and cmds[-1] == 0xAF   # configured while off, switched on last
-    assert cmds.find(bytes([0x8D, 0x14])) != -1   # charge pump on (A[2] = 1)
+    assert cmds[0] == 0xAE and cmds[-1] == 0xAF  # configured while off, switched on last
+    assert cmds.find(bytes([0x8D, 0x14])) != -1  # charge pump on (A[2] = 1)
     for sequence in ([0xA8, 0x3F], [0x20, 0x02], [0xDA, 0x12], [0xA1], [0xC8], [0xA4], [0xA6]):
         assert cmds.find(bytes(sequence)) != -1, f"{bytes(sequence).hex()} missing"
 
@@ -92,11 +91,14 @@ def test_page_writes_start_at_the_controllers_first_shown_column(lib):
     commands: 0 on the SSD1306, 2 on the SH1106 (its 132-column RAM shows 2..129)."""
     for controller, column in ((simlib.SSD1306, 0), (simlib.SH1106, simlib.SH1106_COLUMN_OFFSET)):
         cap = simlib.Capture()
-        assert lib.oled_flush_pages(cap.device(controller=controller), simlib.framebuffer(),
-                                    0b1000_0100) == 0
+        assert (
+            lib.oled_flush_pages(
+                cap.device(controller=controller), simlib.framebuffer(), 0b1000_0100
+            )
+            == 0
+        )
         cmds = [d[1:] for _, d in cap.writes if d[0] == 0x00]
-        assert cmds == [bytes([0xB0 | page, column & 0x0F, 0x10 | column >> 4])
-                        for page in (2, 7)]
+        assert cmds == [bytes([0xB0 | page, column & 0x0F, 0x10 | column >> 4]) for page in (2, 7)]
 
 
 def test_each_controller_needs_its_own_stream(lib):
@@ -153,7 +155,7 @@ def test_transport_error_stops_and_is_returned(lib):
     assert lib.oled_init(cap.device()) == 7 and cap.writes == []
     cap = simlib.Capture(fail_at=3, status=-2)
     assert lib.oled_flush(cap.device(), simlib.framebuffer()) == -2
-    assert len(cap.writes) == 3                   # nothing sent after the failure
+    assert len(cap.writes) == 3  # nothing sent after the failure
 
 
 def test_contrast_and_display_off(lib):
@@ -170,6 +172,7 @@ def test_contrast_and_display_off(lib):
 
 
 # ---- the simulator on hand-written streams (datasheet behaviour, not lib/oled's) ------------
+
 
 def cmd(*b: int) -> bytes:
     return bytes([0x00, *b])
@@ -202,15 +205,21 @@ def test_sim_vertical_addressing_and_windows(lib):
     expected = bytearray(1024)
     expected[6 * 128 + 10], expected[7 * 128 + 10] = 1, 2
     expected[6 * 128 + 11], expected[7 * 128 + 11] = 3, 4
-    expected[6 * 128 + 10] = 5                    # the window wrapped to its start
+    expected[6 * 128 + 10] = 5  # the window wrapped to its start
     assert view == bytes(expected)
 
 
 def test_sim_single_byte_control_and_split_commands(lib):
     # 8.1.5.1: Co = 1 sends one byte per control byte; a command's parameters may follow in a
     # later transaction.
-    writes = [cmd(0x8D), cmd(0x14), bytes([0x80, 0xA1, 0x80, 0xC8, 0x80, 0xAF]),
-              cmd(0x20, 0x00, 0x21), cmd(0, 127, 0x22, 0, 7), bytes([0xC0, 0xFF, 0x40, 0x01, 0x02])]
+    writes = [
+        cmd(0x8D),
+        cmd(0x14),
+        bytes([0x80, 0xA1, 0x80, 0xC8, 0x80, 0xAF]),
+        cmd(0x20, 0x00, 0x21),
+        cmd(0, 127, 0x22, 0, 7),
+        bytes([0xC0, 0xFF, 0x40, 0x01, 0x02]),
+    ]
     view = view_after(lib, writes)
     expected = bytearray(1024)
     expected[0:3] = b"\xff\x01\x02"
@@ -220,11 +229,11 @@ def test_sim_single_byte_control_and_split_commands(lib):
 def test_sim_orientation_and_dark_states(lib):
     pixel = [cmd(0x20, 0x00, 0x21, 0, 127, 0x22, 0, 7), data(0x01)]  # pixel (0, 0) in RAM
     assert view_after(lib, ON + pixel)[0] == 0x01
-    mirrored = view_after(lib, [cmd(0x8D, 0x14, 0xAF)] + pixel)      # no A1h/C8h: rotated 180
+    mirrored = view_after(lib, [cmd(0x8D, 0x14, 0xAF)] + pixel)  # no A1h/C8h: rotated 180
     assert mirrored[7 * 128 + 127] == 0x80 and sum(mirrored) == 0x80
     assert view_after(lib, [cmd(0xA1, 0xC8, 0xAF)] + pixel) == bytes(1024)  # no charge pump
     assert view_after(lib, [cmd(0x8D, 0x14, 0xA1, 0xC8)] + pixel) == bytes(1024)  # display off
-    assert view_after(lib, ON + [cmd(0xA5)]) == b"\xff" * 1024       # entire display on
+    assert view_after(lib, ON + [cmd(0xA5)]) == b"\xff" * 1024  # entire display on
     inverted = view_after(lib, ON + pixel + [cmd(0xA7)])
     assert inverted[0] == 0xFE and inverted[1:] == b"\xff" * 1023
 
@@ -255,9 +264,9 @@ def test_sim_sh1106_shows_ram_columns_2_to_129(lib):
 
     row = bytes(range(1, 133))  # 132 distinct bytes for RAM columns 0 .. 131 of page 3
     shown = view([on, cmd(0xB3, 0x00, 0x10), data(*row)])
-    assert shown[3 * 128:4 * 128] == row[2:130] and shown.count(0) == 1024 - 128
+    assert shown[3 * 128 : 4 * 128] == row[2:130] and shown.count(0) == 1024 - 128
     mirrored = view([cmd(0xC8, 0xAF), cmd(0xB3, 0x00, 0x10), data(*row)])
-    assert mirrored[3 * 128:4 * 128] == bytes(reversed(row[2:130]))
+    assert mirrored[3 * 128 : 4 * 128] == bytes(reversed(row[2:130]))
     assert view([on, cmd(0xAD, 0x8A), cmd(0xB3, 0x00, 0x10), data(*row)]) == bytes(1024)
-    view([on, cmd(0xB3, 0x03, 0x18), data(1, 2)], errors=1)   # column 131 + 1
-    view([on, cmd(0x8D, 0x14)], errors=1)                     # 8Dh: unknown, 14h: a column
+    view([on, cmd(0xB3, 0x03, 0x18), data(1, 2)], errors=1)  # column 131 + 1
+    view([on, cmd(0x8D, 0x14)], errors=1)  # 8Dh: unknown, 14h: a column

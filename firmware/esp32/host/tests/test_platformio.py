@@ -21,7 +21,7 @@ from gptstack.tools import firmware_flash
 from gptstack.tools.defaults import SAMPLING
 
 PROJECT = Path(__file__).resolve().parents[2]  # firmware/esp32
-FLASH_BYTES = 8 * 1024 * 1024                   # ESP32-S3-DevKitC-1 N8: 8 MB flash
+FLASH_BYTES = 8 * 1024 * 1024  # ESP32-S3-DevKitC-1 N8: 8 MB flash
 COMMITTED_ARTIFACT = PROJECT / "data" / "model.gsm"
 
 
@@ -29,22 +29,41 @@ COMMITTED_ARTIFACT = PROJECT / "data" / "model.gsm"
 def config() -> dict[str, dict[str, object]]:
     """`pio project config --json-output`, with [env] merged into each env section."""
     done = subprocess.run(
-        [sys.executable, "-m", "platformio", "project", "config", "-d", str(PROJECT), "--json-output"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "platformio",
+            "project",
+            "config",
+            "-d",
+            str(PROJECT),
+            "--json-output",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     sections = {name: dict(items) for name, items in json.loads(done.stdout)}
     base = sections.get("env", {})
-    return {name: {**base, **opts} if name.startswith("env:") else opts
-            for name, opts in sections.items()}
+    return {
+        name: {**base, **opts} if name.startswith("env:") else opts
+        for name, opts in sections.items()
+    }
 
 
 def test_platformio_ini_lints_clean():
     done = subprocess.run(
         [sys.executable, "-m", "platformio", "project", "config", "-d", str(PROJECT), "--lint"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
-    assert done.returncode == 0 and "free from linting errors" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "free from linting errors" in done.stdout, (
+        done.stdout + done.stderr
+    )
 
 
 def test_esp32s3_environment(config):
@@ -71,7 +90,7 @@ def test_board_sampling_defaults_are_the_projects(config):
     """src/main.cpp's GS_TEMPERATURE / GS_TOP_K equal SAMPLING's, and platformio.ini does not
     override them."""
     source = (PROJECT / "src" / "main.cpp").read_text()
-    defines = dict(re.findall(r"^#define (GS_TEMPERATURE|GS_TOP_K) (\S+)$", source, re.M))
+    defines = dict(re.findall(r"^#define (GS_TEMPERATURE|GS_TOP_K) (\S+)$", source, re.MULTILINE))
     assert set(defines) == {"GS_TEMPERATURE", "GS_TOP_K"}
     assert float(defines["GS_TEMPERATURE"].rstrip("f")) == SAMPLING.temperature
     assert int(defines["GS_TOP_K"]) == SAMPLING.top_k
@@ -99,8 +118,15 @@ def read_partitions() -> list[dict[str, object]]:
         if not line or line.startswith("#"):
             continue
         name, kind, subtype, offset, size, *_ = [f.strip() for f in line.split(",")]
-        rows.append({"name": name, "type": kind, "subtype": subtype,
-                     "offset": int(offset, 0), "size": int(size, 0)})
+        rows.append(
+            {
+                "name": name,
+                "type": kind,
+                "subtype": subtype,
+                "offset": int(offset, 0),
+                "size": int(size, 0),
+            }
+        )
     return rows
 
 
@@ -150,6 +176,7 @@ def test_model_partition_holds_the_committed_artifact():
 
 
 # ---- the Wokwi project (not run here: README.md) ----------------------------------------------
+
 
 def _flag_value(config, name: str) -> str:
     flags = " ".join(config["env:esp32s3"]["build_flags"])

@@ -50,11 +50,15 @@ def model_partition(csv_path: Path) -> tuple[int, int]:
     for row in partition_rows(csv_path.read_text(encoding="utf-8")):
         if row["name"] == MODEL_PARTITION:
             if not row["offset"]:
-                raise GptstackError(f"{csv_path}: the '{MODEL_PARTITION}' row needs an explicit "
-                                    "offset (esptool writes the artifact there)")
+                raise GptstackError(
+                    f"{csv_path}: the '{MODEL_PARTITION}' row needs an explicit "
+                    "offset (esptool writes the artifact there)"
+                )
             return parse_size(row["offset"]), parse_size(row["size"])
-    raise GptstackError(f"{csv_path} has no '{MODEL_PARTITION}' partition: the firmware maps the "
-                        "artifact from the partition of that name")
+    raise GptstackError(
+        f"{csv_path} has no '{MODEL_PARTITION}' partition: the firmware maps the "
+        "artifact from the partition of that name"
+    )
 
 
 def check_artifact(artifact: Path, partition_size: int) -> int:
@@ -64,23 +68,40 @@ def check_artifact(artifact: Path, partition_size: int) -> int:
     from gptstack.quant import check_fits, memory_plan, read_artifact
 
     if not artifact.is_file():
-        raise GptstackError(f"artifact {artifact} not found: write one with `gptstack export "
-                            f"--ckpt RUN --target {CHIP} -o {artifact}`")
+        raise GptstackError(
+            f"artifact {artifact} not found: write one with `gptstack export "
+            f"--ckpt RUN --target {CHIP} -o {artifact}`"
+        )
     art = read_artifact(artifact)
     check_fits(memory_plan(art, CHIP))
     size = art.header.file_bytes
     if size > partition_size:
-        raise GptstackError(f"artifact {artifact} is {size:,} bytes but the '{MODEL_PARTITION}' "
-                            f"partition holds {partition_size:,}: export a smaller model, or grow "
-                            "the partition in partitions.csv and gptstack.quant.budget together")
+        raise GptstackError(
+            f"artifact {artifact} is {size:,} bytes but the '{MODEL_PARTITION}' "
+            f"partition holds {partition_size:,}: export a smaller model, or grow "
+            "the partition in partitions.csv and gptstack.quant.budget together"
+        )
     return size
 
 
-def flash_model_command(artifact: Path, *, port: str, baud: int = UPLOAD_BAUD,
-                        partitions: Path) -> list[str]:
+def flash_model_command(
+    artifact: Path, *, port: str, baud: int = UPLOAD_BAUD, partitions: Path
+) -> list[str]:
     """The esptool command that writes `artifact` at the model partition's offset, after the
     checks of check_artifact."""
     offset, size = model_partition(partitions)
     check_artifact(artifact, size)
-    return [sys.executable, "-m", "esptool", "--chip", CHIP, "--port", port, "--baud", str(baud),
-            "write-flash", hex(offset), str(artifact)]
+    return [
+        sys.executable,
+        "-m",
+        "esptool",
+        "--chip",
+        CHIP,
+        "--port",
+        port,
+        "--baud",
+        str(baud),
+        "write-flash",
+        hex(offset),
+        str(artifact),
+    ]

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .artifact import Artifact
-from .layout import ModelSpec, plan_layout
 from .errors import QuantError
 from .format import DTYPE_I8, arena_buffers, slide_tile_positions
+from .layout import ModelSpec, plan_layout
 from .tables import TokenizerTables
 
 
@@ -26,7 +26,7 @@ class Budget:
     """What a target offers one model: arena RAM in one block, flash for the artifact."""
 
     name: str
-    ram_bytes: int | None    # None: no limit
+    ram_bytes: int | None  # None: no limit
     flash_bytes: int | None
     ram_source: str
     flash_source: str
@@ -131,26 +131,41 @@ class MemoryPlan:
                 return f"{need:>10,} bytes"
             return f"{need:>10,} of {have:,} bytes ({have - need:+,} margin)"
 
+        if self.slide_tile_positions:
+            slide = (
+                f"    window slide: tiles of {self.slide_tile_positions} positions "
+                f"({self.slide_tile_bytes:,} bytes inside the KV cache rows the slide "
+                "discards)"
+            )
+        else:
+            slide = "    window slide: one position at a time (no tile fits the discarded KV rows)"
+        flash = (
+            f"    int8 weights {self.weights_bytes:,}, row scales {self.scales_bytes:,}, "
+            f"f32 params {self.float_bytes:,}, tokenizer {self.tokenizer_bytes:,}, "
+            f"header/table/padding {self.overhead_bytes:,}"
+        )
+        arena = (
+            f"    KV cache {self.kv_cache_bytes:,}, activations {self.activation_bytes:,}, "
+            f"logits {self.logits_bytes:,}, scratch {self.scratch_bytes:,}"
+        )
+        reads = (
+            f"  flash read {self.token_read_bytes:,} bytes per token, "
+            f"+{self.slide_read_bytes:,} per window slide"
+        )
         return [
             f"memory plan for {self.target}",
             f"  flash  {budget(self.file_bytes, self.flash_budget)}",
-            f"    int8 weights {self.weights_bytes:,}, row scales {self.scales_bytes:,}, "
-            f"f32 params {self.float_bytes:,}, tokenizer {self.tokenizer_bytes:,}, "
-            f"header/table/padding {self.overhead_bytes:,}",
+            flash,
             f"  arena  {budget(self.arena_bytes, self.ram_budget)}",
-            f"    KV cache {self.kv_cache_bytes:,}, activations {self.activation_bytes:,}, "
-            f"logits {self.logits_bytes:,}, scratch {self.scratch_bytes:,}",
-            f"    window slide: tiles of {self.slide_tile_positions} positions "
-            f"({self.slide_tile_bytes:,} bytes inside the KV cache rows the slide discards)"
-            if self.slide_tile_positions else
-            "    window slide: one position at a time (no tile fits the discarded KV rows)",
-            f"  flash read {self.token_read_bytes:,} bytes per token, "
-            f"+{self.slide_read_bytes:,} per window slide",
+            arena,
+            slide,
+            reads,
         ]
 
 
-def memory_plan(source: Artifact | ModelSpec, target: str = "esp32s3", *,
-                tables: TokenizerTables | None = None) -> MemoryPlan:
+def memory_plan(
+    source: Artifact | ModelSpec, target: str = "esp32s3", *, tables: TokenizerTables | None = None
+) -> MemoryPlan:
     """The memory plan of an artifact, or of a config plus its tokenizer tables, on a target.
 
     Raises QuantError for an unknown target or a ModelSpec without tables.
@@ -173,12 +188,20 @@ def memory_plan(source: Artifact | ModelSpec, target: str = "esp32s3", *,
     budget = BUDGETS[target]
     P = slide_tile_positions(spec)
     return MemoryPlan(
-        target=target, spec=spec, weights_bytes=weights, scales_bytes=scales, float_bytes=floats,
+        target=target,
+        spec=spec,
+        weights_bytes=weights,
+        scales_bytes=scales,
+        float_bytes=floats,
         tokenizer_bytes=tokenizer_bytes,
         overhead_bytes=file_bytes - weights - scales - floats - tokenizer_bytes,
-        file_bytes=file_bytes, arena=arena, arena_bytes=sum(arena.values()),
-        ram_budget=budget.ram_bytes, flash_budget=budget.flash_bytes,
-        slide_tile_positions=P, slide_tile_bytes=P * (24 * spec.n_embd + 4),
+        file_bytes=file_bytes,
+        arena=arena,
+        arena_bytes=sum(arena.values()),
+        ram_budget=budget.ram_bytes,
+        flash_budget=budget.flash_bytes,
+        slide_tile_positions=P,
+        slide_tile_bytes=P * (24 * spec.n_embd + 4),
         token_read_bytes=feed_read_bytes(spec, 0),
         slide_read_bytes=feed_read_bytes(spec, spec.block_size) - feed_read_bytes(spec, 0),
     )
@@ -195,8 +218,13 @@ def tile_read_bytes(spec: ModelSpec, n: int, *, logits: bool) -> int:
     def matrix(rows: int, cols: int) -> int:
         return rows * cols + 4 * rows * vectors
 
-    layer = (matrix(3 * C, C) + matrix(C, C) + matrix(4 * C, C) + matrix(C, 4 * C)
-             + n * 2 * 4 * C * vectors)
+    layer = (
+        matrix(3 * C, C)
+        + matrix(C, C)
+        + matrix(4 * C, C)
+        + matrix(C, 4 * C)
+        + n * 2 * 4 * C * vectors
+    )
     total = n * 2 * (C + 4) + spec.n_layer * layer
     if logits:
         total += n * 4 * C * vectors + spec.vocab_size * C + 4 * spec.vocab_size
@@ -229,13 +257,15 @@ def check_fits(plan: MemoryPlan) -> MemoryPlan:
             f"2·{s.n_layer}·{s.block_size}·{s.n_embd}), "
             f"shrink block_size or n_layer; logits and candidates are "
             f"{plan.arena['logits'] + plan.arena['candidates']:,} bytes (8·vocab_size), shrink "
-            f"the vocabulary")
+            f"the vocabulary"
+        )
     if plan.flash_margin is not None and plan.flash_margin < 0:
         problems.append(
             f"the artifact is {plan.file_bytes:,} bytes, {-plan.flash_margin:,} more than the "
             f"{plan.flash_budget:,}-byte model partition: its int8 weights are "
             f"{plan.weights_bytes:,} bytes (about 12·n_layer·n_embd² + (vocab_size+block_size)·"
-            f"n_embd), shrink n_embd or n_layer")
+            f"n_embd), shrink n_embd or n_layer"
+        )
     if problems:
         raise QuantError(f"the model does not fit {plan.target}: " + "; ".join(problems))
     return plan

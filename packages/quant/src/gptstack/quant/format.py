@@ -28,9 +28,22 @@ PATTERN_GPT4 = 2
 MAX_NDIM = 4
 
 _constant_names = (
-    "MAGIC", "VERSION", "HEADER_BYTES", "ALIGN", "TENSOR_ENTRY_BYTES", "NAME_BYTES",
-    "DTYPE_F32", "DTYPE_I8", "FLAG_BIAS", "NO_TOKEN", "TOK_KIND_CHAR", "TOK_KIND_BPE",
-    "PATTERN_NONE", "PATTERN_GPT2", "PATTERN_GPT4", "MAX_NDIM",
+    "MAGIC",
+    "VERSION",
+    "HEADER_BYTES",
+    "ALIGN",
+    "TENSOR_ENTRY_BYTES",
+    "NAME_BYTES",
+    "DTYPE_F32",
+    "DTYPE_I8",
+    "FLAG_BIAS",
+    "NO_TOKEN",
+    "TOK_KIND_CHAR",
+    "TOK_KIND_BPE",
+    "PATTERN_NONE",
+    "PATTERN_GPT2",
+    "PATTERN_GPT4",
+    "MAX_NDIM",
 )
 
 # bytes per element of each dtype code
