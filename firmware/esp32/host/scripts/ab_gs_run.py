@@ -80,7 +80,10 @@ def cpu_name() -> str:
 def git_commit() -> str:
     done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     dirty = subprocess.run(
-        ["git", "status", "--porcelain"], capture_output=True, text=True, check=False
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     return done.stdout.strip() + (" (dirty)" if dirty.stdout.strip() else "")
 
