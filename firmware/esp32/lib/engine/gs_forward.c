@@ -82,7 +82,8 @@ static void residual(const gs_model *m, const gs_tile *t, float *y)
     }
 }
 
-/* x_p = embed(tokens[p], pos0 + p): ((f32)wte[tok, i] * swte[tok]) + ((f32)wpe[pos, i] * swpe[pos]). */
+/* x_p = embed(tokens[p], pos0 + p):
+ * x_i = ((f32)wte[tok, i] * swte[tok]) + ((f32)wpe[pos, i] * swpe[pos]). */
 static void embed(gs_model *m, const gs_tile *t, const uint32_t *tokens, uint32_t pos0)
 {
     const gs_qmatrix *wte = &m->weights.wte, *wpe = &m->weights.wpe;
@@ -98,18 +99,19 @@ static void embed(gs_model *m, const gs_tile *t, const uint32_t *tokens, uint32_
     }
 }
 
-/* Steps 3-5 of `attention` for head h of the query q (C floats) at position pos over the cached
- * rows 0..pos of layer l: scores, softmax, weighted sum of V into out[h*hs .. (h+1)*hs). */
-static void attend_head(const gs_model *m, uint32_t l, uint32_t pos, uint32_t h, const float *qv,
-                        float *outv)
+/* Steps 3-5 of `attention` for head h of the query at position pos over the cached rows 0..pos
+ * of layer l: scores, softmax, weighted sum of V into att[h*hs .. (h+1)*hs). query and att: C
+ * floats each, of which head h's slice is used. */
+static void attend_head(const gs_model *m, uint32_t l, uint32_t pos, uint32_t h,
+                        const float *query, float *att)
 {
     const gs_config *c = &m->config;
     const gs_state *s = &m->state;
     const uint32_t hs = c->head_size;
     const size_t row_bytes = c->n_embd;
-    const float *q = qv + (size_t)h * hs;
+    const float *q = query + (size_t)h * hs;
     const float scale = 1.0f / sqrtf((float)hs);
-    float *out = outv + (size_t)h * hs;
+    float *out = att + (size_t)h * hs;
     float mx, sum;
     uint32_t t, i;
     /* Every sum starts from its first term and runs in index order (FORMAT.md section 7), the
