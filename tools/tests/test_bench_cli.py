@@ -81,6 +81,7 @@ def test_engine_suite_rows(tmp_path):
                                        "PyTorch fp32 eager, KV cache (1 thread)"}
     c = next(r for r in ok if r["name"].startswith("C engine"))
     assert c["timing"] == "self" and c["ratios"]["vs_torch_1t"]["n"] == len(c["samples_s"])
+    assert c["metrics"]["weight_bytes_per_token"] > 0  # gs-run's counter, recorded
     assert any(r["status"] == "skipped" and r["note"] == "not built here" for r in data["rows"])
 
 

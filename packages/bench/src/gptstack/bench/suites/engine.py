@@ -91,6 +91,7 @@ class EngineRun:
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.wall_s: list[float] = []
         self.tokens: list[int] = []
+        self.weight_bytes_per_token: int | None = None  # the engine's own count (gs-run --json)
 
     def __call__(self, _: Any) -> float:
         t0 = time.perf_counter()
@@ -102,6 +103,7 @@ class EngineRun:
                              f"{proc.stderr.strip()[-300:]}")
         out = json.loads(proc.stdout)
         self.tokens = out["tokens"]
+        self.weight_bytes_per_token = out.get("weight_bytes_per_token")
         return out["prompt_s"] + out["gen_s"]
 
 
@@ -190,6 +192,8 @@ def run_engine(
         run = runs.get(v.name)
         if run is not None and run.wall_s:
             metrics["process_wall_s"] = float(np.median(run.wall_s))
+        if run is not None and run.weight_bytes_per_token is not None:
+            metrics["weight_bytes_per_token"] = run.weight_bytes_per_token
         ids = run.tokens if run is not None else torch_out.get(v.name)
         if reference_tokens is not None and ids:
             metrics["greedy_match_vs_torch"] = _match(ids, reference_tokens)
@@ -211,11 +215,14 @@ def _declare(ctx: SuiteContext) -> None:
          Column("ms/token", "metrics.ms_per_token", "num"),
          Column("s per run (median, min–max)", "time_s", "time_s"),
          Column("× vs PyTorch 1 thread", "ratios.vs_torch_1t", "ratio"),
+         Column("weight bytes/token", "metrics.weight_bytes_per_token", "int"),
          Column("greedy tokens = PyTorch's", "metrics.greedy_match_vs_torch", "pct"),
          Column("note", "note")],
         about="The C engine computes in int8 (W8A8, FORMAT.md section 7); PyTorch runs the same "
               "weights dequantized to fp32. 'greedy tokens = PyTorch's' is the fraction of tokens "
               "before the first difference (int8 rounding changes near-ties; not a correctness "
-              "test: the firmware tests compare the engine with the numpy reference).")
+              "test: the firmware tests compare the engine with the numpy reference). 'weight "
+              "bytes/token' is the engine's count of artifact bytes read per generated token "
+              "(gs-run --stats), the flash traffic the board would see.")
     ctx.result.plot("bars", "engine", "C engine vs PyTorch: tokens/s", value="metrics.tokens_per_s",
                     label="group", series="name", log=False, ylabel="tokens/s")
