@@ -267,12 +267,24 @@ def _given(args: argparse.Namespace, *names: str) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
+def thread_policy(rows: int, n_params: int) -> int:
+    """The threads `gptstack train/sample/eval` would use on this CPU (threads.py), for the
+    suites' "threads" rows."""
+    from .threads import choose_threads
+
+    return choose_threads(rows=rows, n_params=n_params).threads
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    import torch
     from gptstack.bench import RUNG_KEYS, run_train
+
+    from .runtime import auto_dtype
 
     return _run(args, "train", lambda o: run_train(
         _shapes(args, "train"), rungs=args.rungs or RUNG_KEYS,
-        **_given(args, "seq_len", "grad_accum"), options=o))
+        **_given(args, "seq_len", "grad_accum"), thread_policy=thread_policy,
+        thread_rung=auto_dtype(torch.device("cpu")), options=o))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -282,7 +294,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         _shapes(args, "generate"),
         **_given(args, "batches", "decoders", "prompt_len", "new_tokens", "sweep_prompt",
                  "sweep_new", "dtype"),
-        options=o))
+        thread_policy=thread_policy, options=o))
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
