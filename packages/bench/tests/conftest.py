@@ -23,6 +23,20 @@ CHAR = ModelShape("shakespeare-char", vocab_size=65, block_size=256, n_layer=6, 
                   n_embd=384, batch_size=64, dropout=0.2, bias=False)
 
 
+def one_thread_for_small_work(rows: int, n_params: int) -> int:
+    """A stand-in for the tools' thread policy (bench never imports tools): 1 thread below
+    SMALL_WORK multiply-adds per call, 2 above."""
+    return 1 if rows * n_params < SMALL_WORK else 2
+
+
+SMALL_WORK = 50_000_000
+
+
+@pytest.fixture(scope="session")
+def thread_policy():
+    return one_thread_for_small_work
+
+
 @pytest.fixture(scope="session")
 def bench_settings() -> Settings:
     return TEST_SETTINGS
@@ -51,9 +65,10 @@ def suite_results(results_dir) -> dict[str, Path]:
                             progress=False, command=["pytest", "bench"], **changes)
 
     run_train([ESP32, CHAR], rungs=["fp32", "bf16", "fused", "compile", "graph"],
+              thread_policy=one_thread_for_small_work, thread_rung="bf16",
               options=options("train", compile_backend="aot_eager"))
     run_generate([ESP32], batches=(1, 2), sweep_prompt=(8,), sweep_new=(8,),
-                 options=options("generate"))
+                 thread_policy=one_thread_for_small_work, options=options("generate"))
     run_attention([ESP32, CHAR], options=options("attention"))
     run_ops([CHAR], options=options("ops", compile_backend="eager"))
     data_file = Path(os.environ.get("GPTSTACK_DATA_DIR", "")) / "tinyshakespeare.txt"

@@ -61,13 +61,33 @@ def test_train_ladder_rows(suite_results):
 
 def test_generate_sections_and_checks(suite_results):
     data = load_result(suite_results["generate"])
-    assert {r["section"] for r in data["rows"]} == {"decode", "sweep_prompt", "sweep_new"}
+    assert {r["section"] for r in data["rows"]} == {"decode", "sweep_prompt", "sweep_new", "threads"}
     for r in rows(data, status="ok"):
+        if r["section"] == "threads":
+            continue
         assert r["check"]["ok"], r
         assert r["metrics"]["bandwidth_bytes_per_s"] > 0
     skipped = rows(data, status="skipped")
     assert skipped and all("GPU only" in r["note"] for r in skipped)
     assert data["floors"]["copy"]["bytes_per_s"] > 0
+
+
+@pytest.mark.parametrize("suite", ["generate", "train"])
+def test_thread_rows_put_the_policy_beside_the_default(suite_results, suite, thread_policy):
+    data = load_result(suite_results[suite])
+    threads = [r for r in data["rows"] if r["section"] == "threads"]
+    groups = {r["group"] for r in threads}
+    assert groups and all(r["status"] == "ok" for r in threads)
+    for group in groups:
+        default, policy = [r for r in threads if r["group"] == group]
+        assert default["name"].startswith("PyTorch default") and "vs_default" not in default["ratios"]
+        assert policy["name"].startswith("thread policy")
+        assert policy["ratios"]["vs_default"]["n"] == len(policy["samples_s"])
+        assert default["params"]["threads"] == torch.get_num_threads()
+        rows_per_call = (policy["params"]["batch"] if suite == "generate"
+                         else policy["params"]["batch"] * policy["params"]["seq_len"])
+        expected = thread_policy(rows_per_call, policy["params"]["n_params"])
+        assert policy["params"]["threads"] == expected
 
 
 def test_attention_op_and_model_rows(suite_results):

@@ -91,11 +91,11 @@ def _ints(text: str) -> list[int]:
 def _add_common(p: argparse.ArgumentParser, *, device: bool = True, presets: bool = True) -> None:
     if device:
         p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
-                       help="where to run (default: cuda if available)")
+                       help="where to run (default auto: cuda if available, else cpu)")
         p.add_argument("--compile-backend", default="inductor",
                        choices=["inductor", "aot_eager", "eager"],
-                       help="torch.compile backend (aot_eager: quick CPU checks of the compile "
-                            "path)")
+                       help="torch.compile backend (default %(default)s; aot_eager: quick CPU "
+                            "checks of the compile path)")
     if presets:
         p.add_argument("--preset", dest="presets", action="append", metavar="NAME",
                        help="model shape from this preset (repeatable; default: see --help)")
@@ -112,14 +112,22 @@ def _add_common(p: argparse.ArgumentParser, *, device: bool = True, presets: boo
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     if device:
         p.add_argument("--threads", type=int,
-                       help="torch CPU threads (torch.set_num_threads; recorded in the JSON). "
-                            "1 keeps a shared machine's other load from stalling every op")
+                       help="torch CPU threads for every row (torch.set_num_threads; recorded in "
+                            "the JSON; default: PyTorch's own, one per core)")
 
 
 def add_bench_parser(sub) -> None:
     bench = sub.add_parser(
         "bench", help="benchmark suites (train, generate, attention, ops, engine, tokenizer)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description="Time gptstack side by side (alternated rounds, medians, paired ratios) and\n"
+                    "record each run as JSON under benchmarks/results/; `gptstack bench report`\n"
+                    "regenerates benchmarks/README.md and its plots from those files.",
+        epilog="examples:\n"
+               "  gptstack bench train --preset esp32 --rungs fp32,bf16,compile\n"
+               "  gptstack bench generate --device cpu --preset esp32\n"
+               "  gptstack bench report\n\n"
+               "`gptstack bench SUITE --help` lists the options of a suite.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     bsub = bench.add_subparsers(dest="bench_command", metavar="SUITE", required=True)
 
     p = bsub.add_parser("train", help=SUITE_HELP["train"])
@@ -164,8 +172,8 @@ def add_bench_parser(sub) -> None:
                    help="a .gsm (default: firmware/esp32/data/model.gsm if it exists, else a "
                         "synthetic one)")
     p.add_argument("--synthetic", action="store_true", help="use a synthetic esp32 artifact")
-    p.add_argument("--variants", type=_csv, default=["release", "openmp"],
-                   help="host builds of the engine (default release,openmp)")
+    p.add_argument("--variants", type=_csv, default="release,openmp",
+                   help="host builds of the engine (default %(default)s)")
     p.add_argument("--tokens", type=int, help="tokens to generate (default block_size-1)")
     p.set_defaults(func=cmd_engine)
 
@@ -183,7 +191,7 @@ def add_bench_parser(sub) -> None:
     p.set_defaults(func=cmd_report)
 
     p = bsub.add_parser("summary", help="print a short table of result files")
-    p.add_argument("files", nargs="+", type=Path)
+    p.add_argument("files", nargs="+", type=Path, help="result JSON files")
     p.add_argument("--short", action="store_true",
                    help="only the fastest variant of each row group, and a count of skips/errors")
     p.set_defaults(func=cmd_summary)
@@ -259,12 +267,24 @@ def _given(args: argparse.Namespace, *names: str) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
+def thread_policy(rows: int, n_params: int) -> int:
+    """The threads `gptstack train/sample/eval` would use on this CPU (threads.py), for the
+    suites' "threads" rows."""
+    from .threads import choose_threads
+
+    return choose_threads(rows=rows, n_params=n_params).threads
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    import torch
     from gptstack.bench import RUNG_KEYS, run_train
+
+    from .runtime import auto_dtype
 
     return _run(args, "train", lambda o: run_train(
         _shapes(args, "train"), rungs=args.rungs or RUNG_KEYS,
-        **_given(args, "seq_len", "grad_accum"), options=o))
+        **_given(args, "seq_len", "grad_accum"), thread_policy=thread_policy,
+        thread_rung=auto_dtype(torch.device("cpu")), options=o))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -274,7 +294,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         _shapes(args, "generate"),
         **_given(args, "batches", "decoders", "prompt_len", "new_tokens", "sweep_prompt",
                  "sweep_new", "dtype"),
-        options=o))
+        thread_policy=thread_policy, options=o))
 
 
 def cmd_attention(args: argparse.Namespace) -> int:

@@ -73,7 +73,12 @@ class TrainSection:
     batch_size: int = 64  # sequences per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
     max_steps: int = 5000
-    cpu_max_steps: int = 0  # shortened schedule when training on a CPU (0: same as max_steps)
+    # The CPU schedule: what changes when training on a CPU, where a preset's GPU schedule would
+    # take hours (schedule.py, for_device). 0: the value above.
+    cpu_max_steps: int = 0
+    cpu_batch_size: int = 0
+    cpu_eval_interval: int = 0
+    cpu_eval_batches: int = 0
     lr: float = 1e-3
     min_lr: float = 1e-4  # cosine floor (nanoGPT: lr/10, per Chinchilla)
     warmup_steps: int = 100
@@ -86,7 +91,8 @@ class TrainSection:
     log_interval: int = 10  # steps between metrics.jsonl lines
     seed: int = 1337
     device: str = "auto"  # auto (cuda if available) | cuda | cpu
-    dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | bf16 | fp32
+    # auto (bf16 autocast on CUDA, and on CPUs with native bf16; else fp32; runtime.py) | bf16 | fp32
+    dtype: str = "auto"
     # torch.compile: auto (regional on CUDA, off on a CPU) | regional (each block and the head,
     # compiled once for all layers: short start-up) | full (the whole model) | false
     # ("true" is read as full, the spelling of earlier configs)
@@ -217,7 +223,8 @@ def validate(cfg: RunConfig, *, source: str) -> None:
         (0.0 < cfg.data.val_fraction < 1.0, "data.val_fraction must be in (0, 1)"),
         (t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size and train.grad_accum must be >= 1"),
         (t.max_steps >= 1, f"train.max_steps must be >= 1, got {t.max_steps}"),
-        (t.cpu_max_steps >= 0, "train.cpu_max_steps must be >= 0"),
+        (min(t.cpu_max_steps, t.cpu_batch_size, t.cpu_eval_interval, t.cpu_eval_batches) >= 0,
+         "train.cpu_max_steps, cpu_batch_size, cpu_eval_interval and cpu_eval_batches must be >= 0"),
         (t.lr > 0 and 0 <= t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and lr > 0"),
         (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
         (t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,

@@ -4,34 +4,43 @@ AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipp
 autocast, torch.compile and the whole step replayed as one CUDA graph (gptstack.model.TrainStep,
 the same step `gptstack bench train` measures). Every `eval_interval` steps: train/val loss and
 val bits/char, the checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
-to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step, saves `last/` and returns.
-Resuming from `last/` continues exactly: the batch of a step depends only on (seed, step).
+to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step (or evaluation batch), saves `last/`
+and returns. Resuming from `last/` continues exactly: the batch of a step depends only on
+(seed, step).
+
+A run directory that already holds checkpoints is refused unless resumed or overwritten
+(run_dir.py); it is created only when training starts, and removed again if the run fails
+before its first checkpoint. On a CPU the run uses its preset's CPU schedule
+(schedule.for_device) and the thread policy (threads.py), both named in the run header.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from tqdm import tqdm
-
 from gptstack.model import GPT, GPTConfig, TrainStep, compile_model, load_safetensors
 from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
+from tqdm import tqdm
 
 from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
 from .config import RunConfig, gpt_config
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
-from .errors import CheckpointError
-from .evaluate import LossEstimator
+from .errors import CheckpointError, ConfigError
+from .evaluate import EvalInterrupted, LossEstimator
+from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
 from .runtime import Runtime, process_start_time, resolve_runtime
-from .schedule import get_lr, total_steps
+from .schedule import for_device, get_lr, total_steps
+from .threads import use_threads
 
 
 @dataclass
@@ -69,7 +78,10 @@ def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
 
 
 class _StopOnInterrupt:
-    """First Ctrl-C asks the loop to stop after the current step; a second one aborts."""
+    """First Ctrl-C asks the loop to stop after the current step (or evaluation batch) and says
+    so at once; a second one aborts."""
+
+    MESSAGE = b"\nCtrl-C: stopping after this step and saving last/ (Ctrl-C again to abort)\n"
 
     def __init__(self) -> None:
         self.requested = False
@@ -86,6 +98,7 @@ class _StopOnInterrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        os.write(2, self.MESSAGE)  # not print(): the handler may run inside a write to stderr
 
     def __exit__(self, *exc):
         if self._previous is not None:
@@ -94,7 +107,7 @@ class _StopOnInterrupt:
 
 class _Metrics:
     def __init__(self, path: Path) -> None:
-        self.file = open(path, "a", encoding="utf-8")
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
 
     def write(self, **record: Any) -> None:
         self.file.write(json.dumps(record) + "\n")
@@ -128,6 +141,7 @@ def train(
     run_dir: Path,
     *,
     resume: Path | None = None,
+    overwrite: bool = False,
     corpus: Corpus | None = None,
     stop_at: int | None = None,
     progress: bool = True,
@@ -136,15 +150,18 @@ def train(
     """Train `cfg` into `run_dir` (or continue the run saved in `resume`).
 
     `stop_at` stops after that many steps as Ctrl-C would (saving last/), so a long schedule can be
-    run in stages on machines with a time limit and resumed exactly.
+    run in stages on machines with a time limit and resumed exactly. A run_dir holding
+    checkpoints is refused (GptstackError) unless `resume` points at it or `overwrite` is set.
     """
     run_dir = Path(run_dir)
     entered = time.time()
     startup = {"imports_s": entered - process_start_time()}  # Python, torch, the CLI
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if resume is not None and overwrite:
+        raise ConfigError("--resume continues a run and --overwrite deletes it: pass one of them")
+    check_run_dir(run_dir, resume=resume, overwrite=overwrite)
     runtime = resolve_runtime(cfg.train)
-    t, T = cfg.train, cfg.model.block_size
-    max_steps = total_steps(t, runtime.device_type)
+    t, T = for_device(cfg.train, runtime.device_type), cfg.model.block_size
+    max_steps = total_steps(cfg.train, runtime.device_type)
 
     tokenizer, ckpt = None, None
     if resume is not None:
@@ -166,6 +183,11 @@ def train(
         state = _restore(ckpt, model, optimizer, runtime)
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
+        if start >= max_steps:
+            log(f"{ckpt} is at step {start:,} of {max_steps:,}: training is finished")
+            return TrainResult(run_dir, start, max_steps, best_val, math.nan, best_bpc, 0.0, False)
+    runtime.threads = use_threads(runtime.device, rows=t.batch_size * T,
+                                  n_params=model.num_params())
     fwd = compile_model(model, runtime.compile) if runtime.compile else model
     train_step = TrainStep(fwd, model.parameters(), optimizer, device=runtime.device,
                            bf16=runtime.dtype == "bf16", grad_clip=t.grad_clip,
@@ -180,19 +202,18 @@ def train(
     if runtime.peak is not None:
         log(f"MFU peak: {runtime.peak.label}")
 
-    metrics = _Metrics(run_dir / "metrics.jsonl")
-    metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
-                  device=runtime.describe(), n_params=model.num_params(), time=time.time(),
-                  process_start=process_start_time())
-
     # eval batches drawn once and kept on the device; on CUDA the eval forward is a graph too
     estimator = LossEstimator(fwd, corpus, batch_size=t.batch_size, block_size=T,
                               batches=t.eval_batches, seed=t.seed, runtime=runtime,
                               cuda_graph=runtime.cuda_graph)
 
     def evaluate(step: int) -> float:
+        """Losses, metrics and checkpoints at `step`; EvalInterrupted on a Ctrl-C."""
         nonlocal best_val, best_bpc
-        losses = estimator()
+        bar.refresh()
+        losses = estimator(progress=progress, desc=f"eval at step {step}",
+                           should_stop=lambda: stop.requested)
+        bar.unpause()  # the evaluation's time is not the steps': keep it out of rate and ETA
         val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
         metrics.write(event="eval", step=step, train_loss=losses["train"], val_loss=val,
                       val_bpc=bpc, lr=get_lr(step, t, max_steps), time=time.time())
@@ -207,6 +228,11 @@ def train(
         return val
 
     def save_last(step: int, meta: dict[str, Any]) -> None:
+        saved = checkpoint_step(run_dir / "last")
+        if saved is not None and saved > step:  # e.g. two runs writing into one folder
+            raise CheckpointError(
+                f"{run_dir / 'last'} is at step {saved:,}, further than this run's {step:,}: "
+                "not replacing it; continue it with --resume, or train into another --out")
         state = {"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                  "cuda_rng": torch.cuda.get_rng_state(runtime.device) if runtime.device_type == "cuda" else None,
                  "best_val_loss": float(best_val), "best_val_bpc": float(best_bpc),
@@ -219,12 +245,22 @@ def train(
     bar = tqdm(total=max_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=not progress, smoothing=0.1)
     interval_t, interval_steps = time.perf_counter(), 0
-    with _StopOnInterrupt() as stop:
+    # run_folder: created now, removed again if the run fails before its first checkpoint
+    with run_folder(run_dir), _StopOnInterrupt() as stop:
+        if overwrite:
+            clear_run(run_dir)
+        metrics = _Metrics(run_dir / "metrics.jsonl")
+        metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
+                      device=runtime.describe(), n_params=model.num_params(), time=time.time(),
+                      process_start=process_start_time())
         try:
             for step in range(start, max_steps):
                 if step % t.eval_interval == 0 and not (resume is not None and step == start):
                     t_eval = time.perf_counter()
-                    last_val = evaluate(step)
+                    try:
+                        last_val = evaluate(step)
+                    except EvalInterrupted:
+                        break  # `step` steps are done: saved below
                     startup.setdefault("first_eval_s", time.perf_counter() - t_eval)
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
@@ -261,11 +297,16 @@ def train(
                     break
             else:
                 step = max_steps
+            if stop.requested and step == start:
+                raise KeyboardInterrupt  # stopped before its first step: nothing new to save
             if stop.requested and step < max_steps:
                 bar.write(f"stopped: saving {run_dir / 'last'} at step {step} (continue with --resume {run_dir})")
                 save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
             else:
-                last_val = evaluate(step)
+                try:
+                    last_val = evaluate(step)
+                except EvalInterrupted:  # the schedule is done: keep its weights, unevaluated
+                    save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
         finally:
             bar.close()
             metrics.write(event="end", step=step, best_val_loss=best_val, time=time.time(),

@@ -11,6 +11,10 @@ of a preset run alternately in one process (rung 1, rung 2, ..., rung 1, ...), a
 reported as a ratio to its parent rung and to fp32 eager (medians of per-round ratios).
 MFU = flops_per_token (GPT.flops_per_token: 6N + 12·L·C·T, PaLM appendix B) x tokens/s over the
 dense peak of the rung's math dtype from peaks.py, named in the row.
+
+On a CPU, given a thread policy (gptstack.tools.threads, passed in by `gptstack bench`), the
+"threads" rows time `thread_rung` (the step `gptstack train` runs on this CPU) with PyTorch's
+default threads and with the policy's, alternated in one process.
 """
 
 from __future__ import annotations
@@ -252,16 +256,76 @@ def _summarize(ctx: SuiteContext, shape: ModelShape) -> None:
     ctx.result.save()
 
 
+# --- CPU threads: the policy against PyTorch's default ---------------------------------------
+
+ThreadPolicy = Callable[[int, int], int]  # (rows per forward call, parameters) -> threads
+
+
+def _thread_rows(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module, inputs: list,
+                 rung: Rung, policy: ThreadPolicy, default: int, params: dict) -> None:
+    """One training step of `rung` at PyTorch's default threads and at the policy's."""
+    rows = shape.batch_size * params["seq_len"]
+    chosen = policy(rows, base.num_params())
+    settings = {f"PyTorch default ({default} thread{'s' * (default != 1)})": default,
+                f"thread policy ({chosen} thread{'s' * (chosen != 1)})": chosen}
+    variants = []
+    for name, threads in settings.items():
+        torch.set_num_threads(threads)
+        step = RungStep(rung, base, ctx.device, ctx.compile_backend)
+        step.first_steps(inputs[0])
+
+        def fn(batch, step=step, threads=threads):
+            torch.set_num_threads(threads)
+            return step.step(batch)
+
+        variants.append(Variant(name, fn, inputs))
+    ctx.progress.row(f"threads {shape.name}")
+    cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+    torch.set_num_threads(default)
+    tokens = rows * params["grad_accum"]
+    baseline = next(iter(settings))
+    for name, threads in settings.items():
+        row_params = {**params, "threads": threads, "rung": rung.name}
+        if name not in cmp.measurements:
+            ctx.result.add_row(make_row(section="threads", group=shape.name, name=name,
+                                        params=row_params, status="error",
+                                        note=cmp.failures.get(name, "did not run")))
+            continue
+        m = cmp.measurements[name]
+        med = m.stats["median"]
+        ctx.result.add_row(make_row(
+            section="threads", group=shape.name, name=name, params=row_params, measurement=m,
+            metrics={"ms_per_step": med * 1e3, "tokens_per_s": tokens / med},
+            ratios=ratio_entries(cmp, name, {"vs_default": baseline})))
+
+
+def _declare_threads(ctx: SuiteContext, rung: Rung) -> None:
+    ctx.result.table(
+        "CPU threads: the thread policy against PyTorch's default", "threads",
+        [Column("preset", "group"), Column("threads", "name"), Column("B", "params.batch", "int"),
+         Column("T", "params.seq_len", "int"),
+         Column("ms/step (median, min–max)", "time_s", "time_ms"),
+         Column("tokens/s", "metrics.tokens_per_s", "int"),
+         Column("× vs default", "ratios.vs_default", "ratio"), Column("note", "note")],
+        about=f"The '{rung.name}' step (what `gptstack train` runs on this CPU), the two thread "
+              "counts alternated step by step in one process. PyTorch's default is one thread "
+              "per core; the policy (gptstack.tools.threads) also caps it at the cgroup CPU "
+              "quota and runs small work on one thread.")
+
+
 def run_train(
     shapes: Sequence[ModelShape],
     *,
     rungs: Sequence[str] = RUNG_KEYS,
     seq_len: int | None = None,
     grad_accum: int = 1,
+    thread_policy: ThreadPolicy | None = None,
+    thread_rung: str = "fp32",
     options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """Run the ladder for each shape (batch = shape.batch_size, T = seq_len or block_size);
-    returns the result dict (also written to `out` as it goes)."""
+    returns the result dict (also written to `out` as it goes). thread_policy: on a CPU, also
+    the "threads" rows of `thread_rung` (policy vs PyTorch's default threads)."""
     options = options or SuiteOptions()
     unknown = [k for k in rungs if k not in RUNG_KEYS]
     if unknown or not rungs:
@@ -276,6 +340,13 @@ def run_train(
               "train_default": {"rung": _rung_name(TRAIN_DEFAULT), "what": TRAIN_DEFAULT_TEXT}}
     ctx = SuiteContext.create("train", params, options)
     _declare(ctx)
+    threads = thread_policy is not None and not ctx.cuda
+    if threads:
+        if thread_rung not in RUNG_KEYS or _BY_KEY[thread_rung].gpu_only:
+            raise BenchError(f"thread_rung {thread_rung!r}: choose a CPU rung of "
+                             f"{', '.join(r.key for r in RUNGS if not r.gpu_only)}")
+        _declare_threads(ctx, _BY_KEY[thread_rung])
+    default_threads = torch.get_num_threads()
     if not ctx.cuda:
         ctx.result.note("CPU run: TF32 and the CUDA-graph rungs are GPU only (skipped rows); no "
                         "MFU (no peak table for CPUs).")
@@ -294,6 +365,11 @@ def run_train(
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
         _ladder_rows(ctx, shape, chosen, cmp, built, info, not_run, row_params, T, grad_accum)
         _summarize(ctx, shape)
+        if threads:
+            del built
+            _thread_rows(ctx, shape, base, inputs, _BY_KEY[thread_rung], thread_policy,
+                         default_threads, row_params)
+            built = None
         del built, base
         torch._dynamo.reset()  # fresh compile caches per preset (recompile limits)
         release_memory(ctx.device)
