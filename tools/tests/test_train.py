@@ -129,3 +129,29 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path, small_corpus):
     step = json.loads((run / "last" / "config.json").read_text())["step"]
     assert 0 < step < 100000
     assert f"--resume {run}" in out
+
+
+def test_early_stop_after_n_evaluations_without_a_better_val(tmp_path, small_corpus, monkeypatch):
+    """Val losses 3.0, 2.0, 2.5, 2.4, 2.6 ...: with early_stop_evals=3 the run stops at the
+    evaluation that is the third in a row without beating 2.0, and best/ holds that 2.0 step."""
+    import gptstack.tools.train as train_mod
+
+    scripted = iter([3.0, 2.0, 2.5, 2.4, 2.6, 1.0, 1.0])
+
+    def fake_estimate(self, **kwargs):
+        val = next(scripted)
+        return {"train": val, "val": val}
+
+    monkeypatch.setattr(train_mod.LossEstimator, "__call__", fake_estimate)
+    cfg = smoke_cfg(small_corpus, "train.max_steps=60", "train.eval_interval=5",
+                    "train.early_stop_evals=3")
+    result = train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
+    assert result.early_stopped and not result.interrupted
+    assert result.step == 20 and result.best_val_loss == 2.0  # evaluations at 0, 5, 10, 15, 20
+    best = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    last = json.loads((tmp_path / "run" / "last" / "config.json").read_text())
+    assert (best["step"], last["step"]) == (5, 20)
+    end = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert end["event"] == "end" and end["early_stopped"] is True
+    with pytest.raises(Exception, match="early_stop_evals must be >= 0"):
+        smoke_cfg(small_corpus, "train.early_stop_evals=-1")

@@ -89,6 +89,9 @@ class TrainSection:
     eval_interval: int = 250  # steps between val-loss evaluations and checkpoints
     eval_batches: int = 200  # batches averaged per evaluation (nanoGPT's eval_iters)
     log_interval: int = 10  # steps between metrics.jsonl lines
+    # stop after this many evaluations in a row without a better val loss (0: never); best/
+    # keeps the best step either way
+    early_stop_evals: int = 0
     seed: int = 1337
     device: str = "auto"  # auto (cuda if available) | cuda | cpu
     # auto (bf16 autocast on CUDA, and on CPUs with native bf16; else fp32; runtime.py) | bf16 | fp32
@@ -227,6 +230,7 @@ def validate(cfg: RunConfig, *, source: str) -> None:
          "train.cpu_max_steps, cpu_batch_size, cpu_eval_interval and cpu_eval_batches must be >= 0"),
         (t.lr > 0 and 0 <= t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and lr > 0"),
         (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
+        (t.early_stop_evals >= 0, f"train.early_stop_evals must be >= 0, got {t.early_stop_evals}"),
         (t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
          "train.eval_interval, eval_batches and log_interval must be >= 1"),
     ]

@@ -53,6 +53,7 @@ class TrainResult:
     best_val_bpc: float
     wall_time_s: float
     interrupted: bool
+    early_stopped: bool = False  # train.early_stop_evals evaluations in a row without a better val
 
 
 # Steps whose time counts as start-up: the eager warm-up steps, the capture, one replay.
@@ -178,11 +179,12 @@ def train(
                                           runtime.device_type, capturable=runtime.cuda_graph)
 
     startup["model_s"] = time.time() - entered - startup["data_s"]  # incl. CUDA's start
-    start, best_val, best_bpc, elapsed0 = 0, math.inf, math.inf, 0.0
+    start, best_val, best_bpc, elapsed0, evals_without_gain = 0, math.inf, math.inf, 0.0, 0
     if resume is not None:
         state = _restore(ckpt, model, optimizer, runtime)
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
+        evals_without_gain = state.get("evals_without_gain", 0)
         if start >= max_steps:
             log(f"{ckpt} is at step {start:,} of {max_steps:,}: training is finished")
             return TrainResult(run_dir, start, max_steps, best_val, math.nan, best_bpc, 0.0, False)
@@ -209,7 +211,7 @@ def train(
 
     def evaluate(step: int) -> float:
         """Losses, metrics and checkpoints at `step`; EvalInterrupted on a Ctrl-C."""
-        nonlocal best_val, best_bpc
+        nonlocal best_val, best_bpc, evals_without_gain
         bar.refresh()
         losses = estimator(progress=progress, desc=f"eval at step {step}",
                            should_stop=lambda: stop.requested)
@@ -219,6 +221,7 @@ def train(
                       val_bpc=bpc, lr=get_lr(step, t, max_steps), time=time.time())
         meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
         improved = val < best_val
+        evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
             save_checkpoint(run_dir / "best", model=model, tokenizer=corpus.tokenizer, meta=meta)
@@ -236,12 +239,13 @@ def train(
         state = {"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                  "cuda_rng": torch.cuda.get_rng_state(runtime.device) if runtime.device_type == "cuda" else None,
                  "best_val_loss": float(best_val), "best_val_bpc": float(best_bpc),
+                 "evals_without_gain": evals_without_gain,
                  "elapsed_s": elapsed0 + time.perf_counter() - t0}
         save_checkpoint(run_dir / "last", model=model, tokenizer=corpus.tokenizer, meta=meta,
                         train_state=state)
 
     t0 = time.perf_counter()
-    last_val, step = math.nan, start
+    last_val, step, early_stopped = math.nan, start, False
     bar = tqdm(total=max_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=not progress, smoothing=0.1)
     interval_t, interval_steps = time.perf_counter(), 0
@@ -262,6 +266,9 @@ def train(
                     except EvalInterrupted:
                         break  # `step` steps are done: saved below
                     startup.setdefault("first_eval_s", time.perf_counter() - t_eval)
+                    if t.early_stop_evals and evals_without_gain >= t.early_stop_evals:
+                        early_stopped = True  # this step was just evaluated and saved
+                        break
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
                 model.train()
@@ -297,9 +304,13 @@ def train(
                     break
             else:
                 step = max_steps
-            if stop.requested and step == start:
+            if early_stopped:
+                bar.write(f"early stop at step {step}: {evals_without_gain} evaluations without "
+                          f"a better val loss (train.early_stop_evals); best/ holds step "
+                          f"{checkpoint_step(run_dir / 'best')}")
+            elif stop.requested and step == start:
                 raise KeyboardInterrupt  # stopped before its first step: nothing new to save
-            if stop.requested and step < max_steps:
+            elif stop.requested and step < max_steps:
                 bar.write(f"stopped: saving {run_dir / 'last'} at step {step} (continue with --resume {run_dir})")
                 save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
             else:
@@ -310,10 +321,11 @@ def train(
         finally:
             bar.close()
             metrics.write(event="end", step=step, best_val_loss=best_val, time=time.time(),
-                          interrupted=stop.requested)
+                          interrupted=stop.requested, early_stopped=early_stopped)
             metrics.close()
     wall = time.perf_counter() - t0
-    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested)
+    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested,
+                       early_stopped)
 
 
 def checkpoint_meta(
