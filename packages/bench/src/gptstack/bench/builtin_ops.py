@@ -1,9 +1,18 @@
-"""The ops measured today, all PyTorch's own: LayerNorm, GELU (tanh), softmax, attention (SDPA).
+"""The ops measured today, all PyTorch's own: LayerNorm, GELU (tanh), softmax, attention (SDPA),
+and the forward + backward of the model's LayerNorm, residual-add + LayerNorm, GELU and loss.
 
 Sizes follow the model: LayerNorm over (B·T, C), GELU on the MLP's (B·T, 4C), softmax over
-attention scores (B, nh, T, T) along the last dimension, causal SDPA on (B, nh, T, hs).
-FLOP counts per element are estimates (stated in each `about`); these ops are bound by memory,
-so `bytes_moved` (read every input once, write every output once) sets their floor.
+attention scores (B, nh, T, T) along the last dimension, causal SDPA on (B, nh, T, hs), the loss
+over (B·T, V) logits from (B·T, C) hidden states. FLOP counts per element are estimates (stated
+in each `about`); all but the loss are bound by memory, so `bytes_moved` (read every input
+once, write every output once) sets their floor.
+
+A `*_fwd_bwd` op runs the forward and the backward for given output gradients and returns the
+gradient of its first input (the one result every implementation must agree on; the others are
+computed all the same). Its references differentiate with `torch.func.vjp`: a function
+transform, so it works under the suite's `no_grad`, and Dynamo traces it whole, so
+`torch.compile` of a reference is one graph of forward and backward (with `torch.autograd.grad`
+Dynamo falls back to eager for the whole function). Candidates may use plain autograd.
 """
 
 from __future__ import annotations
@@ -59,6 +68,84 @@ def _sdpa_inputs(s: OpSize, device, dtype, g):
     return tuple(_randn((s.B, s.nh, s.T, s.hs), device, dtype, g) for _ in range(3))
 
 
+def _fwd_bwd(f, inputs: tuple, douts) -> torch.Tensor:
+    """Gradient of f's outputs (against douts: a tensor, a tuple, or None for a scalar loss) with
+    respect to inputs[0]; the gradients of the other inputs are computed too."""
+    outs, vjp = torch.func.vjp(f, *inputs)
+    return vjp(torch.ones_like(outs) if douts is None else douts)[0]
+
+
+def layernorm_fwd_bwd(x, weight, bias, dy):
+    return _fwd_bwd(layernorm, (x, weight, bias), dy)
+
+
+def _ln_grad_inputs(s: OpSize, device, dtype, g):
+    return (*_ln_inputs(s, device, dtype, g), _randn((s.B * s.T, s.C), device, dtype, g))
+
+
+def _add_layernorm(x, residual, weight, bias):
+    s = x + residual
+    return s, layernorm(s, weight, bias)
+
+
+def add_layernorm_fwd_bwd(x, residual, weight, bias, ds, dy):
+    return _fwd_bwd(_add_layernorm, (x, residual, weight, bias), (ds, dy))
+
+
+def _add_ln_inputs(s: OpSize, device, dtype, g):
+    x, weight, bias = _ln_inputs(s, device, dtype, g)
+    shape = (s.B * s.T, s.C)
+    return x, _randn(shape, device, dtype, g), weight, bias, *(
+        _randn(shape, device, dtype, g) for _ in range(2))
+
+
+def gelu_tanh_fwd_bwd(x, dy):
+    return _fwd_bwd(gelu_tanh, (x,), dy)
+
+
+def _gelu_grad_inputs(s: OpSize, device, dtype, g):
+    return (*_gelu_inputs(s, device, dtype, g), _randn((s.B * s.T, 4 * s.C), device, dtype, g))
+
+
+IGNORE_INDEX = -1  # as gptstack.model: a target of -1 has no loss
+# OpSize carries no vocabulary size; until it does, the loss ops take V from the preset's name
+# (vocabularies as `gptstack train` pads them: char 65, esp32 BPE 512, GPT-2 50257 -> 50304).
+VOCAB_BY_PRESET = {"shakespeare-char": 65, "esp32": 512, "gpt2-124m": 50304}
+DEFAULT_VOCAB = 50304
+
+
+def vocab_size(s: OpSize) -> int:
+    return getattr(s, "V", None) or VOCAB_BY_PRESET.get(s.name, DEFAULT_VOCAB)
+
+
+def cross_entropy_fwd_bwd(logits, targets):
+    return _fwd_bwd(lambda z: F.cross_entropy(z, targets, ignore_index=IGNORE_INDEX), (logits,),
+                    None)
+
+
+def _targets(s: OpSize, V: int, device, g) -> torch.Tensor:
+    return torch.randint(0, V, (s.B * s.T,), generator=g, device=device)
+
+
+def _ce_inputs(s: OpSize, device, dtype, g):
+    V = vocab_size(s)
+    return 2 * _randn((s.B * s.T, V), device, dtype, g), _targets(s, V, device, g)
+
+
+def linear_cross_entropy_fwd_bwd(h, weight, targets):
+    def loss(h, w):
+        return F.cross_entropy(h @ w.t(), targets, ignore_index=IGNORE_INDEX)
+
+    return _fwd_bwd(loss, (h, weight), None)
+
+
+def _linear_ce_inputs(s: OpSize, device, dtype, g):
+    V = vocab_size(s)
+    h = _randn((s.B * s.T, s.C), device, dtype, g)  # (B*T, C): ln_f's output
+    weight = 0.02 * _randn((V, s.C), device, dtype, g)  # (V, C): wte, GPT-2's init std
+    return h, weight, _targets(s, V, device, g)
+
+
 def register_all() -> None:
     register_op(
         "layernorm", layernorm, make_inputs=_ln_inputs,
@@ -85,3 +172,37 @@ def register_all() -> None:
         about="causal F.scaled_dot_product_attention on (B, nh, T, hs); reads q, k, v and "
               "writes the output once; FLOPs of QKᵀ and PV with the causal half skipped "
               "(2·B·nh·T²·hs)", replace=True)
+    register_op(
+        "layernorm_fwd_bwd", layernorm_fwd_bwd, make_inputs=_ln_grad_inputs,
+        bytes_moved=lambda i: 5 * _nbytes(i[0]) + 2 * _nbytes(i[1], i[2]),
+        flops=lambda i: 18 * i[0].numel(),
+        about="F.layer_norm over (B·T, C), forward and backward (returns dx); reads x, then dy "
+              "and x again, writes y and dx; ~8 + ~10 FLOP/element", replace=True)
+    register_op(
+        "add_layernorm_fwd_bwd", add_layernorm_fwd_bwd, make_inputs=_add_ln_inputs,
+        bytes_moved=lambda i: 8 * _nbytes(i[0]) + 2 * _nbytes(i[2], i[3]),
+        flops=lambda i: 20 * i[0].numel(),
+        about="s = x + residual, y = F.layer_norm(s) on (B·T, C), forward and backward for "
+              "gradients of s and y (returns dx, which is also dresidual); reads x, residual, "
+              "then dy, ds, s; writes s, y, dx; ~20 FLOP/element", replace=True)
+    register_op(
+        "gelu_tanh_fwd_bwd", gelu_tanh_fwd_bwd, make_inputs=_gelu_grad_inputs,
+        bytes_moved=lambda i: 5 * _nbytes(i[0]),
+        flops=lambda i: 20 * i[0].numel(),
+        about="F.gelu(approximate='tanh') on (B·T, 4C), forward and backward (returns dx); "
+              "reads x, then dy and x; writes y and dx; ~8 + ~12 FLOP/element", replace=True)
+    register_op(
+        "cross_entropy_fwd_bwd", cross_entropy_fwd_bwd, make_inputs=_ce_inputs,
+        bytes_moved=lambda i: 2 * _nbytes(i[0]) + _nbytes(i[1]),
+        flops=lambda i: 10 * i[0].numel(),
+        about="F.cross_entropy(ignore_index=-1) of (B·T, V) logits, forward and backward "
+              "(returns dlogits); the floor reads the logits and writes dlogits once; ~10 "
+              "FLOP/logit (max, exp, sum, log, softmax, subtract)", replace=True)
+    register_op(
+        "linear_cross_entropy_fwd_bwd", linear_cross_entropy_fwd_bwd,
+        make_inputs=_linear_ce_inputs,
+        bytes_moved=lambda i: 2 * _nbytes(i[0], i[1]) + _nbytes(i[2]),
+        flops=lambda i: 6 * i[0].size(0) * i[1].size(0) * i[0].size(1),
+        about="the LM head and loss: F.cross_entropy(h @ wte.T) with h (B·T, C), wte (V, C), "
+              "forward and backward (returns dh); FLOPs of the three matmuls (logits, dh, "
+              "dwte: 6·B·T·V·C), the softmax not counted", replace=True)

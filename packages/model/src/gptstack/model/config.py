@@ -8,10 +8,16 @@ are validated once, here, when the object is built (`__post_init__`), and serial
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ModelConfigError
+
+# Who computes LayerNorm (+ the residual add before ln_2), GELU and the LM head's loss:
+# "torch" (PyTorch's own ops) or "gptstack" (the kernels of gptstack.cuda_ops, an optional
+# extra: pip install gptstack-model[cuda]). Same parameters, same function to tolerance.
+OPS_CHOICES = ("torch", "gptstack")
 
 
 @dataclass
@@ -35,6 +41,9 @@ class GPTConfig:
     bias: bool = True
     # Attention backend by registry name: "manual", "sdpa", or one registered later ("gptstack").
     attention: str = "sdpa"
+    # LayerNorm/GELU/loss implementation, one of OPS_CHOICES; "torch" until a native op wins
+    # end to end (packages/cuda_ops/README.md records the measurements).
+    ops: str = "torch"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -71,6 +80,13 @@ class GPTConfig:
                 f"gptstack.model.register_attention_backend before the config is built)"
             )
 
+        if self.ops not in OPS_CHOICES:
+            raise ModelConfigError(
+                f"GPTConfig.ops is {self.ops!r}; choose one of {list(OPS_CHOICES)}"
+            )
+        if self.ops == "gptstack":
+            native_ops()  # fails here, with the fix, rather than at the first forward
+
     @property
     def head_size(self) -> int:
         """hs = C // nh, the width of one attention head."""
@@ -104,3 +120,17 @@ class GPTConfig:
                 f"valid keys are {list(fields)}"
             )
         return cls(**d)
+
+
+def native_ops():
+    """The gptstack.cuda_ops module (imported only for ops="gptstack"); ModelConfigError with
+    the install command when it is missing."""
+    try:
+        cuda_ops = importlib.import_module("gptstack.cuda_ops")
+    except ImportError as e:
+        raise ModelConfigError(
+            f"GPTConfig.ops is 'gptstack' but gptstack.cuda_ops cannot be imported ({e}); "
+            f"install it (pip install 'gptstack-model[cuda]', or uv sync in the gptstack "
+            f"workspace) or set ops to 'torch'"
+        ) from e
+    return cuda_ops

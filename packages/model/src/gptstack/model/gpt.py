@@ -3,6 +3,10 @@
     idx (B, T) -> wte + wpe -> N x Block -> ln_f -> lm_head (tied to wte) -> logits (B, T, V)
     Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
 
+With `GPTConfig(ops="gptstack")` the same modules (same parameters) call gptstack.cuda_ops for
+LayerNorm, the residual add before ln_2 fused with it, GELU, and ln_f's output -> loss without
+the full logits; `ops="torch"` (default) is the reference they are tested against.
+
 Parameter names are a contract shared with the int8 artifact and the C engine (README.md):
 `wte.weight`, `wpe.weight`, `h.{i}.ln_1.*`, `h.{i}.attn.c_attn.*`, `h.{i}.attn.c_proj.*`,
 `h.{i}.ln_2.*`, `h.{i}.mlp.c_fc.*`, `h.{i}.mlp.c_proj.*`, `ln_f.*`, and the tied `lm_head.weight`.
@@ -11,13 +15,15 @@ Parameter names are a contract shared with the int8 artifact and the C engine (R
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import Position, get_attention_backend
-from .config import GPTConfig
+from .config import GPTConfig, native_ops
 from .errors import ModelConfigError, ModelError
 from .kv_cache import KVCache, StaticKVCache
 from .optimizer import configure_adamw
@@ -30,6 +36,24 @@ LAYER_NORM_EPS = 1e-5
 # Initial weight std 0.02: GPT-1 paper (Radford et al. 2018, section 4.1, "N(0, 0.02)"),
 # kept by GPT-2 and nanoGPT's `_init_weights`.
 INIT_STD = 0.02
+
+
+@dataclass(frozen=True)
+class NativeOps:
+    """The gptstack.cuda_ops functions a model with ops="gptstack" calls (a plain object, so
+    the model still deep-copies and pickles)."""
+
+    layernorm: Callable[..., Tensor]
+    add_layernorm: Callable[..., tuple[Tensor, Tensor]]
+    gelu_tanh: Callable[[Tensor], Tensor]
+    linear_cross_entropy: Callable[..., Tensor]
+
+    @classmethod
+    def of(cls, config: GPTConfig) -> NativeOps | None:
+        if config.ops != "gptstack":
+            return None
+        m = native_ops()
+        return cls(m.layernorm, m.add_layernorm, m.gelu_tanh, m.linear_cross_entropy)
 
 
 class CausalSelfAttention(nn.Module):
@@ -82,9 +106,12 @@ class MLP(nn.Module):
         self.gelu = nn.GELU(approximate="tanh")
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.native = NativeOps.of(config)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))  # (B, T, 4C) inside
+        h = self.c_fc(x)  # (B, T, 4C)
+        h = self.gelu(h) if self.native is None else self.native.gelu_tanh(h)
+        return self.dropout(self.c_proj(h))
 
 
 class Block(nn.Module):
@@ -96,11 +123,20 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(config, layer_idx)
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=LAYER_NORM_EPS, bias=config.bias)
         self.mlp = MLP(config)
+        self.native = NativeOps.of(config)
 
     def forward(self, x: Tensor, kv_cache: AnyKVCache | None = None, pos: Position = 0) -> Tensor:
-        x = x + self.attn(self.ln_1(x), kv_cache, pos)
-        x = x + self.mlp(self.ln_2(x))
-        return x
+        if self.native is None:
+            x = x + self.attn(self.ln_1(x), kv_cache, pos)
+            x = x + self.mlp(self.ln_2(x))
+            return x
+        # ops="gptstack": the same block, with x + attn(...) and ln_2 in one pass
+        n = self.native
+        y = self.attn(
+            n.layernorm(x, self.ln_1.weight, self.ln_1.bias, LAYER_NORM_EPS), kv_cache, pos
+        )
+        x, h = n.add_layernorm(x, y, self.ln_2.weight, self.ln_2.bias, LAYER_NORM_EPS)
+        return x + self.mlp(h)
 
 
 class GPT(nn.Module):
@@ -120,6 +156,7 @@ class GPT(nn.Module):
         self.h = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, eps=LAYER_NORM_EPS, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.native = NativeOps.of(config)
         # Weight tying (Press & Wolf 2017, "Using the Output Embedding to Improve Language
         # Models"; GPT-2 does the same): the head reads logits against the input embeddings.
         self.lm_head.weight = self.wte.weight
@@ -153,11 +190,12 @@ class GPT(nn.Module):
         last_only: bool = False,
         kv_cache: AnyKVCache | None = None,
         pos: Position = 0,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor | None, Tensor | None]:
         """Logits for every position (or the last only) and, with targets, the mean loss.
 
         idx: (B, T) int64 token ids, T <= block_size. targets: (B, T) int64, -1 = ignore.
         Returns logits (B, T, V), or (B, 1, V) with last_only, and a scalar loss or None.
+        With ops="gptstack" and targets, logits is None: the fused loss never forms them.
         kv_cache / pos (used by decoding.py): idx holds positions [pos, pos + T); keys and values
         are written into / read from the cache. Raises ModelError on a bad shape or T.
         """
@@ -180,13 +218,18 @@ class GPT(nn.Module):
 
     def head(
         self, x: Tensor, targets: Tensor | None = None, *, last_only: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor | None, Tensor | None]:
         """ln_f, the tied LM head and the loss: x (B, T, C) -> logits (B, T or 1, V), loss.
 
         A method of its own so that regional compilation (compiling.py) can compile it apart
         from the blocks: it is where gpt2-124m spends its memory ((B*T) x V logits).
         """
-        x = self.ln_f(x)
+        if self.native is None:
+            x = self.ln_f(x)
+        else:
+            x = self.native.layernorm(x, self.ln_f.weight, self.ln_f.bias, LAYER_NORM_EPS)
+            if targets is not None:  # LM head + loss in chunks of rows (cuda_ops README)
+                return None, self.native.linear_cross_entropy(x, self.lm_head.weight, targets)
         if last_only:
             x = x[:, -1:, :]  # (B, 1, C): only the next-token prediction goes through the head
         logits = self.lm_head(x)  # (B, T, V)

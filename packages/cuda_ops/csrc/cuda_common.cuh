@@ -1,0 +1,76 @@
+// cuda_common.cuh: what every .cu file shares. Checked launches, bf16/float loads and stores
+// computed in float, warp and block reductions. Only .cu files include it.
+//
+// Every launcher takes the caller's cudaStream_t (torch's current stream, passed in from
+// Python), never allocates and never synchronizes, so launches can be captured in a CUDA graph.
+// After each launch it calls check_launch: a failure throws std::runtime_error naming the op,
+// the shapes and the CUDA error (nanobind turns it into RuntimeError).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "dtype.h"
+
+namespace gs {
+
+inline void check_launch(const char* op, const std::string& shapes) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + " " + shapes +
+                             ": CUDA error " + cudaGetErrorName(err) + ": " +
+                             cudaGetErrorString(err));
+}
+
+inline cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+// Element types on the device: float32 stays float, bfloat16 is __nv_bfloat16; both computed
+// in float (llm.c's floatX pattern).
+template <typename T> struct device_type { using type = T; };
+template <> struct device_type<bf16_t> { using type = __nv_bfloat16; };
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets
+// the total. `shared` holds 32 floats; the leading __syncthreads lets callers reuse it.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+}  // namespace gs

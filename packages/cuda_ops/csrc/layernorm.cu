@@ -1,0 +1,257 @@
+// layernorm.cu: LayerNorm (+ fused residual add) forward and backward on CUDA. Formulas in
+// layernorm.h; CPU reference: forward_row_scalar / backward_row_scalar in layernorm.cpp.
+//
+// Versions (llm.c dev/cuda/layernorm_*.cu style; the launcher picks W, tests cover both):
+//   forward  layernorm_forward_warp_kernel<W>: one warp per row, three passes over the row
+//            (sum -> mean; squared deviations -> rstd; normalize and store). With a residual,
+//            pass 1 also writes s = x + r and later passes read s back (L1/L2 hits). W = 16
+//            bytes / sizeof(T) elements per load (128-bit) when C % W == 0 and every pointer
+//            is 16-byte aligned, else W = 1. Two-pass variance, not E[x^2] - E[x]^2.
+//   backward layernorm_backward_warp_kernel<W>: one warp per row, warps stride over rows.
+//            Pass 1 sums g = dy*w and g*xhat, pass 2 writes dx and adds dy*xhat, dy into the
+//            warp's own slice of shared memory (each lane owns fixed columns: no atomics).
+//            The block then sums its warps into workspace[block] (2C floats), and
+//            layernorm_param_grad_reduce_kernel sums the blocks column by column: the same
+//            order every run, so dweight/dbias are deterministic.
+// Memory per row: forward reads x (+ r) and writes y (+ s); backward reads dy, s (+ dsum),
+// writes dx; the parameter traffic (blocks x 2C floats) is small next to it.
+//
+// Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c layernorm.cu -I.
+#include "cuda_common.cuh"
+#include "layernorm.h"
+
+namespace gs {
+namespace {
+
+constexpr int kFwdWarps = 8;  // rows per forward block
+
+template <typename T, int W> struct alignas(sizeof(T) * W) Vec {
+  T v[W];
+};
+
+template <typename T, int W> __device__ __forceinline__ void load_vec(float* out, const T* p) {
+  Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(p);
+#pragma unroll
+  for (int k = 0; k < W; ++k) out[k] = to_f32(v.v[k]);
+}
+template <typename T, int W> __device__ __forceinline__ void store_vec(T* p, const float* in) {
+  Vec<T, W> v;
+#pragma unroll
+  for (int k = 0; k < W; ++k) v.v[k] = from_f32<T>(in[k]);
+  *reinterpret_cast<Vec<T, W>*>(p) = v;
+}
+
+// T: x, s, y, weight, bias; R: residual. W: elements per vector access. x and sum_out are not
+// __restrict__: passes 2 and 3 read s back through the same pointer that reads x otherwise,
+// and those loads must not go through the non-coherent read-only path.
+template <typename T, typename R, int W>
+__global__ void layernorm_forward_warp_kernel(T* __restrict__ out, T* sum_out,
+                                              float* __restrict__ mean, float* __restrict__ rstd,
+                                              const T* x, const R* __restrict__ res,
+                                              const T* __restrict__ weight,
+                                              const T* __restrict__ bias, int64_t N, int C,
+                                              float eps) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kFwdWarps + threadIdx.x / 32;
+  if (row >= N) return;
+  const T* src = x + row * C;
+  float sum = 0.0f, buf[W], rb[W];
+  if (res) {
+    T* s = sum_out + row * C;
+    for (int c = lane * W; c < C; c += 32 * W) {
+      load_vec<T, W>(buf, src + c);
+      load_vec<R, W>(rb, res + row * C + c);
+      Vec<T, W> packed;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        packed.v[k] = from_f32<T>(buf[k] + rb[k]);
+        sum += to_f32(packed.v[k]);  // the rounded sum, as stored and as backward reads it
+      }
+      *reinterpret_cast<Vec<T, W>*>(s + c) = packed;
+    }
+    src = s;
+    __syncwarp();  // this warp's stores of s are visible to its own reads below
+  } else {
+    for (int c = lane * W; c < C; c += 32 * W) {
+      load_vec<T, W>(buf, src + c);
+#pragma unroll
+      for (int k = 0; k < W; ++k) sum += buf[k];
+    }
+  }
+  const float m = warp_sum(sum) / C;
+  float var = 0.0f;
+  for (int c = lane * W; c < C; c += 32 * W) {
+    load_vec<T, W>(buf, src + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) var += (buf[k] - m) * (buf[k] - m);
+  }
+  const float rs = rsqrtf(warp_sum(var) / C + eps);
+  float wb[W], bb[W];
+  for (int c = lane * W; c < C; c += 32 * W) {
+    load_vec<T, W>(buf, src + c);
+    load_vec<T, W>(wb, weight + c);
+    if (bias) load_vec<T, W>(bb, bias + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) buf[k] = (buf[k] - m) * rs * wb[k] + (bias ? bb[k] : 0.0f);
+    store_vec<T, W>(out + row * C + c, buf);
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+template <typename T, int W>
+__global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, float* __restrict__ workspace,
+                                               const T* __restrict__ dout,
+                                               const T* __restrict__ dsum,
+                                               const T* __restrict__ src,
+                                               const T* __restrict__ weight,
+                                               const float* __restrict__ mean,
+                                               const float* __restrict__ rstd, int64_t N, int C) {
+  extern __shared__ float shared[];  // [warps][2C]: this block's dweight, dbias per warp
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  float* mine = shared + warp * 2 * C;
+  for (int c = lane; c < 2 * C; c += 32) mine[c] = 0.0f;
+  __syncwarp();
+  float dyb[W], sb[W], wb[W], dsb[W], dxb[W];
+  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < N;
+       row += int64_t(gridDim.x) * warps) {
+    const float m = mean[row], rs = rstd[row];
+    const T *dy = dout + row * C, *s = src + row * C;
+    float c1 = 0.0f, c2 = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+      load_vec<T, W>(dyb, dy + c);
+      load_vec<T, W>(sb, s + c);
+      load_vec<T, W>(wb, weight + c);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        float g = dyb[k] * wb[k];
+        c1 += g;
+        c2 += g * (sb[k] - m) * rs;
+      }
+    }
+    c1 = warp_sum(c1) / C;
+    c2 = warp_sum(c2) / C;
+    for (int c = lane * W; c < C; c += 32 * W) {
+      load_vec<T, W>(dyb, dy + c);
+      load_vec<T, W>(sb, s + c);
+      load_vec<T, W>(wb, weight + c);
+      if (dsum) load_vec<T, W>(dsb, dsum + row * C + c);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        float xh = (sb[k] - m) * rs;
+        dxb[k] = rs * (dyb[k] * wb[k] - c1 - xh * c2) + (dsum ? dsb[k] : 0.0f);
+        mine[c + k] += dyb[k] * xh;
+        mine[C + c + k] += dyb[k];
+      }
+      store_vec<T, W>(dx + row * C + c, dxb);
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    float total = 0.0f;
+    for (int w = 0; w < warps; ++w) total += shared[w * 2 * C + c];
+    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
+  }
+}
+
+template <typename T>
+__global__ void layernorm_param_grad_reduce_kernel(T* __restrict__ dweight, T* __restrict__ dbias,
+                                                   const float* __restrict__ workspace,
+                                                   int blocks, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= 2 * C) return;
+  float total = 0.0f;
+  for (int b = 0; b < blocks; ++b) total += workspace[int64_t(b) * 2 * C + c];
+  if (c < C)
+    dweight[c] = from_f32<T>(total);
+  else
+    dbias[c - C] = from_f32<T>(total);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+std::string shape_text(LayerNormShape s) {
+  return "(N=" + std::to_string(s.N) + ", C=" + std::to_string(s.C) + ")";
+}
+
+template <typename T, typename R>
+void forward(T* out, T* sum_out, float* mean, float* rstd, const T* x, const R* res,
+             const T* weight, const T* bias, LayerNormShape s, float eps, cudaStream_t stream) {
+  if (s.N == 0) return;
+  constexpr int W = 16 / sizeof(T);
+  const bool vec = s.C % W == 0 && aligned16(out) && aligned16(x) && aligned16(weight) &&
+                   (!bias || aligned16(bias)) && (!res || (aligned16(sum_out) &&
+                   reinterpret_cast<uintptr_t>(res) % (sizeof(R) * W) == 0));
+  const unsigned blocks = ceil_div(s.N, kFwdWarps);
+  if (vec)
+    layernorm_forward_warp_kernel<T, R, W><<<blocks, 32 * kFwdWarps, 0, stream>>>(
+        out, sum_out, mean, rstd, x, res, weight, bias, s.N, int(s.C), eps);
+  else
+    layernorm_forward_warp_kernel<T, R, 1><<<blocks, 32 * kFwdWarps, 0, stream>>>(
+        out, sum_out, mean, rstd, x, res, weight, bias, s.N, int(s.C), eps);
+  check_launch("layernorm_forward", shape_text(s));
+}
+
+template <typename T>
+void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, const T* dsum,
+              const T* src, const T* weight, const float* mean, const float* rstd,
+              LayerNormShape s, cudaStream_t stream) {
+  constexpr int W = 16 / sizeof(T);
+  const int warps = ln_bwd_warps(s.C);
+  const int blocks = int(ln_bwd_blocks(s.N, s.C));
+  const size_t smem = size_t(warps) * 2 * s.C * sizeof(float);
+  const bool vec = s.C % W == 0 && aligned16(dx) && aligned16(dout) && aligned16(src) &&
+                   aligned16(weight) && (!dsum || aligned16(dsum));
+  if (vec)
+    layernorm_backward_warp_kernel<T, W><<<blocks, 32 * warps, smem, stream>>>(
+        dx, workspace, dout, dsum, src, weight, mean, rstd, s.N, int(s.C));
+  else
+    layernorm_backward_warp_kernel<T, 1><<<blocks, 32 * warps, smem, stream>>>(
+        dx, workspace, dout, dsum, src, weight, mean, rstd, s.N, int(s.C));
+  check_launch("layernorm_backward", shape_text(s));
+  layernorm_param_grad_reduce_kernel<T><<<ceil_div(2 * s.C, 256), 256, 0, stream>>>(
+      dweight, dbias, workspace, blocks, int(s.C));
+  check_launch("layernorm_backward (parameter reduce)", shape_text(s));
+}
+
+template <typename T> using D = typename device_type<T>::type;
+
+}  // namespace
+
+void layernorm_forward_cuda(void* out, void* sum_out, float* mean, float* rstd, const void* x,
+                            const void* residual, DType residual_dtype, const void* weight,
+                            const void* bias, LayerNormShape shape, float eps, DType dtype,
+                            uintptr_t stream) {
+  auto run = [&](auto ttag, auto rtag) {
+    using T = decltype(ttag);
+    using R = decltype(rtag);
+    forward<T, R>(static_cast<T*>(out), static_cast<T*>(sum_out), mean, rstd,
+                  static_cast<const T*>(x), static_cast<const R*>(residual),
+                  static_cast<const T*>(weight), static_cast<const T*>(bias), shape, eps,
+                  as_stream(stream));
+  };
+  const bool tb = dtype == DType::bf16, rb = residual_dtype == DType::bf16;
+  if (tb && rb) run(__nv_bfloat16{}, __nv_bfloat16{});
+  else if (tb) run(__nv_bfloat16{}, float{});
+  else if (rb) run(float{}, __nv_bfloat16{});
+  else run(float{}, float{});
+}
+
+void layernorm_backward_cuda(void* dx, void* dweight, void* dbias, float* workspace,
+                             const void* dout, const void* dsum, const void* src,
+                             const void* weight, const float* mean, const float* rstd,
+                             LayerNormShape shape, DType dtype, uintptr_t stream) {
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    backward<T>(static_cast<T*>(dx), static_cast<T*>(dweight), static_cast<T*>(dbias), workspace,
+                static_cast<const T*>(dout), static_cast<const T*>(dsum),
+                static_cast<const T*>(src), static_cast<const T*>(weight), mean, rstd, shape,
+                as_stream(stream));
+  };
+  if (dtype == DType::bf16) run(__nv_bfloat16{});
+  else run(float{});
+}
+
+}  // namespace gs

@@ -1,0 +1,238 @@
+"""GPU driver of gptstack.cuda_ops for scripts/gpu_check.sh (also runs on a CPU as a dry run).
+
+    python kernel_driver.py once                 one call of every kernel and variant (for
+                                                 compute-sanitizer), each checked against torch
+    python kernel_driver.py step --out F.json [--preset esp32 ...] [--compile]
+                                                 training forward+backward, ops=torch vs
+                                                 ops=gptstack: median time, ratio, peak memory
+
+`step` follows MEASURING.md: same weights and batch for both, warm-up, the two variants
+alternated (A B A B ...) with CUDA events, median and min-max of each, median of the pairwise
+ratios; peak memory is torch.cuda.max_memory_allocated over one step above what the model
+holds before it. The JSON is rewritten after each preset, so a time limit keeps what finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import gptstack.cuda_ops as ops
+import torch
+import torch.nn.functional as F
+from gptstack.cuda_ops.testing import assert_close
+
+PRESETS = ["esp32", "shakespeare-char", "gpt2-124m"]
+WARMUP, ROUNDS = 3, 20  # MEASURING.md rule 3: at least 20 repeats under a second
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def once() -> None:
+    """Every kernel once, each variant (128-bit and scalar) at least once, checked."""
+    dev = _device()
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def rnd(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g, device=dev).to(dtype)
+
+    for dtype in (torch.float32, torch.bfloat16):
+        for shape in ((64, 768), (3, 37)):  # 128-bit path; C % 8 != 0: scalar path
+            x, dy = rnd(*shape, dtype=dtype).requires_grad_(), rnd(*shape, dtype=dtype)
+            w = (1 + 0.1 * rnd(shape[1], dtype=dtype)).requires_grad_()
+            b = (0.1 * rnd(shape[1], dtype=dtype)).requires_grad_()
+            r = rnd(*shape, dtype=torch.bfloat16)
+            y = ops.gelu_tanh(x)
+            ref = F.gelu(x.detach().float(), approximate="tanh")
+            assert_close(y, ref, dtype, f"gelu {shape} {dtype}")
+            torch.autograd.grad(y, x, dy)
+            y = ops.layernorm(x, w, b)
+            assert_close(
+                y,
+                F.layer_norm(x.detach().float(), shape[-1:], w.float(), b.float()),
+                dtype,
+                f"layernorm {shape} {dtype}",
+            )
+            torch.autograd.grad(y, (x, w, b), dy)
+            s, y = ops.add_layernorm(x, r, w, b)
+            torch.autograd.grad((s, y), (x, w, b), (dy, dy))
+        for V in (50304, 101):  # 128-bit rows; V % 8 != 0: scalar rows
+            z = (2 * rnd(17, V, dtype=dtype)).requires_grad_()
+            t = torch.randint(0, V, (17,), generator=g, device=dev)
+            t[3] = -1
+            loss = ops.cross_entropy(z, t)
+            assert_close(
+                loss,
+                F.cross_entropy(z.detach().float(), t, ignore_index=-1),
+                dtype,
+                f"cross_entropy V={V} {dtype}",
+            )
+            torch.autograd.grad(loss, z)
+        h = rnd(70, 64, dtype=dtype).requires_grad_()
+        w = (0.1 * rnd(1001, 64, dtype=dtype)).requires_grad_()
+        t = torch.randint(0, 1001, (70,), generator=g, device=dev)
+        torch.autograd.grad(ops.linear_cross_entropy(h, w, t, chunk_rows=32), (h, w))
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    print(f"once: every kernel ran and matched torch on {dev}")
+
+
+def _time_pair(steps: dict, device: torch.device) -> dict:
+    """Alternate the step functions; per-variant samples (s) and pairwise ratios vs 'torch'."""
+    names = list(steps)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(WARMUP):
+        for n in names:
+            steps[n]()
+    for _ in range(ROUNDS):
+        for n in names:
+            if device.type == "cuda":
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                start.record()
+                steps[n]()
+                end.record()
+                end.synchronize()
+                samples[n].append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                steps[n]()
+                samples[n].append(time.perf_counter() - t0)
+    base = samples["torch"]
+    out = {}
+    for n in names:
+        s = samples[n]
+        out[n] = {
+            "median_s": statistics.median(s),
+            "min_s": min(s),
+            "max_s": max(s),
+            "samples_s": s,
+            "speedup_vs_torch": statistics.median(b / a for a, b in zip(s, base)),
+        }
+    return out
+
+
+def _train_step(fwd, model, x, y, amp):
+    """forward (autocast) + backward, grads dropped: the part of a step that the ops change."""
+
+    def run():
+        with amp:
+            loss = fwd(x, y)[1]
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return run
+
+
+def _peak_bytes(step, device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def step(presets: list[str], out: str, compile_models: bool, smoke: bool) -> None:
+    from gptstack.model import GPT, GPTConfig
+    from gptstack.tools.bench_cli import preset_shape
+
+    dev = _device()
+    result = {
+        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "build_info": ops.build_info(),
+        "command": " ".join(sys.argv),
+        "commit": os.environ.get("GPTSTACK_GIT_COMMIT"),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": [],
+    }
+    for name in presets:
+        shape = preset_shape(name)
+        shape = shape.smoke() if smoke else shape
+        cfg = shape.config()
+        torch.manual_seed(0)
+        models = {"torch": GPT(cfg).to(dev)}
+        models["gptstack"] = GPT(GPTConfig(**{**cfg.to_dict(), "ops": "gptstack"})).to(dev)
+        models["gptstack"].load_state_dict(models["torch"].state_dict())
+        B, T, V = shape.batch_size, shape.block_size, shape.vocab_size
+        x = torch.randint(0, V, (B, T), device=dev)
+        y = torch.randint(0, V, (B, T), device=dev)
+        amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+        losses = {}
+        for n, m in models.items():  # the same function: eval mode (no dropout), one batch
+            m.eval()
+            with torch.no_grad(), amp:
+                losses[n] = m(x, y)[1].float().item()
+            m.train()
+        fwd = {n: (torch.compile(m) if compile_models else m) for n, m in models.items()}
+
+        steps = {n: _train_step(fwd[n], models[n], x, y, amp) for n in models}
+        t0 = time.time()
+        timing = _time_pair(steps, dev)
+        row = {
+            "preset": name,
+            "B": B,
+            "T": T,
+            "V": V,
+            "compile": compile_models,
+            "dtype": "bf16 autocast" if dev.type == "cuda" else "fp32",
+            "eval_loss": losses,
+            "timing": timing,
+            "peak_bytes": {n: _peak_bytes(s, dev) for n, s in steps.items()},
+            "wall_s": time.time() - t0,
+        }
+        result["rows"].append(row)
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, out)
+        pk = row["peak_bytes"]
+        mem = (
+            f", peak {pk['torch'] / 2**30:.2f} -> {pk['gptstack'] / 2**30:.2f} GiB"
+            if pk["torch"]
+            else ""
+        )
+        print(
+            f"step {name}{' compiled' if compile_models else ''}: torch "
+            f"{timing['torch']['median_s'] * 1e3:.2f} ms, gptstack "
+            f"{timing['gptstack']['median_s'] * 1e3:.2f} ms "
+            f"({timing['gptstack']['speedup_vs_torch']:.3f}x){mem}; eval loss "
+            f"{losses['torch']:.4f} vs {losses['gptstack']:.4f}",
+            flush=True,
+        )
+        del models, fwd, steps
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("once")
+    s = sub.add_parser("step")
+    s.add_argument("--out", required=True)
+    s.add_argument("--preset", action="append", dest="presets")
+    s.add_argument("--compile", action="store_true", help="torch.compile both models")
+    s.add_argument("--smoke", action="store_true", help="tiny shapes (a CPU dry run)")
+    a = p.parse_args()
+    if a.cmd == "once":
+        once()
+    else:
+        step(a.presets or PRESETS, a.out, a.compile, a.smoke)
+
+
+if __name__ == "__main__":
+    main()

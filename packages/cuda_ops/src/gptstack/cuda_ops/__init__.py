@@ -1,0 +1,47 @@
+"""gptstack.cuda_ops: gptstack's own CPU and CUDA kernels, as torch.library custom ops.
+
+    import gptstack.cuda_ops as ops
+    y = ops.gelu_tanh(x)                 # also torch.ops.gptstack.gelu_tanh
+    ops.build_info()                     # what was compiled: CPU paths, OpenMP, CUDA archs
+
+Every op runs on CPU tensors (AVX2/FMA + OpenMP, or scalar) and, in a build with CUDA
+kernels, on CUDA tensors (on the caller's current stream). Each is a `torch.library.custom_op`
+in the `gptstack::` namespace with a fake kernel and an autograd formula. This file is the
+whole public API; see README.md.
+"""
+
+from ._ext import _C
+from .bench import bench_candidates
+from .cross_entropy import cross_entropy, linear_cross_entropy
+from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
+from .gelu import gelu_tanh
+from .layernorm import add_layernorm, layernorm
+
+
+def build_info() -> dict:
+    """What this build contains: `cpu_paths` (e.g. ["avx2_fma", "scalar"]), `cpu_path` (the
+    one ops take now), `openmp` (version or None), `cxx_compiler`, `cuda` (bool), `cuda_archs`
+    (e.g. ["sm_90a", "sm_80", "compute_80"]), `cuda_compiler`, `cuda_runtime`, `ops`."""
+    return dict(_C.build_info())
+
+
+def set_cpu_path(name: str) -> None:
+    """Force the CPU path of every op: "auto" (default: AVX2/FMA when the CPU has it),
+    "scalar" or "avx2". For tests and benchmarks; raises ValueError if unavailable."""
+    _C.set_cpu_path(name)
+
+
+__all__ = [
+    "CudaOpsError",
+    "NotBuiltError",
+    "OpInputError",
+    "OpTypeError",
+    "add_layernorm",
+    "bench_candidates",
+    "build_info",
+    "cross_entropy",
+    "gelu_tanh",
+    "layernorm",
+    "linear_cross_entropy",
+    "set_cpu_path",
+]

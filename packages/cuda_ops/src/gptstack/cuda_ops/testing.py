@@ -1,0 +1,43 @@
+"""How gptstack.cuda_ops is checked: one error measure and one tolerance table.
+
+    rel = rel_error(out, ref)                 # ||out - ref|| / ||ref||, in float64
+    assert_close(out, ref, torch.bfloat16, "layernorm dx")
+
+Tolerances follow ../../../../../shared/MEASURING.md rule 5 ("relative error under 1e-5
+(fp32), under 1e-2 (bf16)"); float64 gets 1e-10 (the kernels compute float64 in double). The
+reference is always computed in float64 from the same (rounded) inputs. Used by the tests, the
+GPU check script and the bench candidates' self-check.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 1e-2}
+# A reference whose RMS is below this is zero up to rounding (e.g. dweight of a LayerNorm over
+# C = 1, exactly 0 in float32 and 1e-16 in float64): its error is measured against this RMS.
+ZERO_RMS = 1e-6
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / max(||ref||, sqrt(n) ZERO_RMS) (Frobenius), in float64."""
+    out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
+    if out.shape != ref.shape:
+        raise AssertionError(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    denom = max(ref.norm().item(), ref.numel() ** 0.5 * ZERO_RMS)
+    diff = (out - ref).norm().item()
+    return diff / denom if denom > 0 else diff
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> float:
+    """Raise AssertionError naming `what` if rel_error exceeds TOLERANCE[dtype]; returns it."""
+    rel = rel_error(out, ref)
+    tol = TOLERANCE[dtype]
+    if not rel <= tol:  # also catches NaN
+        worst = (out.detach().double().cpu() - ref.detach().double().cpu()).abs().argmax()
+        raise AssertionError(
+            f"{what}: relative error {rel:.3e} > {tol:.0e} for {dtype}; worst element at flat "
+            f"index {worst.item()}: {out.flatten()[worst].item()!r} vs "
+            f"{ref.flatten()[worst].item()!r}"
+        )
+    return rel

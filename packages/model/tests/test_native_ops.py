@@ -1,0 +1,103 @@
+"""GPTConfig(ops="gptstack"): the same model through gptstack.cuda_ops's LayerNorm, fused
+residual-add + LayerNorm, GELU and chunked LM-head loss, against ops="torch"; and the model
+without cuda_ops installed."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+import torch
+from gptstack.model import GPT, GPTConfig, ModelConfigError, generate
+
+pytest.importorskip("gptstack.cuda_ops")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _pair(make_gpt, bias=True, **overrides):
+    """The same weights twice: ops="torch" (the reference) and ops="gptstack"."""
+    ref = make_gpt(3, scramble=0.3, bias=bias, **overrides)
+    native = GPT(GPTConfig(**{**ref.config.to_dict(), "ops": "gptstack"})).eval()
+    native.load_state_dict(ref.state_dict())
+    return ref, native
+
+
+def test_ops_is_validated_and_round_trips(tiny_config):
+    assert tiny_config().ops == "torch"
+    with pytest.raises(ModelConfigError, match=r"GPTConfig.ops is 'triton'; choose one of"):
+        tiny_config(ops="triton")
+    cfg = tiny_config(ops="gptstack")
+    assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_without_cuda_ops_the_model_still_works_and_gptstack_says_why(
+    monkeypatch, tiny_config, make_gpt, random_tokens
+):
+    monkeypatch.setitem(sys.modules, "gptstack.cuda_ops", None)  # import now raises ImportError
+    with pytest.raises(ModelConfigError, match=r"gptstack.cuda_ops cannot be imported.*\[cuda\]"):
+        tiny_config(ops="gptstack")
+    model = make_gpt(0)
+    idx = random_tokens(0, 2, 8, model.config.vocab_size)
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, 8, model.config.vocab_size) and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_loss_logits_and_gradients_match_torch_ops(make_gpt, random_tokens, rel_err, bias):
+    ref, native = _pair(make_gpt, bias=bias, dropout=0.0)
+    V = ref.config.vocab_size
+    idx, targets = random_tokens(1, 3, 16, V), random_tokens(2, 3, 16, V)
+    targets[0, :4] = -1  # ignored positions
+    assert rel_err(native(idx)[0], ref(idx)[0]) < 1e-5
+    logits, loss = native(idx, targets)
+    assert logits is None  # the fused loss never forms the (B, T, V) logits
+    ref_loss = ref(idx, targets)[1]
+    assert abs(loss.item() - ref_loss.item()) < 1e-5 * abs(ref_loss.item())
+    loss.backward()
+    ref_loss.backward()
+    for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
+        assert rel_err(p.grad, q.grad) < 1e-5, name
+
+
+@pytest.mark.parametrize("mode", ["naive", "kv", "static"])
+def test_decoders_give_the_same_tokens(make_gpt, random_tokens, mode):
+    ref, native = _pair(make_gpt)
+    idx = random_tokens(4, 2, 5, ref.config.vocab_size)
+    new = 2 * ref.config.block_size  # past block_size: the window slides
+    expected = generate(ref, idx, new, mode=mode, temperature=0)
+    assert torch.equal(generate(native, idx, new, mode=mode, temperature=0), expected)
+
+
+def test_compile_fullgraph_and_deepcopy(make_gpt, random_tokens, rel_err):
+    _, native = _pair(make_gpt)
+    idx = random_tokens(5, 2, 16, native.config.vocab_size)
+    clone = copy.deepcopy(native)  # the bench copies models; the ops must not stop it
+    compiled = torch.compile(clone, fullgraph=True, backend="aot_eager")
+    loss = compiled(idx, idx)[1]
+    loss.backward()
+    native(idx, idx)[1].backward()
+    assert rel_err(clone.wte.weight.grad, native.wte.weight.grad) < 1e-5
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_bf16_autocast_training_step_and_graph_decoding(make_gpt, random_tokens, rel_err):
+    ref, native = _pair(make_gpt, block_size=32)
+    ref, native = ref.cuda(), native.cuda()
+    V = ref.config.vocab_size
+    idx, targets = random_tokens(6, 4, 32, V).cuda(), random_tokens(7, 4, 32, V).cuda()
+    losses = []
+    for m in (ref, native):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(idx, targets)[1]
+        loss.backward()
+        losses.append(loss.float())
+    assert abs(losses[0].item() - losses[1].item()) < 1e-2 * abs(losses[0].item())
+    assert rel_err(native.wte.weight.grad, ref.wte.weight.grad) < 1e-2
+    from gptstack.model import StaticCacheDecoder
+
+    expected = generate(ref, idx[:, :3], 40, temperature=0)
+    decoder = StaticCacheDecoder(native, batch_size=4, cuda_graph=True)
+    got = generate(native, idx[:, :3], 40, mode="static", temperature=0, decoder=decoder)
+    assert torch.equal(got, expected)
