@@ -1,6 +1,8 @@
 """Each suite at smoke size on the CPU writes a result that passes the schema and says what it
 skipped. No timing assertions: only structure, checks and notes."""
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -92,16 +94,19 @@ def test_thread_rows_put_the_policy_beside_the_default(suite_results, suite, thr
 
 def test_attention_op_and_model_rows(suite_results):
     data = load_result(suite_results["attention"])
+    native_installed = importlib.util.find_spec("gptstack.cuda_ops") is not None
     for section in ("op", "model"):
         ok = rows(data, section, "ok")
-        assert {r["name"] for r in ok} >= {"per-head loop", "manual (batched heads)", "sdpa"}
+        expected = {"per-head loop", "manual (batched heads)", "sdpa"}
+        if native_installed:  # gptstack.cuda_ops registers the "gptstack" backend on import
+            expected.add("native (cuda_ops)")
+        assert {r["name"] for r in ok} == expected
         assert all(r["check"]["ok"] and r["check"]["rel_err"] < 1e-5 for r in ok)
         # the native row is measured and checked when gptstack.cuda_ops is installed, and
         # otherwise says why it is missing; either way there is exactly one per shape
         native = [r for r in rows(data, section) if r["name"] == "native (cuda_ops)"]
-        assert len(native) == len({r["group"] for r in ok})
-        assert all(r["status"] in ("ok", "skipped") and (r["status"] == "ok" or r["note"])
-                   for r in native)
+        assert native and all((r["status"] == "ok") == native_installed for r in native)
+        assert all(r["note"] for r in native if r["status"] == "skipped")
 
 
 def test_ops_rows_and_floors(suite_results):

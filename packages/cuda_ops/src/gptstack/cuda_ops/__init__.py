@@ -13,6 +13,7 @@ whole public API; see README.md.
 from ._ext import _C
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
+from .attention import causal_attention, gptstack_attention
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
@@ -39,8 +40,10 @@ __all__ = [
     "add_layernorm",
     "bench_candidates",
     "build_info",
+    "causal_attention",
     "cross_entropy",
     "gelu_tanh",
+    "gptstack_attention",
     "layernorm",
     "linear_cross_entropy",
     "set_cpu_path",

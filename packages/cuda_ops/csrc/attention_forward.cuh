@@ -1,0 +1,198 @@
+// attention_forward.cuh: the bf16 causal attention forward on tensor cores (attention.h).
+//
+// FlashAttention-2's forward (Dao 2023, Algorithm 1): one CTA per (b, h, block of 16*NW
+// queries), each warp owning 16 query rows whose Q fragment stays in registers; keys and values
+// stream through shared memory in tiles of 64 rows, double-buffered with cp.async so the next
+// tile loads while this one is computed. Per tile a warp computes S = Q K^T (mma.m16n8k16, fp32
+// accumulate), masks it (causal and the T boundary, only on tiles that need it), updates the
+// online softmax in the log2 domain (running max m, per-thread partial sum l, output rescaled by
+// 2^(m_old - m_new)), applies dropout to the weights from the counter-based stream, and adds
+// P V with P taken straight from the accumulator registers (attention_mma.cuh). The T x T
+// scores live only in registers. Warps skip tiles and 16-key blocks wholly above their diagonal;
+// CTAs start with the longest query blocks (FlashAttention-2 section 3.2).
+#pragma once
+
+#include "attention.h"
+#include "attention_mma.cuh"
+
+namespace gs::attn {
+
+struct FwdArgs {
+  View4<const uint16_t> q, k, v;  // bf16 bits, (B, nh, T, hs)
+  View4<uint16_t> y;
+  float* lse;         // (B*nh, T), natural log
+  int nh, T;
+  float scale_log2;   // log2(e) / sqrt(hs): scores go straight to the log2 domain
+  uint32_t threshold; // dropout: drop iff 16 random bits < threshold
+  float drop_scale;   // 1 / (1 - p)
+  const int64_t* seed;
+};
+
+template <int HS, int NW> struct FwdConfig {
+  static constexpr int kThreads = 32 * NW;
+  static constexpr int kRows = 16 * NW;  // queries per CTA, 16 per warp
+  static constexpr int kKeys = 64;       // keys per tile
+  // shared-memory row pitch in elements: 16 padding bytes put the 8 rows an ldmatrix reads in
+  // 8 different 16-byte bank groups (HOPPER.md, "Banks")
+  static constexpr int kPitch = HS + 8;
+  static constexpr int kSmemBytes = (kRows + 4 * kKeys) * kPitch * 2;  // Q, 2 x (K, V)
+};
+
+template <int HS, int NW, bool kDropout>
+__global__ void __launch_bounds__(32 * NW) attention_forward_mma_kernel(const FwdArgs a) {
+  using C = FwdConfig<HS, NW>;
+  constexpr int P = C::kPitch, KT = C::kKeys;
+  GS_DYNAMIC_SHARED(smem);
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][P]
+  uint16_t* k_s = q_s + C::kRows * P;                 // [2][KT][P]
+  uint16_t* v_s = k_s + 2 * KT * P;                   // [2][KT][P]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int bh = blockIdx.y, b = bh / a.nh, h = bh % a.nh, T = a.T;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * C::kRows;  // longest query blocks first
+  const int wq0 = q0 + 16 * warp;                         // this warp's first query row
+  const int n_tiles = (min(q0 + C::kRows, T) - 1) / KT + 1;
+  const uint16_t* k_g = a.k.row(b, h, 0);
+  const uint16_t* v_g = a.v.row(b, h, 0);
+
+  load_rows_async<C::kRows, HS, C::kThreads>(q_s, P, a.q.row(b, h, q0), a.q.st, T - q0, tid);
+  load_rows_async<KT, HS, C::kThreads>(k_s, P, k_g, a.k.st, T, tid);
+  load_rows_async<KT, HS, C::kThreads>(v_s, P, v_g, a.v.st, T, tid);
+  cp_async_commit();
+
+  uint32_t key0 = 0, key1 = 0;
+  if (kDropout) {
+    const uint64_t seed = static_cast<uint64_t>(*a.seed);
+    key0 = static_cast<uint32_t>(seed);
+    key1 = static_cast<uint32_t>(seed >> 32);
+  }
+
+  uint32_t qf[HS / 16][4];
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g+8
+
+  for (int kt = 0; kt < n_tiles; ++kt) {
+    const int buf = kt & 1, k0 = kt * KT;
+    if (kt + 1 < n_tiles) {  // prefetch the next tile into the other buffer
+      const int k1 = k0 + KT;
+      load_rows_async<KT, HS, C::kThreads>(k_s + (buf ^ 1) * KT * P, P, k_g + k1 * a.k.st,
+                                           a.k.st, T - k1, tid);
+      load_rows_async<KT, HS, C::kThreads>(v_s + (buf ^ 1) * KT * P, P, v_g + k1 * a.v.st,
+                                           a.v.st, T - k1, tid);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk)
+        ldmatrix_x4(qf[kk], q_s + (16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7)) * P +
+                                kk * 16 + (lane >> 4) * 8);
+    }
+    if (wq0 < T && k0 <= wq0 + 15) {
+      const uint16_t* ks = k_s + buf * KT * P;
+      const uint16_t* vs = v_s + buf * KT * P;
+      // S = Q K^T, 16 x 64 per warp; 16-key blocks past the warp's last row stay 0 (masked below)
+      float s[KT / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+#pragma unroll
+        for (int np = 0; np < KT / 16; ++np) {
+          if (k0 + 16 * np > wq0 + 15) continue;
+          uint32_t kf[4];
+          ldmatrix_x4(kf, ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
+                              ((lane >> 3) & 1) * 8);
+          mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
+          mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+        }
+      }
+      if (k0 + KT - 1 > wq0 || k0 + KT > T) {  // the tile crosses the diagonal or the end
+#pragma unroll
+        for (int nt = 0; nt < KT / 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int key = k0 + nt * 8 + 2 * t + (r & 1), row = wq0 + g + 8 * (r >> 1);
+            if (key > row || key >= T) s[nt][r] = -INFINITY;
+          }
+      }
+      // online softmax, rows g (r = 0, 1) and g+8 (r = 2, 3); key 0 is in every row's first
+      // tile, so m is finite from then on and 2^(m_old - m_new) never sees -inf - -inf
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < KT / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
+        const float m_new = fmaxf(m[hh], quad_max(mx) * a.scale_log2);
+        const float alpha = fast_exp2(m[hh] - m_new);
+        m[hh] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < KT / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(fmaf(s[nt][2 * hh + e], a.scale_log2, -m_new));
+            s[nt][2 * hh + e] = p;
+            sum += p;
+          }
+        l[hh] = l[hh] * alpha + sum;  // this thread's share of the row sum, undropped
+#pragma unroll
+        for (int nt = 0; nt < HS / 8; ++nt) {
+          o[nt][2 * hh] *= alpha;
+          o[nt][2 * hh + 1] *= alpha;
+        }
+      }
+      if (kDropout) {  // one Philox call per 16x16 block gives this thread's 8 weights
+#pragma unroll
+        for (int np = 0; np < KT / 16; ++np) {
+          if (k0 + 16 * np > wq0 + 15) continue;
+          const Philox4 r = philox4x32_10(((k0 >> 4) + np) * 4 + t, (wq0 >> 4) * 8 + g, bh, 0u,
+                                          key0, key1);
+#pragma unroll
+          for (int nl = 0; nl < 2; ++nl)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (((r.w[nl * 2 + hh] >> (16 * e)) & 0xFFFFu) < a.threshold)
+                  s[2 * np + nl][2 * hh + e] = 0.0f;
+        }
+      }
+      // O += P V: P's accumulators are the A fragments; V^T fragments by ldmatrix.trans
+#pragma unroll
+      for (int kk = 0; kk < KT / 16; ++kk) {
+        if (k0 + 16 * kk > wq0 + 15) continue;
+        const uint32_t pf[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                                pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < HS / 16; ++dp) {
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P +
+                                    dp * 16 + (lane >> 4) * 8);
+          mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
+          mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with `buf` before the next prefetch overwrites it
+  }
+
+  if (wq0 < T) {
+    l[0] = quad_sum(l[0]);
+    l[1] = quad_sum(l[1]);
+    store_tile_bf16<HS>(o, a.drop_scale / l[0], a.drop_scale / l[1], q_s + 16 * warp * P, P,
+                        a.y.row(b, h, wq0), a.y.st, T - wq0, lane);
+    if (t == 0) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = wq0 + g + 8 * hh;
+        if (row < T) a.lse[static_cast<int64_t>(bh) * T + row] = (m[hh] + log2f(l[hh])) * kLn2;
+      }
+    }
+  }
+}
+
+}  // namespace gs::attn
