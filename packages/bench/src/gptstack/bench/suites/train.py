@@ -20,12 +20,13 @@ default threads and with the policy's, alternated in one process.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from gptstack.model import TrainStep, configure_adamw
+from gptstack.model import TrainStep, compile_model, configure_adamw
 from gptstack.model.train_step import WARMUP_STEPS
 
 from ..errors import BenchError
@@ -51,10 +52,13 @@ class Rung:
     parent: str | None  # the rung this one adds to (its "vs previous" ratio)
     dtype: str  # "fp32" (TF32 off), "tf32" (fp32 with TF32 matmuls), "bf16" (autocast)
     fused: bool  # AdamW(fused=True)
-    compile: str | None  # None, "default" or "reduce-overhead" (torch.compile mode)
+    # None, "default" or "reduce-overhead" (torch.compile(model) mode), or "regional" (each
+    # block and the head compiled once: gptstack.model.compile_model)
+    compile: str | None
     step_graph: bool  # the whole step captured in one torch.cuda.CUDAGraph
     gpu_only: bool
     about: str
+    native: bool = False  # ops="gptstack", attention="gptstack": the kernels of gptstack.cuda_ops
 
 
 RUNGS: tuple[Rung, ...] = (
@@ -77,17 +81,23 @@ RUNGS: tuple[Rung, ...] = (
     Rung("graph", "+ whole-step CUDA graph", "compile", "bf16", True, "default", True, True,
          "compiled model; forward, backward, clip and AdamW(fused, capturable) captured in one "
          "torch.cuda.CUDAGraph, replayed each step"),
+    Rung("regional", "whole-step graph, regional compile", "graph", "bf16", True, "regional",
+         True, True, "as the whole-step graph, with each block and the head compiled once "
+         "(gptstack.model.compile_model 'regional': shorter start-up)"),
+    Rung("native", "+ gptstack.cuda_ops kernels", "regional", "bf16", True, "regional", True,
+         True, "ops='gptstack' (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss) "
+         "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops", native=True),
 )
 RUNG_KEYS = tuple(r.key for r in RUNGS)
 _BY_KEY = {r.key: r for r in RUNGS}
 BASELINE = "fp32"
 # The settings of `gptstack train` on CUDA today (tools/runtime.py, tools/train.py,
-# gptstack.model.TrainStep): bf16 autocast, TF32 allowed, torch.compile(model) default mode, and the
-# whole step (forward, backward, clip 1.0, fused capturable AdamW) replayed as one CUDA graph.
-TRAIN_DEFAULT = "graph"  # on CUDA; on a CPU `gptstack train` runs fp32 eager (no compile, no graph)
-TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + torch.compile(model) default mode + the "
-                      "whole step (clip 1.0, fused capturable AdamW) as one CUDA graph "
-                      "(tools/runtime.py, tools/train.py, gptstack.model.TrainStep)")
+# gptstack.model.TrainStep): bf16 autocast, TF32 allowed, regional torch.compile, and the whole
+# step (forward, backward, clip 1.0, fused capturable AdamW) replayed as one CUDA graph.
+TRAIN_DEFAULT = "regional"  # on CUDA; on a CPU `gptstack train` runs eager (no compile, no graph)
+TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
+                      "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
+                      "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep)")
 
 
 def _set_tf32(allowed: bool) -> None:
@@ -104,12 +114,21 @@ class RungStep:
     def __init__(self, rung: Rung, base: torch.nn.Module, device: torch.device,
                  backend: str) -> None:
         self.rung, self.device = rung, device
-        self.model = copy.deepcopy(base).to(device).train()
+        if rung.native:  # same weights, the native kernels
+            self.model = type(base)(dataclasses.replace(base.config, ops="gptstack",
+                                                        attention="gptstack"))
+            self.model.load_state_dict(base.state_dict())
+            self.model = self.model.to(device).train()
+        else:
+            self.model = copy.deepcopy(base).to(device).train()
         # step_graph needs the capturable (and so fused) AdamW: step count and lr on the device
         self.opt = configure_adamw(self.model, WEIGHT_DECAY, LR, BETAS, device.type,
                                    capturable=rung.step_graph, fused=rung.fused)
         fwd: Callable = self.model
-        if rung.compile is not None:
+        if rung.compile == "regional":
+            kwargs = {} if backend == "inductor" else {"backend": backend}
+            fwd = compile_model(self.model, "regional", dynamic=False, **kwargs)
+        elif rung.compile is not None:
             fwd = compile_callable(self.model, backend,
                                    None if rung.compile == "default" else rung.compile)
         self.train_step = TrainStep(fwd, self.model.parameters(), self.opt, device=device,
