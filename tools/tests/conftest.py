@@ -1,12 +1,29 @@
-"""Fixtures for the tools tests: an isolated cache dir and a tiny corpus."""
+"""Fixtures for the tools tests: an isolated cache dir, a temporary working directory and a tiny
+corpus."""
+
+from pathlib import Path
 
 import pytest
+
+FIRMWARE = Path(__file__).resolve().parents[2] / "firmware" / "esp32"
 
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch):
     # Token memmaps go to a per-session temp folder, never to ~/.cache.
     monkeypatch.setenv("GPTSTACK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def working_dir(tmp_path_factory, monkeypatch):
+    """Each test runs in an empty folder of its own, so a default output path (runs/PRESET,
+    runs/pipeline, benchmarks/results) lands there and `uv run pytest` leaves the checkout as
+    it found it."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(cwd)
+    # outside the checkout, `gptstack firmware` finds its C sources through this setting
+    monkeypatch.setenv("GPTSTACK_FIRMWARE_DIR", str(FIRMWARE))
+    return cwd
 
 
 @pytest.fixture

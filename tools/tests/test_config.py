@@ -79,3 +79,21 @@ def test_config_file_errors(tmp_path):
         load_config_file(bad)
     with pytest.raises(ConfigError, match="unknown preset"):
         load_preset("gpt5")
+
+
+def test_model_section_is_gptconfig_and_follows_the_backend_registry():
+    import dataclasses
+
+    from gptstack.model import GPTConfig, register_attention_backend, sdpa_attention
+    from gptstack.tools.config import ModelSection
+
+    gpt_fields = {f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size"}
+    assert {f.name for f in dataclasses.fields(ModelSection)} == gpt_fields
+    cfg = load_preset("smoke")
+    with pytest.raises(ConfigError, match="model.attention.*'manual'.*'sdpa'"):
+        apply_overrides(cfg, ["model.attention=config_test_backend"])
+    register_attention_backend("config_test_backend", sdpa_attention, replace=True)
+    cfg = apply_overrides(load_preset("smoke"), ["model.attention=config_test_backend"])
+    assert cfg.model.attention == "config_test_backend"
+    with pytest.raises(ConfigError, match="model.n_embd is 30, not divisible by n_head=4"):
+        apply_overrides(load_preset("smoke"), ["model.n_head=4", "model.n_embd=30"])

@@ -53,3 +53,12 @@ def test_member_installs_and_works_alone(name, wheels, tmp_path):
     where = subprocess.run([str(py), "-c", f"import gptstack.{name.split('-')[1]} as m; print(m.__file__)"],
                            capture_output=True, text=True, cwd=tmp_path).stdout
     assert str(venv) in where and str(ROOT) not in where
+
+
+def test_training_imports_no_bench_suite():
+    """`gptstack train` needs bench's GPU peak table only: importing the training loop must not
+    load the suites (and their compile helpers, matplotlib, the engine glue)."""
+    code = ("import sys, gptstack.tools.train; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('gptstack.bench'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert set(out.stdout.split()) == {"gptstack.bench", "gptstack.bench.peaks"}

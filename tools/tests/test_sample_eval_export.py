@@ -86,18 +86,3 @@ def test_export_refuses_a_model_that_does_not_fit(run_dir, tmp_path, capsys):
     assert "does not fit" in err and "block_size" in err and "more than" in err
     assert not (tmp_path / "x.gsm").exists()
     assert main(["export", "--ckpt", str(big), "--target", "host", "-o", str(tmp_path / "x.gsm")]) == 0
-
-
-@pytest.mark.slow
-def test_pipeline_runs_every_stage_end_to_end(tmp_path, capsys):
-    out = tmp_path / "pipe"
-    code = main(["pipeline", "--preset", "smoke", "--out", str(out), "--steps", "20",
-                 "--set", "train.eval_batches=2"])
-    assert code == 0
-    for name in ("train/best/config.json", "train/loss.png", "sample.txt", "model.gsm",
-                 "eval.json", "engine.txt", "screen.png"):
-        assert (out / name).is_file(), name
-    text = capsys.readouterr().out
-    assert "[6/6]" in text and "memory plan for esp32s3" in text
-    assert (out / "engine.txt").read_text().startswith("ROMEO:")
-    assert (out / "screen.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

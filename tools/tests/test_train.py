@@ -41,6 +41,11 @@ def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus)
     assert meta["val_loss"] == result.best_val_loss and meta["format"] == "gptstack-checkpoint"
     # bits/char = loss in bits * tokens / chars; for a char tokenizer tokens == chars
     assert meta["val_bpc"] == pytest.approx(meta["val_loss"] / torch.log(torch.tensor(2.0)).item())
+    from gptstack.tools.summary import write_run_summary
+
+    _, summary = write_run_summary(run)
+    # from process start (this pytest process: it started before train() did)
+    assert summary["process_wall_s"] > summary["wall_time_s"] > 0
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, small_corpus):
@@ -78,6 +83,23 @@ def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(tmp_path, sm
     assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")) == []
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_checkpoint_files_follow_the_umask(tmp_path, small_corpus, umask):
+    train(smoke_cfg(small_corpus, "train.max_steps=2"), tmp_path / "run", progress=False,
+          log=lambda s: None)
+    ckpt = load_checkpoint(tmp_path / "run" / "last")
+    previous = os.umask(umask)
+    try:
+        out = save_checkpoint(tmp_path / "copy", model=ckpt.model, tokenizer=ckpt.tokenizer,
+                              meta=ckpt.meta, train_state={"step": 2})
+    finally:
+        os.umask(previous)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert set(modes) == {"config.json", "model.safetensors", "tokenizer.json", "train_state.pt"}
+    assert set(modes.values()) == {0o666 & ~umask}
+
+
 def test_a_crash_between_the_two_renames_is_recovered(tmp_path, small_corpus):
     train(smoke_cfg(small_corpus, "train.max_steps=5"), tmp_path / "run", progress=False, log=lambda s: None)
     run = tmp_path / "run"
@@ -107,3 +129,29 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path, small_corpus):
     step = json.loads((run / "last" / "config.json").read_text())["step"]
     assert 0 < step < 100000
     assert f"--resume {run}" in out
+
+
+def test_early_stop_after_n_evaluations_without_a_better_val(tmp_path, small_corpus, monkeypatch):
+    """Val losses 3.0, 2.0, 2.5, 2.4, 2.6 ...: with early_stop_evals=3 the run stops at the
+    evaluation that is the third in a row without beating 2.0, and best/ holds that 2.0 step."""
+    import gptstack.tools.train as train_mod
+
+    scripted = iter([3.0, 2.0, 2.5, 2.4, 2.6, 1.0, 1.0])
+
+    def fake_estimate(self, **kwargs):
+        val = next(scripted)
+        return {"train": val, "val": val}
+
+    monkeypatch.setattr(train_mod.LossEstimator, "__call__", fake_estimate)
+    cfg = smoke_cfg(small_corpus, "train.max_steps=60", "train.eval_interval=5",
+                    "train.early_stop_evals=3")
+    result = train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
+    assert result.early_stopped and not result.interrupted
+    assert result.step == 20 and result.best_val_loss == 2.0  # evaluations at 0, 5, 10, 15, 20
+    best = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    last = json.loads((tmp_path / "run" / "last" / "config.json").read_text())
+    assert (best["step"], last["step"]) == (5, 20)
+    end = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert end["event"] == "end" and end["early_stopped"] is True
+    with pytest.raises(Exception, match="early_stop_evals must be >= 0"):
+        smoke_cfg(small_corpus, "train.early_stop_evals=-1")

@@ -59,6 +59,41 @@ uint64_t gs_capi_arena_formula(uint32_t V, uint32_t T, uint32_t L, uint32_t C)
     return gs_arena_bytes(&c);
 }
 
+/* Section 11's slide tile for a config given by its sizes (against
+ * gptstack.quant.format.slide_tile_positions). */
+uint32_t gs_capi_slide_tile_formula(uint32_t T, uint32_t L)
+{
+    static const gs_config zero_config;
+    gs_config c = zero_config;
+    c.block_size = T;
+    c.n_layer = L;
+    return gs_slide_tile_positions(&c);
+}
+
+/* The engine's count of artifact bytes read by gs_forward since gs_attach_arena. */
+uint64_t gs_capi_weight_bytes(const gs_model *m) { return m->state.weight_bytes; }
+
+/* gs_peek_header with the config spread into out (needs 10): file_bytes, V, T, L, nh, C, hs,
+ * flags, arena_bytes, bos_token. Returns the status; out is untouched unless GS_OK. */
+int gs_capi_peek_header(const void *header, size_t n_bytes, uint32_t *out)
+{
+    gs_config c;
+    uint32_t file_bytes;
+    gs_status st = gs_peek_header(header, n_bytes, &file_bytes, &c);
+    if (st != GS_OK) return (int)st;
+    out[0] = file_bytes;
+    out[1] = c.vocab_size;
+    out[2] = c.block_size;
+    out[3] = c.n_layer;
+    out[4] = c.n_head;
+    out[5] = c.n_embd;
+    out[6] = c.head_size;
+    out[7] = c.flags;
+    out[8] = c.arena_bytes;
+    out[9] = c.bos_token;
+    return (int)GS_OK;
+}
+
 /* y[i] = gs_exp(x[i]) and gs_tanh(x[i]) over arrays: the engine's own exp and tanh (FORMAT.md
  * section 7) for a bit-for-bit comparison with gptstack.quant.fmath on millions of inputs. */
 void gs_capi_exp(const float *x, float *y, size_t n)

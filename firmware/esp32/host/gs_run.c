@@ -2,13 +2,13 @@
  *
  *   gs-run model.gsm --prompt "ROMEO:" --tokens 100 --seed 1 --temperature 0.8 --top-k 40
  *   gs-run model.gsm --prompt "ROMEO:" --greedy --screen out.png     (simulated OLED as PNG)
- *   gs-run model.gsm --tokens 200 --bench --quiet                     (tokens/s on stderr)
+ *   gs-run model.gsm --tokens 200 --stats --quiet                     (tokens/s on stderr)
  *
  * Maps the artifact (zero copy, like flash on the chip), allocates the one arena the engine
  * asks for, encodes the prompt (empty: the artifact's bos_token), feeds it, then samples, prints
  * and feeds one token at a time exactly as gptstack.quant.sampling.generate does. The prompt
  * text, then the generated text as it is decoded, go to stdout (and the simulated screen), as the
- * board shows them; errors and --bench timings go to stderr. Exit status: 0 success,
+ * board shows them; errors and --stats go to stderr. Exit status: 0 success,
  * 2 a user error (arguments, file, artifact), 1 an I/O failure. */
 #include <errno.h>
 #include <stdio.h>
@@ -41,6 +41,7 @@ typedef struct {
     size_t piece_bytes;
     FILE *dump;
     double prompt_s, gen_s;
+    uint64_t gen_weight_bytes; /* artifact bytes the engine read while generating */
 #ifdef GS_HAVE_OLED
     gs_sim_screen *screen;
 #endif
@@ -190,6 +191,7 @@ static int generate(gs_run *r)
     size_t n, i;
     int rc;
     double t0;
+    uint64_t bytes0 = r->model.state.weight_bytes;
     gs_decoder_init(&dec);
     gs_rng_seed(&rng, r->opt.seed);
     t0 = now_s();
@@ -207,6 +209,7 @@ static int generate(gs_run *r)
     show(r, piece, n);
     r->piece_end[r->opt.tokens] = r->n_text;
     r->gen_s = now_s() - t0;
+    r->gen_weight_bytes = r->model.state.weight_bytes - bytes0;
     return 0;
 }
 
@@ -220,6 +223,13 @@ static int run_prompt(gs_run *r)
     }
     r->prompt_s = now_s() - t0;
     return 0;
+}
+
+/* Artifact bytes read per generated token (the slides' re-encodes included), rounded. */
+static unsigned long long weight_bytes_per_token(const gs_run *r)
+{
+    if (r->opt.tokens == 0) return 0;
+    return (r->gen_weight_bytes + r->opt.tokens / 2u) / r->opt.tokens;
 }
 
 static void print_json(const gs_run *r)
@@ -241,18 +251,21 @@ static void print_json(const gs_run *r)
     }
     printf("],\"text\":");
     gs_json_string(stdout, r->text, r->n_text);
-    printf(",\"prompt_s\":%.6f,\"gen_s\":%.6f,\"tokens_per_s\":%.3f}\n", r->prompt_s, r->gen_s,
+    printf(",\"prompt_s\":%.6f,\"gen_s\":%.6f,\"tokens_per_s\":%.3f", r->prompt_s, r->gen_s,
            r->gen_s > 0 ? (double)r->opt.tokens / r->gen_s : 0.0);
+    printf(",\"gen_weight_bytes\":%llu,\"weight_bytes_per_token\":%llu}\n",
+           (unsigned long long)r->gen_weight_bytes, weight_bytes_per_token(r));
 }
 
 static int finish(gs_run *r)
 {
-    if (r->opt.bench) {
+    if (r->opt.stats) {
         fprintf(stderr, "gs-run: prompt %lu tokens in %.3f s (%.1f tokens/s); generated %lu tokens "
                 "in %.3f s: %.2f tokens/s\n", (unsigned long)r->n_prompt_ids, r->prompt_s,
                 r->prompt_s > 0 ? (double)r->n_prompt_ids / r->prompt_s : 0.0,
                 (unsigned long)r->opt.tokens, r->gen_s,
                 r->gen_s > 0 ? (double)r->opt.tokens / r->gen_s : 0.0);
+        fprintf(stderr, "gs-run: weight bytes per token: %llu\n", weight_bytes_per_token(r));
     }
     if (r->opt.json) {
         print_json(r);
@@ -304,7 +317,7 @@ static int prepare(gs_run *r)
 #ifdef GS_HAVE_OLED
         r->screen = (gs_sim_screen *)malloc(sizeof(gs_sim_screen));
         if (r->screen == NULL) return out_of_memory();
-        gs_sim_screen_init(r->screen);
+        gs_sim_screen_init(r->screen, OLED_SSD1306);
 #else
         fprintf(stderr, "gs-run: --screen needs the OLED library (firmware/esp32/lib/oled and "
                 "host/sim), which this build does not have\n");

@@ -7,27 +7,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The sampling defaults are gptstack.tools.defaults.SAMPLING's (test_gs_run.py parses this text
+ * and compares), so `gs-run` and `gptstack firmware run` sample alike. */
 static const char usage_text[] =
     "usage: gs-run MODEL.gsm [--prompt TEXT | --prompt-file PATH | --ids 1,2,3] [--tokens N]\n"
     "              [--seed S] [--temperature T] [--top-k K] [--greedy] [--screen OUT.png]\n"
-    "              [--bench] [--quiet] [--json] [--dump-logits PATH] [--encode-only]\n"
+    "              [--stats] [--quiet] [--json] [--dump-logits PATH] [--encode-only]\n"
     "Generates N tokens from the prompt with the gptstack C engine and prints the text.\n"
-    "  --tokens N        tokens to generate (default 64)\n"
-    "  --seed S          PCG32 seed, 0 .. 2^64-1 (default 0)\n"
-    "  --temperature T   softmax temperature, <= 0 is greedy (default 1.0)\n"
-    "  --top-k K         sample among the K most likely tokens, 0 = all (default 0)\n"
+    "  --tokens N        tokens to generate, 0 .. 1000000 (default 64)\n"
+    "  --seed S          PCG32 seed, 0 .. 2^64-1 (default 1)\n"
+    "  --temperature T   softmax temperature, >= 0, 0 is greedy (default 0.8)\n"
+    "  --top-k K         sample among the K most likely tokens, 0 = all (default 40)\n"
     "  --greedy          same as --temperature 0\n"
     "  --screen OUT.png  also draw the text on the simulated 128x64 OLED and save it\n"
-    "  --bench           report prompt and generation speed (tokens/s) on stderr\n"
+    "  --stats           on stderr: prompt and generation speed (tokens/s) and the artifact\n"
+    "                    bytes read per generated token (`weight bytes per token: N`)\n"
     "  --quiet           do not print the generated text\n"
-    "  --json            print one JSON object: ids, text pieces, timings\n"
+    "  --json            print one JSON object: ids, text pieces, timings, weight bytes\n"
     "  --dump-logits P   write the float32 logits of every fed token to P (for tests)\n"
     "  --encode-only     only encode the prompt (with --json: its ids)\n";
 
+/* One line: what is wrong, what is expected, where the options are listed. */
 static int fail(const char *what, const char *value, const char *expected)
 {
-    fprintf(stderr, "gs-run: %s %s is invalid: expected %s\n%s", what, value, expected,
-            usage_text);
+    fprintf(stderr, "gs-run: %s %s is invalid: expected %s (gs-run --help lists the options)\n",
+            what, value, expected);
     return 2;
 }
 
@@ -67,7 +71,9 @@ static void defaults(gs_run_options *opt)
     memset(opt, 0, sizeof(*opt));
     opt->prompt = "";
     opt->tokens = 64;
-    opt->temperature = 1.0f;
+    opt->seed = 1;
+    opt->temperature = 0.8f;
+    opt->top_k = 40;
 }
 
 int gs_run_parse_args(int argc, char **argv, gs_run_options *opt)
@@ -83,7 +89,7 @@ int gs_run_parse_args(int argc, char **argv, gs_run_options *opt)
             return 1;
         }
         if (strcmp(arg, "--greedy") == 0) { opt->temperature = 0.0f; continue; }
-        if (strcmp(arg, "--bench") == 0) { opt->bench = 1; continue; }
+        if (strcmp(arg, "--stats") == 0) { opt->stats = 1; continue; }
         if (strcmp(arg, "--json") == 0) { opt->json = 1; continue; }
         if (strcmp(arg, "--quiet") == 0) { opt->quiet = 1; continue; }
         if (strcmp(arg, "--encode-only") == 0) { opt->encode_only = 1; continue; }
@@ -112,8 +118,8 @@ int gs_run_parse_args(int argc, char **argv, gs_run_options *opt)
         } else if (strcmp(arg, "--temperature") == 0) {
             char *end;
             float t = strtof(val, &end);
-            if (*val == '\0' || *end != '\0' || t != t) {
-                return fail("--temperature", val, "a number");
+            if (*val == '\0' || *end != '\0' || !(t >= 0.0f) || t - t != 0.0f) {
+                return fail("--temperature", val, "a finite number >= 0 (0 = greedy)");
             }
             opt->temperature = t;
         } else if (strcmp(arg, "--screen") == 0) {
@@ -122,7 +128,7 @@ int gs_run_parse_args(int argc, char **argv, gs_run_options *opt)
             opt->dump_logits = val;
         } else {
             a--;
-            return fail("option", arg, "one of the options below");
+            return fail("option", arg, "one of gs-run's options");
         }
     }
     if (opt->model == NULL) return fail("arguments", "(none)", "a MODEL.gsm path");

@@ -20,14 +20,14 @@ typedef struct {
     uint32_t top_k;           /* --top-k K, 0 = all */
     const char *screen;       /* --screen OUT.png */
     const char *dump_logits;  /* --dump-logits PATH: float32 logits of every fed token */
-    int bench;                /* --bench: report tokens/s */
+    int stats;                /* --stats: tokens/s and weight bytes per token on stderr */
     int json;                 /* --json: one JSON object on stdout instead of the text */
     int encode_only;          /* --encode-only: print the prompt ids, generate nothing */
     int quiet;                /* --quiet: no text on stdout (for --bench runs) */
 } gs_run_options;
 
-/* Parse argv into opt. Returns 0 on success; otherwise prints the problem and the usage to
- * stderr and returns 2 (the exit status). --help prints the usage to stdout and returns 1. */
+/* Parse argv into opt. Returns 0 on success; otherwise prints the problem in one line to stderr
+ * and returns 2 (the exit status). --help prints the usage to stdout and returns 1. */
 int gs_run_parse_args(int argc, char **argv, gs_run_options *opt);
 
 #endif /* GS_RUN_ARGS_H */

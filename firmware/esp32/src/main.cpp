@@ -9,6 +9,8 @@
 
 #include <Arduino.h>
 #include <Wire.h>
+#include <freertos/FreeRTOS.h>
+#include <freertos/task.h>
 #include <esp_heap_caps.h>
 #include <esp_idf_version.h>
 #include <esp_partition.h>
@@ -34,9 +36,15 @@
 #ifndef GS_OLED_I2C_HZ
 #define GS_OLED_I2C_HZ 400000  // SSD1306 fast mode: 2.5 us clock cycle (datasheet 13, I2C timing)
 #endif
+#ifdef GS_OLED_SH1106  // 1.3" modules: SH1106 controller (lib/oled/oled.h)
+#define GS_OLED_CONTROLLER OLED_SH1106
+#else
+#define GS_OLED_CONTROLLER OLED_SSD1306
+#endif
 #ifndef GS_MAX_NEW_TOKENS
 #define GS_MAX_NEW_TOKENS 200
 #endif
+// Sampling: gptstack.tools.defaults.SAMPLING's values (host/tests/test_platformio.py checks).
 #ifndef GS_TEMPERATURE
 #define GS_TEMPERATURE 0.8f
 #endif
@@ -57,6 +65,8 @@ static gs_model g_model;
 static bool g_model_ok = false;
 static void *g_arena = NULL;
 static gs_rng g_rng;
+
+static uint8_t g_saved_page[OLED_WIDTH];  // the bottom text line, under the slide's progress bar
 
 static char g_prompt[GS_PROMPT_BYTES + 1];
 static size_t g_prompt_len = 0;
@@ -111,13 +121,15 @@ static void oled_begin()
     g_oled.bus.ctx = &Wire;
     g_oled.bus.write = wire_write;
     g_oled.i2c_addr = GS_OLED_ADDR;
+    g_oled.controller = GS_OLED_CONTROLLER;
     oled_console_init(&g_console, g_fb);
     g_oled_ok = oled_init(&g_oled) == 0 && oled_flush(&g_oled, g_fb) == 0;
     (void)oled_console_take_dirty(&g_console);
     if (!g_oled_ok) {
-        Serial.printf("[oled] no SSD1306 answered at 0x%02X on SDA %d / SCL %d: check the wiring "
+        Serial.printf("[oled] no %s answered at 0x%02X on SDA %d / SCL %d: check the wiring "
                       "(README.md); continuing on serial only\n",
-                      GS_OLED_ADDR, GS_OLED_SDA, GS_OLED_SCL);
+                      GS_OLED_CONTROLLER == OLED_SH1106 ? "SH1106" : "SSD1306", GS_OLED_ADDR,
+                      GS_OLED_SDA, GS_OLED_SCL);
     }
 }
 
@@ -131,9 +143,23 @@ static bool fail(const char *what, const char *detail, const char *fix)
     return false;
 }
 
-static uint32_t read_u32le(const uint8_t *p)
+// gs_on_slide: the window is re-encoding its kept half (under a second: PERFORMANCE.md). The
+// bottom text line turns into a progress bar (inverted over done/total of its width), the idle
+// task gets a tick between tiles, and the line comes back when the slide is done.
+static void on_slide(void *, uint32_t done, uint32_t total)
 {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+    uint8_t *page = g_fb + (OLED_PAGES - 1) * OLED_WIDTH;
+    if (done == 0) {
+        memcpy(g_saved_page, page, OLED_WIDTH);
+    }
+    uint32_t lit = done < total ? OLED_WIDTH * done / total : 0;
+    for (uint32_t x = 0; x < OLED_WIDTH; x++) {
+        page[x] = x < lit ? (uint8_t)~g_saved_page[x] : g_saved_page[x];
+    }
+    if (g_oled_ok && oled_flush_pages(&g_oled, g_fb, (uint8_t)(1u << (OLED_PAGES - 1))) != 0) {
+        g_oled_ok = false;
+    }
+    vTaskDelay(1);
 }
 
 static bool model_begin()
@@ -144,17 +170,26 @@ static bool model_begin()
         return fail("model", "no 'model' partition", "flash with partitions.csv: pio run -t upload");
     }
 
-    // The header says how long the file is (FORMAT.md section 2, file_bytes at offset 12); the
-    // engine rejects trailing bytes, so map exactly that much (bounded by the partition). An
-    // erased partition reads 0xFF..: the bound applies and gs_open reports the bad magic.
+    // The header says how long the file is (gs_peek_header: FORMAT.md section 2); the engine
+    // rejects trailing bytes, so map exactly that much. An erased partition reads 0xFF..:
+    // GS_ERR_MAGIC, before anything is mapped.
     uint8_t header[GS_HEADER_BYTES];
     if (esp_partition_read(part, 0, header, sizeof(header)) != ESP_OK) {
-        return fail("model", "partition read failed", "re-flash: pio run -t upload");
+        return fail("model", "partition read failed", "flash it: gptstack firmware flash-model");
     }
-    size_t n_bytes = read_u32le(header + 12);
-    if (n_bytes < GS_HEADER_BYTES || n_bytes > part->size) {
-        n_bytes = part->size;
+    uint32_t file_bytes = 0;
+    gs_status status = gs_peek_header(header, sizeof(header), &file_bytes, NULL);
+    if (status != GS_OK) {
+        return fail("model", gs_status_name(status),
+                    "no valid model: gptstack export --target esp32s3, then flash-model");
     }
+    if (file_bytes > part->size) {
+        char detail[96];
+        snprintf(detail, sizeof(detail), "%u B > partition %u B", (unsigned)file_bytes,
+                 (unsigned)part->size);
+        return fail("model", detail, "export a smaller model (gptstack export prints the plan)");
+    }
+    size_t n_bytes = file_bytes;
 
     // Zero copy: the MMU maps the flash pages into the data address space; the engine reads
     // weights through the cache (PERFORMANCE.md). Never unmapped: the model lives until reset.
@@ -170,10 +205,10 @@ static bool model_begin()
         return fail("model", esp_err_to_name(err), "mmap of the model partition failed");
     }
 
-    gs_status status = gs_open(&g_model, data, n_bytes);
+    status = gs_open(&g_model, data, n_bytes);
     if (status != GS_OK) {
         return fail("model", gs_status_name(status),
-                    "no valid model: gptstack export --target esp32s3, then pio run -t upload");
+                    "no valid model: gptstack export --target esp32s3, then flash-model");
     }
 
     // The arena: one block of internal RAM, 16-byte aligned (FORMAT.md section 11; the engine
@@ -192,6 +227,7 @@ static bool model_begin()
     if (status != GS_OK) {
         return fail("arena", gs_status_name(status), "engine and firmware disagree: rebuild both");
     }
+    gs_on_slide(&g_model, on_slide, NULL);
 
     // The streaming decoder's buffer must hold any one token.
     for (uint32_t id = 0; id < g_model.tokenizer.n_tokens; id++) {
@@ -209,6 +245,8 @@ static bool model_begin()
     Serial.printf("[ram] arena %u B in internal RAM (largest free block was %u B, now %u B free)\n",
                   (unsigned)arena_bytes, (unsigned)largest,
                   (unsigned)heap_caps_get_free_size(caps));
+    Serial.printf("[ram] window slides re-encode in tiles of %u positions\n",
+                  (unsigned)gs_slide_tile_positions(c));
     char line[64];
     snprintf(line, sizeof(line), "model L%u C%u T%u V%u", (unsigned)c->n_layer,
              (unsigned)c->n_embd, (unsigned)c->block_size, (unsigned)c->vocab_size);
@@ -262,6 +300,7 @@ static void generate(const char *prompt, size_t prompt_len)
         if (!check(gs_forward(&g_model, g_ids[i], &logits), "forward")) {
             return;
         }
+        vTaskDelay(1);  // one tick for the idle task (yield() does not let priority 0 run)
     }
     uint32_t t1 = micros();
 
@@ -279,7 +318,9 @@ static void generate(const char *prompt, size_t prompt_len)
         if (!check(gs_forward(&g_model, token, &logits), "forward")) {
             return;
         }
-        yield();  // let the idle task run: the task watchdog is fed between tokens
+        // One tick (1 ms at Arduino's 1000 Hz) for the idle task, which feeds the task watchdog:
+        // yield() only switches to tasks of the loop task's own priority, never to idle's 0.
+        vTaskDelay(1);
     }
     size_t n_out;
     if (gs_decode_flush(&decoder, g_piece, sizeof(g_piece), &n_out) == GS_OK) {

@@ -1,7 +1,8 @@
 """Fixtures of the bench tests: every suite run once at smoke size on the CPU, into one folder.
 
 The suites take tens of seconds together on two cores, so they run once per session; the suite
-and report tests read the JSON files they wrote.
+and report tests read the JSON files they wrote. The engine suite needs the C engine's host build,
+which the tools package makes: its tests live in tools/tests (bench never imports tools).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gptstack.bench import ModelShape, Settings
+from gptstack.bench import ModelShape, Settings, SuiteOptions
 
 REPO = Path(__file__).resolve().parents[3]
 # A handful of rounds: enough to exercise alternation, rotation and ratios, no timing claims.
@@ -22,21 +23,18 @@ CHAR = ModelShape("shakespeare-char", vocab_size=65, block_size=256, n_layer=6, 
                   n_embd=384, batch_size=64, dropout=0.2, bias=False)
 
 
-def gs_run_binary() -> Path | None:
-    """The host build of the C engine ($GS_RUN, else built by the one build helper,
-    gptstack.tools.firmware_host). None when a tool is missing, unless CI requires toolchains."""
-    env = os.environ.get("GS_RUN")
-    if env:
-        return Path(env)
-    from gptstack.tools.errors import GptstackError
-    from gptstack.tools.firmware_host import build_host
+def one_thread_for_small_work(rows: int, n_params: int) -> int:
+    """A stand-in for the tools' thread policy (bench never imports tools): 1 thread below
+    SMALL_WORK multiply-adds per call, 2 above."""
+    return 1 if rows * n_params < SMALL_WORK else 2
 
-    try:
-        return build_host("release").gs_run
-    except GptstackError:
-        if os.environ.get("GPTSTACK_REQUIRE_TOOLCHAINS"):
-            raise
-        return None
+
+SMALL_WORK = 50_000_000
+
+
+@pytest.fixture(scope="session")
+def thread_policy():
+    return one_thread_for_small_work
 
 
 @pytest.fixture(scope="session")
@@ -57,39 +55,23 @@ def results_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def suite_results(results_dir) -> dict[str, Path]:
     """suite name -> result file, for every suite that can run here."""
-    from gptstack.bench import (
-        run_attention,
-        run_engine,
-        run_generate,
-        run_ops,
-        run_tokenizer,
-        run_train,
-    )
+    from gptstack.bench import run_attention, run_generate, run_ops, run_tokenizer, run_train
 
-    common = {"settings": TEST_SETTINGS, "smoke": True, "progress": False,
-              "command": ["pytest", "bench"]}
     out: dict[str, Path] = {}
 
-    def path(name: str) -> Path:
+    def options(name: str, **changes) -> SuiteOptions:
         out[name] = results_dir / f"{name}-cpu-test.json"
-        return out[name]
+        return SuiteOptions(device="cpu", settings=TEST_SETTINGS, out=out[name], smoke=True,
+                            progress=False, command=["pytest", "bench"], **changes)
 
-    run_train([ESP32, CHAR], rungs=["fp32", "bf16", "fused", "compile", "graph"], device="cpu",
-              compile_backend="aot_eager", out=path("train"), **common)
-    run_generate([ESP32], batches=(1, 2), sweep_prompt=(8,), sweep_new=(8,), device="cpu",
-                 out=path("generate"), **common)
-    run_attention([ESP32, CHAR], device="cpu", out=path("attention"), **common)
-    run_ops([CHAR], device="cpu", compile_backend="eager", out=path("ops"), **common)
+    run_train([ESP32, CHAR], rungs=["fp32", "bf16", "fused", "compile", "graph"],
+              thread_policy=one_thread_for_small_work, thread_rung="bf16",
+              options=options("train", compile_backend="aot_eager"))
+    run_generate([ESP32], batches=(1, 2), sweep_prompt=(8,), sweep_new=(8,),
+                 thread_policy=one_thread_for_small_work, options=options("generate"))
+    run_attention([ESP32, CHAR], options=options("attention"))
+    run_ops([CHAR], options=options("ops", compile_backend="eager"))
     data_file = Path(os.environ.get("GPTSTACK_DATA_DIR", "")) / "tinyshakespeare.txt"
     if data_file.is_file():
-        run_tokenizer(data=data_file, out=path("tokenizer"), **common)
-    binary = gs_run_binary()
-    if binary is not None:
-        try:
-            import gptstack.quant  # noqa: F401
-        except ImportError:
-            binary = None
-    if binary is not None:
-        run_engine(ESP32, engines={"release": binary}, unavailable={"openmp": "not built here"},
-                   out=path("engine"), **common)
+        run_tokenizer(data=data_file, options=options("tokenizer"))
     return out

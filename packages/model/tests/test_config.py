@@ -64,3 +64,15 @@ def test_registered_backend_becomes_a_valid_choice(monkeypatch):
         GPTConfig(**GOOD, attention="custom")
     register_attention_backend("custom", attention_module.manual_attention)
     assert GPTConfig(**GOOD, attention="custom").attention == "custom"
+
+
+def test_config_and_errors_import_without_torch():
+    """The CLI reads configs and reports model errors without paying for a torch import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gptstack.model import GPTConfig, ModelError; "
+            "from gptstack.model.config import GPTConfig as C; assert GPTConfig is C; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

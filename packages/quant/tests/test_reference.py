@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from gptstack.quant import (
     KVCache,
     ModelSpec,
@@ -32,8 +31,9 @@ FP32_DECODE_TOL = 1e-4
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and np.array_equal(np.asarray(a, F32).view(np.uint32),
-                                                 np.asarray(b, F32).view(np.uint32))
+    return a.shape == b.shape and np.array_equal(
+        np.asarray(a, F32).view(np.uint32), np.asarray(b, F32).view(np.uint32)
+    )
 
 
 def assert_decode_equal(got: np.ndarray, want: np.ndarray, act: str, what: str = "") -> None:
@@ -134,9 +134,10 @@ def test_attend_follows_section_7_step_by_step(rng, T, start):
                 coef = [F32(F32(v / total) * cache.v_scale[0, b, t]) for t, v in enumerate(e)]
                 out = [F32(coef[0] * F32(cache.v[0, b, 0, i])) for i in dims]
                 for t in range(1, n):
-                    out = [F32(o + F32(coef[t] * F32(cache.v[0, b, t, i])))
-                           for o, i in zip(out, dims)]
-                assert same_bits(got[b, j, h * hs:(h + 1) * hs], np.array(out, F32)), (b, j, h)
+                    out = [
+                        F32(o + F32(coef[t] * F32(cache.v[0, b, t, i]))) for o, i in zip(out, dims)
+                    ]
+                assert same_bits(got[b, j, h * hs : (h + 1) * hs], np.array(out, F32)), (b, j, h)
 
 
 def test_layernorm_and_gelu_against_float64(rng):
@@ -181,12 +182,17 @@ def test_sliding_window_follows_section_8(bpe_tables, rng):
     window: list[int] = []  # the spec's window, kept independently
     for step, tok in enumerate(rng.integers(0, 300, 3 * T + 3).tolist()):
         if len(window) == T:
-            window = window[T // 2:]
+            window = window[T // 2 :]
         window.append(tok)
         got = session.feed(tok)
         expected = forward_sequence(art, np.array(window))[-1]
         assert same_bits(got, expected), step
         assert session.pos == len(window) and session.window == window
+        # the batched re-feed of a slide equals feeding the kept ids one at a time
+        one_at_a_time = Session(art)
+        for t in window:
+            per_token = one_at_a_time.feed(t)
+        assert same_bits(got, per_token), step
 
 
 def test_bad_tokens_and_modes(tiny_artifact):
@@ -204,8 +210,9 @@ def test_bad_tokens_and_modes(tiny_artifact):
 
 def test_empty_prompt_starts_from_bos(tiny_artifact, bpe_tables):
     bos = tiny_artifact.spec.bos_token
-    assert generate(tiny_artifact, [], 6, 0.9, 0, seed=3) == generate(tiny_artifact, [bos], 6, 0.9,
-                                                                        0, seed=3)
+    assert generate(tiny_artifact, [], 6, 0.9, 0, seed=3) == generate(
+        tiny_artifact, [bos], 6, 0.9, 0, seed=3
+    )
     no_bos = read_artifact(synthetic_artifact(ModelSpec(300, 4, 1, 1, 8, False), bpe_tables))
     with pytest.raises(QuantError, match="no bos_token"):
         generate(no_bos, [], 3)

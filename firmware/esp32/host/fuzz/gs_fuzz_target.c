@@ -1,5 +1,5 @@
-/* gs_fuzz_target.c: fuzz target for the artifact loader (gs_open) and, when a mutated file
- * still loads, the run-time API on it.
+/* gs_fuzz_target.c: fuzz target for the artifact loader (gs_open, gs_peek_header) and, when a
+ * mutated file still loads, the run-time API on it.
  *
  * Each input is opened twice: as given (most mutations stop at the CRC, step 7) and as a copy
  * whose CRC field is recomputed, so that mutations reach steps 8-13 and the engine itself. A
@@ -52,12 +52,31 @@ static void exercise(gs_model *m, const uint8_t *data, size_t size)
     free(arena);
 }
 
+/* gs_peek_header reads the header alone; whatever gs_open loads, it must accept with the same
+ * file size and config (a disagreement aborts: the fuzzer reports it as a crash). */
+static void check_peek(const gs_model *m, const uint8_t *data, size_t size)
+{
+    gs_config c;
+    uint32_t file_bytes = 0;
+    if (gs_peek_header(data, size, &file_bytes, &c) != GS_OK || file_bytes != size ||
+        c.vocab_size != m->config.vocab_size || c.block_size != m->config.block_size ||
+        c.n_layer != m->config.n_layer || c.n_embd != m->config.n_embd ||
+        c.arena_bytes != m->config.arena_bytes) {
+        abort();
+    }
+}
+
 static void open_and_run(const uint8_t *data, size_t size)
 {
     gs_model m;
+    uint32_t file_bytes;
     gs_status st = gs_open(&m, data, size);
     gs_fuzz_status_counts[(unsigned)st % GS_FUZZ_N_STATUS]++;
-    if (st == GS_OK) exercise(&m, data, size);
+    (void)gs_peek_header(data, size, &file_bytes, NULL); /* any bytes: a status, never a crash */
+    if (st == GS_OK) {
+        check_peek(&m, data, size);
+        exercise(&m, data, size);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,12 +1,13 @@
-/* gs_sim.h - host-only OLED simulator: a model of the SSD1306 that decodes the I2C byte stream
- * the firmware sends, and a PNG writer, so a host run shows what the device would show.
+/* gs_sim.h - host-only OLED simulator: a model of the SSD1306 and the SH1106 that decodes the
+ * I2C byte stream the firmware sends, and a PNG writer, so a host run shows what the device
+ * would show.
  *
  * Build: CMake targets gs_oled and gs_sim from firmware/esp32/host/sim/oled.cmake (C99, stdio only).
  *
  * Typical use (the `gs-run --screen out.png` path of the host CLI):
  *
  *     gs_sim_screen screen;                         // one per run; do not copy (self-pointers)
- *     gs_sim_screen_init(&screen);                  // console + simulated panel, init sequence sent
+ *     gs_sim_screen_init(&screen, OLED_SSD1306);    // console + simulated panel, init sequence sent
  *     gs_sim_screen_write(&screen, piece, n);       // each decoded text piece, any UTF-8 split
  *     gs_sim_screen_save_png(&screen, "out.png", 4);// what the glass shows, 4x4 px per pixel
  *
@@ -43,22 +44,26 @@ int gs_sim_write_png(const uint8_t fb[OLED_FB_BYTES], const char *path, int scal
 uint32_t gs_sim_crc32(uint32_t crc, const uint8_t *bytes, size_t n);
 uint32_t gs_sim_adler32(uint32_t adler, const uint8_t *bytes, size_t n);
 
-/* ---- simulated SSD1306 --------------------------------------------------------------------
- * State after reset follows the datasheet's reset values (section 9 / 10: display off, page
- * addressing mode, contrast 7Fh, no remaps, multiplex 63, COM pins alternative, charge pump off).
- * The glass is modelled as the common 0.96" module: the image is upright when segment remap
- * (A1h) and COM scan remap (C8h) are set; without them it shows mirrored; with the display off
- * or the charge pump off the panel is dark (the module has no external VCC). */
+/* ---- simulated SSD1306 or SH1106 ----------------------------------------------------------
+ * State after reset follows the datasheet's reset values (SSD1306 section 9 / 10: display off,
+ * page addressing mode, contrast 7Fh, no remaps, multiplex 63, COM pins alternative, charge
+ * pump off; the SH1106's own power-on values, its DC-DC converter on). The glass is modelled as
+ * the common modules (0.96" SSD1306, 1.3" SH1106 showing RAM columns 2..129): the image is
+ * upright when segment remap (A1h) and COM scan remap (C8h) are set; without them it shows
+ * mirrored; with the display off or the charge pump / DC-DC off the panel is dark. */
+#define GS_SIM_RAM_COLS 132            /* the SH1106's RAM width; the SSD1306 uses 0..127 */
+
 typedef struct gs_sim_panel {
     uint8_t i2c_addr;                  /* address it answers; other addresses NACK */
-    uint8_t gddram[OLED_FB_BYTES];     /* display RAM, page layout */
+    uint8_t controller;                /* OLED_SSD1306 or OLED_SH1106 */
+    uint8_t gddram[OLED_PAGES * GS_SIM_RAM_COLS]; /* display RAM, page layout, 132 per page */
     /* addressing (10.1.1 - 10.1.5, 10.1.13) */
     uint8_t mode;                      /* 0 horizontal, 1 vertical, 2 page */
     uint8_t col_start, col_end, page_start, page_end;
     uint8_t col, page;                 /* RAM pointers */
     uint8_t page_mode_col_start;
     /* display configuration */
-    uint8_t display_on, entire_on, inverse, charge_pump;
+    uint8_t display_on, entire_on, inverse, charge_pump; /* charge_pump: or the SH1106 DC-DC */
     uint8_t seg_remap, com_remap, com_pins, start_line, offset, mux, contrast;
     uint8_t clock, precharge, vcomh, scrolling;
     /* command decoder: a command and its parameter bytes may span transactions */
@@ -69,7 +74,7 @@ typedef struct gs_sim_panel {
     char error[128];
 } gs_sim_panel;
 
-void gs_sim_panel_reset(gs_sim_panel *panel, uint8_t i2c_addr);
+void gs_sim_panel_reset(gs_sim_panel *panel, uint8_t i2c_addr, uint8_t controller);
 /* One I2C write transaction: control byte(s) and payload, as oled_transport.write sends it.
  * Returns 0 (ACK), or -1 when the address is not the panel's (NACK; nothing changes). A
  * malformed stream (unknown command, bad control byte, empty write) counts an error, keeps
@@ -88,8 +93,9 @@ typedef struct gs_sim_screen {
     oled_device device;                /* transport wired to `panel` */
 } gs_sim_screen;
 
-/* Reset the panel, clear the console, send oled_init and a full flush. */
-void gs_sim_screen_init(gs_sim_screen *screen);
+/* Reset a panel of this controller (OLED_SSD1306 or OLED_SH1106), clear the console, send
+ * oled_init and a full flush. */
+void gs_sim_screen_init(gs_sim_screen *screen, uint8_t controller);
 /* Draw UTF-8 text (any split) and flush the changed pages through the panel. */
 void gs_sim_screen_write(gs_sim_screen *screen, const uint8_t *bytes, size_t n);
 /* oled_text_finish, flush, then write the panel's view as PNG (see gs_sim_write_png). */

@@ -31,12 +31,12 @@ add_library(gs_oled STATIC
     ${GS_OLED_DIR}/oled_font.c
     ${GS_OLED_DIR}/oled_gfx.c
     ${GS_OLED_DIR}/oled_text.c
-    ${GS_OLED_DIR}/oled_ssd1306.c)
+    ${GS_OLED_DIR}/oled_controller.c)
 target_include_directories(gs_oled PUBLIC ${GS_OLED_DIR})
 gs_oled_strict_c(gs_oled)
 
 add_library(gs_sim STATIC
-    ${GS_SIM_DIR}/ssd1306_sim.c
+    ${GS_SIM_DIR}/panel_sim.c
     ${GS_SIM_DIR}/png_writer.c
     ${GS_SIM_DIR}/sim_screen.c)
 target_include_directories(gs_sim PUBLIC ${GS_SIM_DIR})

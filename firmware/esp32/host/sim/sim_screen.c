@@ -5,12 +5,13 @@
 
 #include <string.h>
 
-void gs_sim_screen_init(gs_sim_screen *s)
+void gs_sim_screen_init(gs_sim_screen *s, uint8_t controller)
 {
     memset(s, 0, sizeof(*s));
-    gs_sim_panel_reset(&s->panel, OLED_I2C_ADDR);
+    gs_sim_panel_reset(&s->panel, OLED_I2C_ADDR, controller);
     s->device.bus = gs_sim_transport(&s->panel);
     s->device.i2c_addr = OLED_I2C_ADDR;
+    s->device.controller = controller;
     oled_console_init(&s->console, s->fb);
     /* The simulated bus never NACKs its own address, so these cannot fail. */
     (void)oled_init(&s->device);

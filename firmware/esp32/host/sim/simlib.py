@@ -32,8 +32,12 @@ class Transport(ctypes.Structure):
     _fields_ = [("ctx", c_void_p), ("write", WRITE_FN)]
 
 
+SSD1306, SH1106 = 0, 1  # oled.h OLED_SSD1306, OLED_SH1106
+SH1106_COLUMN_OFFSET, RAM_COLS = 2, 132  # oled.h, gs_sim.h GS_SIM_RAM_COLS
+
+
 class Device(ctypes.Structure):
-    _fields_ = [("bus", Transport), ("i2c_addr", c_uint8)]
+    _fields_ = [("bus", Transport), ("i2c_addr", c_uint8), ("controller", c_uint8)]
 
 
 @cache
@@ -68,10 +72,10 @@ def _prototype(lib: ctypes.CDLL) -> ctypes.CDLL:
         "gs_sim_write_png": (c_int, [u8p, c_char_p, c_int]),
         "gs_sim_crc32": (c_uint32, [c_uint32, c_char_p, c_size_t]),
         "gs_sim_adler32": (c_uint32, [c_uint32, c_char_p, c_size_t]),
-        "gs_sim_panel_reset": (None, [c_void_p, c_uint8]),
+        "gs_sim_panel_reset": (None, [c_void_p, c_uint8, c_uint8]),
         "gs_sim_panel_i2c_write": (c_int, [c_void_p, c_uint8, c_char_p, c_size_t]),
         "gs_sim_panel_view": (None, [c_void_p, u8p]),
-        "gs_sim_screen_init": (None, [c_void_p]),
+        "gs_sim_screen_init": (None, [c_void_p, c_uint8]),
         "gs_sim_screen_write": (None, [c_void_p, c_char_p, c_size_t]),
         "gs_sim_screen_save_png": (c_int, [c_void_p, c_char_p, c_int]),
         "gs_sim_capi_sizeof_console": (c_size_t, []),
@@ -122,9 +126,9 @@ def new_console(lib: ctypes.CDLL, fb: ctypes.Array) -> ctypes.Array:
     return console
 
 
-def new_panel(lib: ctypes.CDLL, addr: int = I2C_ADDR) -> ctypes.Array:
+def new_panel(lib: ctypes.CDLL, addr: int = I2C_ADDR, controller: int = SSD1306) -> ctypes.Array:
     panel = opaque(lib.gs_sim_capi_sizeof_panel())
-    lib.gs_sim_panel_reset(panel, addr)
+    lib.gs_sim_panel_reset(panel, addr, controller)
     return panel
 
 
@@ -152,5 +156,5 @@ class Capture:
         self.writes.append((addr, ctypes.string_at(data, n)))
         return 0
 
-    def device(self, addr: int = I2C_ADDR) -> Device:
-        return Device(Transport(None, self._fn), addr)
+    def device(self, addr: int = I2C_ADDR, controller: int = SSD1306) -> Device:
+        return Device(Transport(None, self._fn), addr, controller)

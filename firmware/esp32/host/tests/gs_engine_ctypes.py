@@ -21,8 +21,36 @@ from pathlib import Path
 
 import numpy as np
 
-CONFIG_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "head_size", "flags",
-                 "arena_bytes", "bos_token", "n_tokens", "kind", "pattern", "n_pairs", "n_special")
+# gs_slide_fn: void (*)(void *ctx, uint32_t done, uint32_t total)
+SLIDE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint32, c_uint32)
+HEADER_FIELDS = (
+    "file_bytes",
+    "vocab_size",
+    "block_size",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "head_size",
+    "flags",
+    "arena_bytes",
+    "bos_token",
+)
+CONFIG_FIELDS = (
+    "vocab_size",
+    "block_size",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "head_size",
+    "flags",
+    "arena_bytes",
+    "bos_token",
+    "n_tokens",
+    "kind",
+    "pattern",
+    "n_pairs",
+    "n_special",
+)
 
 
 class GsError(Exception):
@@ -56,15 +84,23 @@ class Engine:
             "gs_rng_seed": (None, [c_void_p, c_uint64]),
             "gs_rng_next": (c_uint32, [c_void_p]),
             "gs_rng_uniform": (c_float, [c_void_p]),
-            "gs_encode": (ctypes.c_int, [c_void_p, c_void_p, c_size_t, u32p, c_size_t,
-                                         POINTER(c_size_t)]),
+            "gs_encode": (
+                ctypes.c_int,
+                [c_void_p, c_void_p, c_size_t, u32p, c_size_t, POINTER(c_size_t)],
+            ),
             "gs_decoder_init": (None, [c_void_p]),
-            "gs_decode": (ctypes.c_int, [c_void_p, c_void_p, c_uint32, POINTER(c_uint8), c_size_t,
-                                         POINTER(c_size_t)]),
-            "gs_decode_flush": (ctypes.c_int, [c_void_p, POINTER(c_uint8), c_size_t,
-                                               POINTER(c_size_t)]),
-            "gs_token_bytes": (ctypes.c_int, [c_void_p, c_uint32, POINTER(POINTER(c_uint8)),
-                                              POINTER(c_size_t)]),
+            "gs_decode": (
+                ctypes.c_int,
+                [c_void_p, c_void_p, c_uint32, POINTER(c_uint8), c_size_t, POINTER(c_size_t)],
+            ),
+            "gs_decode_flush": (
+                ctypes.c_int,
+                [c_void_p, POINTER(c_uint8), c_size_t, POINTER(c_size_t)],
+            ),
+            "gs_token_bytes": (
+                ctypes.c_int,
+                [c_void_p, c_uint32, POINTER(POINTER(c_uint8)), POINTER(c_size_t)],
+            ),
             "gs_crc32": (c_uint32, [c_void_p, c_size_t]),
             "gs_capi_model_bytes": (c_size_t, []),
             "gs_capi_decoder_bytes": (c_size_t, []),
@@ -74,6 +110,11 @@ class Engine:
             "gs_capi_pos": (c_uint32, [c_void_p]),
             "gs_capi_window": (c_uint32, [c_void_p, u32p]),
             "gs_capi_arena_formula": (c_uint64, [c_uint32, c_uint32, c_uint32, c_uint32]),
+            "gs_capi_slide_tile_formula": (c_uint32, [c_uint32, c_uint32]),
+            "gs_capi_weight_bytes": (c_uint64, [c_void_p]),
+            "gs_capi_peek_header": (ctypes.c_int, [c_void_p, c_size_t, u32p]),
+            "gs_peek_header": (ctypes.c_int, [c_void_p, c_size_t, u32p, c_void_p]),
+            "gs_on_slide": (None, [c_void_p, SLIDE_FN, c_void_p]),
             "gs_capi_exp": (None, [f32p, f32p, c_size_t]),
             "gs_capi_tanh": (None, [f32p, f32p, c_size_t]),
         }
@@ -95,11 +136,11 @@ class Engine:
         addr = ctypes.addressof(buf) if buf is not None else 1  # any non-NULL pointer for 0 bytes
         return self.status_name(self.lib.gs_open(model, addr, len(data)))
 
-    def open(self, data: bytes, *, arena_bytes: int | None = None) -> "Model":
+    def open(self, data: bytes, *, arena_bytes: int | None = None) -> Model:
         """gs_open the artifact and attach an arena of arena_bytes (default: what it asks)."""
         return Model(self, data, arena_bytes)
 
-    def rng(self, seed: int) -> "Rng":
+    def rng(self, seed: int) -> Rng:
         return Rng(self, seed)
 
     def crc32(self, data: bytes) -> int:
@@ -107,6 +148,15 @@ class Engine:
 
     def arena_formula(self, V: int, T: int, L: int, C: int) -> int:
         return int(self.lib.gs_capi_arena_formula(V, T, L, C))
+
+    def slide_tile_formula(self, T: int, L: int) -> int:
+        return int(self.lib.gs_capi_slide_tile_formula(T, L))
+
+    def peek_header(self, data: bytes) -> dict[str, int]:
+        """gs_peek_header of these bytes: the header fields it returns (GsError otherwise)."""
+        out = (c_uint32 * len(HEADER_FIELDS))()
+        self.check(self.lib.gs_capi_peek_header(data, len(data), out), "gs_peek_header")
+        return dict(zip(HEADER_FIELDS, list(out)))
 
     def _elementwise(self, name: str, x: np.ndarray) -> np.ndarray:
         src = np.ascontiguousarray(x, dtype=np.float32)
@@ -172,6 +222,18 @@ class Model:
     def reset(self) -> None:
         self.engine.check(self.lib.gs_reset(self.struct), "gs_reset")
 
+    @property
+    def weight_bytes(self) -> int:
+        """gs_state.weight_bytes: artifact bytes gs_forward has read since the arena was attached."""
+        return int(self.lib.gs_capi_weight_bytes(self.struct))
+
+    def record_slides(self) -> list[tuple[int, int]]:
+        """Install a gs_on_slide callback; returns the list its (done, total) calls append to."""
+        calls: list[tuple[int, int]] = []
+        self._on_slide = SLIDE_FN(lambda _ctx, done, total: calls.append((done, total)))
+        self.lib.gs_on_slide(self.struct, self._on_slide, None)
+        return calls
+
     def forward_raw(self, token: int):
         """gs_forward; returns the engine's logits pointer (valid until the next call)."""
         ptr = POINTER(c_float)()
@@ -186,13 +248,22 @@ class Model:
     def sample(self, logits: np.ndarray, temperature: float, top_k: int, rng: Rng | None) -> int:
         arr = np.ascontiguousarray(logits, dtype=np.float32)
         out = c_uint32()
-        self.engine.check(self.lib.gs_sample(
-            self.struct, arr.ctypes.data_as(POINTER(c_float)), temperature, top_k,
-            rng.buf if rng is not None else None, ctypes.byref(out)), "gs_sample")
+        self.engine.check(
+            self.lib.gs_sample(
+                self.struct,
+                arr.ctypes.data_as(POINTER(c_float)),
+                temperature,
+                top_k,
+                rng.buf if rng is not None else None,
+                ctypes.byref(out),
+            ),
+            "gs_sample",
+        )
         return int(out.value)
 
-    def generate(self, prompt: list[int], n_new: int, temperature: float = 1.0, top_k: int = 0,
-                 seed: int = 0) -> list[int]:
+    def generate(
+        self, prompt: list[int], n_new: int, temperature: float = 1.0, top_k: int = 0, seed: int = 0
+    ) -> list[int]:
         """The loop of FORMAT.md section 8, as gptstack.quant.sampling.generate runs it."""
         self.reset()
         rng = self.engine.rng(seed)
@@ -212,17 +283,20 @@ class Model:
         cap = len(data) if max_ids is None else max_ids
         ids = (c_uint32 * max(cap, 1))()
         n = c_size_t()
-        self.engine.check(self.lib.gs_encode(self.struct, data, len(data), ids, cap,
-                                             ctypes.byref(n)), "gs_encode")
-        return list(ids)[:n.value]
+        self.engine.check(
+            self.lib.gs_encode(self.struct, data, len(data), ids, cap, ctypes.byref(n)), "gs_encode"
+        )
+        return list(ids)[: n.value]
 
     def token_bytes(self, token: int) -> bytes:
         ptr, n = POINTER(c_uint8)(), c_size_t()
-        self.engine.check(self.lib.gs_token_bytes(self.struct, token, ctypes.byref(ptr),
-                                                  ctypes.byref(n)), "gs_token_bytes")
+        self.engine.check(
+            self.lib.gs_token_bytes(self.struct, token, ctypes.byref(ptr), ctypes.byref(n)),
+            "gs_token_bytes",
+        )
         return ctypes.string_at(ptr, n.value)
 
-    def decoder(self) -> "Decoder":
+    def decoder(self) -> Decoder:
         return Decoder(self)
 
 
@@ -236,12 +310,18 @@ class Decoder:
 
     def push(self, token: int, *, max_out: int = 4096) -> bytes:
         out, n = (c_uint8 * max(max_out, 1))(), c_size_t()
-        self.model.engine.check(self.model.lib.gs_decode(
-            self.buf, self.model.struct, token, out, max_out, ctypes.byref(n)), "gs_decode")
-        return bytes(out[:n.value])
+        self.model.engine.check(
+            self.model.lib.gs_decode(
+                self.buf, self.model.struct, token, out, max_out, ctypes.byref(n)
+            ),
+            "gs_decode",
+        )
+        return bytes(out[: n.value])
 
     def flush(self, *, max_out: int = 4) -> bytes:
         out, n = (c_uint8 * max(max_out, 1))(), c_size_t()
-        self.model.engine.check(self.model.lib.gs_decode_flush(
-            self.buf, out, max_out, ctypes.byref(n)), "gs_decode_flush")
-        return bytes(out[:n.value])
+        self.model.engine.check(
+            self.model.lib.gs_decode_flush(self.buf, out, max_out, ctypes.byref(n)),
+            "gs_decode_flush",
+        )
+        return bytes(out[: n.value])

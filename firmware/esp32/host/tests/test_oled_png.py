@@ -10,10 +10,9 @@ import zlib
 from pathlib import Path
 
 import pytest
+import simlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import simlib
 
 
 def read_png(path: Path) -> tuple[int, int, list[bytes]]:
@@ -46,7 +45,8 @@ def expected_rows(fb: bytes, scale: int) -> list[bytes]:
     for y in range(64 * scale):
         py = y // scale
         row = bytes(
-            255 if fb[(py // 8) * 128 + x // scale] >> (py % 8) & 1 else 0 for x in range(128 * scale)
+            255 if fb[(py // 8) * 128 + x // scale] >> (py % 8) & 1 else 0
+            for x in range(128 * scale)
         )
         rows.append(row)
     return rows
@@ -80,9 +80,10 @@ def test_png_rejects_bad_arguments_and_paths(lib, tmp_path):
     assert not any(tmp_path.rglob("*.tmp"))
 
 
-def test_screen_png_shows_what_the_panel_decoded(lib, tmp_path):
+@pytest.mark.parametrize("controller", [simlib.SSD1306, simlib.SH1106])
+def test_screen_png_shows_what_the_panel_decoded(lib, tmp_path, controller):
     screen = simlib.opaque(lib.gs_sim_capi_sizeof_screen())
-    lib.gs_sim_screen_init(screen)
+    lib.gs_sim_screen_init(screen, controller)
     text = b"ROMEO: But soft, what light through yonder window breaks?"
     lib.gs_sim_screen_write(screen, text, len(text))
     path = tmp_path / "screen.png"
@@ -91,18 +92,25 @@ def test_screen_png_shows_what_the_panel_decoded(lib, tmp_path):
     assert read_png(path)[2] == expected_rows(fb, 2)
 
 
-def test_gs_screen_tool(lib, tmp_path):
-    """The CLI: stdin text in 1-byte pieces -> PNG equal to the console's own framebuffer."""
+@pytest.mark.parametrize("flags", [[], ["--sh1106"]])
+def test_gs_screen_tool(lib, tmp_path, flags):
+    """The CLI: stdin text in 1-byte pieces -> PNG equal to the console's own framebuffer,
+    through a simulated SSD1306 or SH1106."""
     text = "gptstack on an ESP32-S3\nna\u00efve caf\u00e9 \u2192 ok".encode()
     out = tmp_path / "tool.png"
-    done = subprocess.run([str(simlib.screen_tool()), "--scale", "1", "--chunk", "1", str(out)],
-                          input=text, capture_output=True, check=False)
+    done = subprocess.run(
+        [str(simlib.screen_tool()), "--scale", "1", "--chunk", "1", *flags, str(out)],
+        input=text,
+        capture_output=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     fb = simlib.framebuffer()
     con = simlib.new_console(lib, fb)
     lib.oled_text_write(con, text, len(text))
     lib.oled_text_finish(con)
     assert read_png(out)[2] == expected_rows(bytes(fb), 1)
-    bad = subprocess.run([str(simlib.screen_tool()), "--scale", "99", str(out)],
-                         capture_output=True, check=False)
+    bad = subprocess.run(
+        [str(simlib.screen_tool()), "--scale", "99", str(out)], capture_output=True, check=False
+    )
     assert bad.returncode == 2 and b"usage" in bad.stderr

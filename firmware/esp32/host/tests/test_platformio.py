@@ -1,55 +1,69 @@
-"""The PlatformIO project, checked offline: platformio.ini parses and says what README.md says,
-the partition table fits 8 MB and agrees with gptstack.quant.budget, and the pre-script that
-adds the model artifact to `pio run -t upload` does what it promises.
+"""The PlatformIO project, checked offline: platformio.ini parses, lints clean and sets the keys
+the build and README.md rely on, the partition table fits 8 MB (aligned, no overlap, a coredump
+partition, a model partition that holds the committed artifact and agrees with
+gptstack.quant.budget and with `gptstack firmware flash-model`), and the board's sampling
+defaults in src/main.cpp are gptstack.tools.defaults.SAMPLING's.
 
 (`pio run` itself needs the ESP32 platform and toolchain, which cannot be downloaded here.)
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from gptstack.quant.budget import BUDGETS
+from gptstack.tools import firmware_flash
+from gptstack.tools.defaults import SAMPLING
 
 PROJECT = Path(__file__).resolve().parents[2]  # firmware/esp32
-FLASH_BYTES = 8 * 1024 * 1024                   # ESP32-S3-DevKitC-1 N8: 8 MB flash
-
-
-def load_flash_model():
-    spec = importlib.util.spec_from_file_location("flash_model", PROJECT / "scripts" / "flash_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-flash_model = load_flash_model()
+FLASH_BYTES = 8 * 1024 * 1024  # ESP32-S3-DevKitC-1 N8: 8 MB flash
+COMMITTED_ARTIFACT = PROJECT / "data" / "model.gsm"
 
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, dict[str, object]]:
     """`pio project config --json-output`, with [env] merged into each env section."""
     done = subprocess.run(
-        [sys.executable, "-m", "platformio", "project", "config", "-d", str(PROJECT), "--json-output"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "platformio",
+            "project",
+            "config",
+            "-d",
+            str(PROJECT),
+            "--json-output",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     sections = {name: dict(items) for name, items in json.loads(done.stdout)}
     base = sections.get("env", {})
-    return {name: {**base, **opts} if name.startswith("env:") else opts
-            for name, opts in sections.items()}
+    return {
+        name: {**base, **opts} if name.startswith("env:") else opts
+        for name, opts in sections.items()
+    }
 
 
 def test_platformio_ini_lints_clean():
     done = subprocess.run(
         [sys.executable, "-m", "platformio", "project", "config", "-d", str(PROJECT), "--lint"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
-    assert done.returncode == 0 and "free from linting errors" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "free from linting errors" in done.stdout, (
+        done.stdout + done.stderr
+    )
 
 
 def test_esp32s3_environment(config):
@@ -61,12 +75,27 @@ def test_esp32s3_environment(config):
     assert env["board_upload.flash_size"] == "8MB"
     assert int(env["board_upload.maximum_size"]) == FLASH_BYTES
     assert (PROJECT / env["board_build.partitions"]).is_file()
-    assert env["extra_scripts"] == ["pre:scripts/flash_model.py"]  # pre: FLASH_EXTRA_IMAGES timing
-    assert (PROJECT / "scripts" / "flash_model.py").is_file()
-    assert env["custom_model_image"] == "data/model.gsm"
+    assert env["board_build.flash_mode"] == "qio"  # PERFORMANCE.md's flash bandwidth assumes it
+    assert int(env["upload_speed"]) == firmware_flash.UPLOAD_BAUD == 460800  # the board's own
+    assert int(env["monitor_speed"]) == 115200  # src/main.cpp: Serial.begin(115200)
+    assert env["monitor_echo"] is True  # pio parses "yes" as a boolean
+    assert "extra_scripts" not in env  # the model is flashed by `gptstack firmware flash-model`
+    assert env["build_unflags"] == ["-Os"] and "-O2" in env["build_flags"]
     flags = " ".join(env["build_flags"])
     for name in ("GS_OLED_SDA", "GS_OLED_SCL", "GS_OLED_ADDR"):
         assert f"-D{name}=" in flags
+
+
+def test_board_sampling_defaults_are_the_projects(config):
+    """src/main.cpp's GS_TEMPERATURE / GS_TOP_K equal SAMPLING's, and platformio.ini does not
+    override them."""
+    source = (PROJECT / "src" / "main.cpp").read_text()
+    defines = dict(re.findall(r"^#define (GS_TEMPERATURE|GS_TOP_K) (\S+)$", source, re.MULTILINE))
+    assert set(defines) == {"GS_TEMPERATURE", "GS_TOP_K"}
+    assert float(defines["GS_TEMPERATURE"].rstrip("f")) == SAMPLING.temperature
+    assert int(defines["GS_TOP_K"]) == SAMPLING.top_k
+    flags = " ".join(config["env:esp32s3"]["build_flags"])
+    assert "GS_TEMPERATURE" not in flags and "GS_TOP_K" not in flags
 
 
 def test_native_test_environment(config):
@@ -89,8 +118,15 @@ def read_partitions() -> list[dict[str, object]]:
         if not line or line.startswith("#"):
             continue
         name, kind, subtype, offset, size, *_ = [f.strip() for f in line.split(",")]
-        rows.append({"name": name, "type": kind, "subtype": subtype,
-                     "offset": int(offset, 0), "size": int(size, 0)})
+        rows.append(
+            {
+                "name": name,
+                "type": kind,
+                "subtype": subtype,
+                "offset": int(offset, 0),
+                "size": int(size, 0),
+            }
+        )
     return rows
 
 
@@ -108,96 +144,68 @@ def test_partitions_fit_8mb_without_overlap():
     assert previous_end <= FLASH_BYTES
 
 
-def test_model_partition_matches_quant_budget():
+def test_coredump_and_app_partitions():
+    """A coredump partition (Arduino-ESP32 3.x writes core dumps to flash and complains at every
+    boot without one; 64 KiB as in its default.csv) and one app slot that otadata selects."""
+    rows = {r["name"]: r for r in read_partitions()}
+    coredump = rows["coredump"]
+    assert (coredump["type"], coredump["subtype"]) == ("data", "coredump")
+    assert coredump["size"] >= 0x10000
+    apps = [r for r in rows.values() if r["type"] == "app"]
+    assert [a["subtype"] for a in apps] == ["ota_0"] and rows["otadata"]["subtype"] == "ota"
+    assert apps[0]["size"] >= 0x180000  # 1.5 MiB: several times the sketch's expected size
+
+
+def test_model_partition_matches_quant_budget_and_flash_model():
     model = {r["name"]: r for r in read_partitions()}["model"]
     assert (model["type"], int(model["subtype"], 0)) == ("data", 0x40)
-    assert (model["offset"], model["size"]) == (0x200000, 0x600000)
     assert model["size"] == BUDGETS["esp32s3"].flash_bytes
     assert model["offset"] % 0x10000 == 0  # esp_partition_mmap maps whole 64 KiB MMU pages
-    assert flash_model.model_partition(PROJECT / "partitions.csv") == (model["offset"], model["size"])
+    csv = PROJECT / "partitions.csv"
+    assert firmware_flash.model_partition(csv) == (model["offset"], model["size"])
 
 
-# ---- scripts/flash_model.py with a stand-in for SCons's env -----------------------------------
-
-class FakeEnv:
-    def __init__(self, project_dir: Path, options: dict[str, str] | None = None):
-        self.vars: dict[str, object] = {"FLASH_EXTRA_IMAGES": [("0x0", "bootloader.bin")]}
-        self.project_dir, self.options = project_dir, options or {}
-
-    def subst(self, text: str) -> str:
-        assert text == "$PROJECT_DIR"
-        return str(self.project_dir)
-
-    def GetProjectOption(self, name: str, default: str) -> str:
-        return self.options.get(name, default)
-
-    def get(self, key, default=None):
-        return self.vars.get(key, default)
-
-    def Append(self, **kw):
-        for key, value in kw.items():
-            self.vars[key] = list(self.vars.get(key, [])) + list(value)
+def test_model_partition_holds_the_committed_artifact():
+    if not COMMITTED_ARTIFACT.is_file():
+        pytest.skip(f"{COMMITTED_ARTIFACT} is not in this checkout")
+    model = {r["name"]: r for r in read_partitions()}["model"]
+    assert COMMITTED_ARTIFACT.stat().st_size <= model["size"]
+    # and flash-model accepts it for this partition (it loads, fits esp32s3's plan)
+    size = firmware_flash.check_artifact(COMMITTED_ARTIFACT, model["size"])
+    assert size == COMMITTED_ARTIFACT.stat().st_size
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    (tmp_path / "data").mkdir()
-    (tmp_path / "partitions.csv").write_text(
-        "# Name, Type, SubType, Offset, Size\napp0, app, ota_0, 0x10000, 1M\n"
-        "model, data, 0x40, 0x180000, 64K\n"
-    )
-    return tmp_path
+# ---- the Wokwi project (not run here: README.md) ----------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _no_flash_override(monkeypatch):
-    monkeypatch.delenv("GS_FLASH_MODEL", raising=False)
+def _flag_value(config, name: str) -> str:
+    flags = " ".join(config["env:esp32s3"]["build_flags"])
+    return re.search(rf"-D{name}=(\S+)", flags)[1]
 
 
-def test_flash_model_appends_the_artifact_once(project, capsys):
-    image = project / "data" / "model.gsm"
-    image.write_bytes(b"GSMF" + bytes(1000))
-    env = FakeEnv(project)
-    entry = flash_model.register(env, ["upload"])
-    assert entry == ("0x180000", str(image))  # offset from the CSV, not a constant
-    flash_model.register(env, ["upload"])     # PlatformIO may run the script twice
-    assert env.vars["FLASH_EXTRA_IMAGES"] == [("0x0", "bootloader.bin"), entry]
-    assert "1004 bytes" in capsys.readouterr().out
+def test_wokwi_diagram_wires_the_oled_as_the_firmware_expects(config):
+    """diagram.json: an ESP32-S3-DevKitC-1 and an SSD1306 at platformio.ini's address, SDA and
+    SCL on platformio.ini's pins, powered from 3V3, and the serial monitor on UART0."""
+    diagram = json.loads((PROJECT / "diagram.json").read_text())
+    parts = {p["id"]: p for p in diagram["parts"]}
+    boards = [p for p in parts.values() if p["type"] == "board-esp32-s3-devkitc-1"]
+    oleds = [p for p in parts.values() if p["type"] == "board-ssd1306"]
+    assert len(boards) == 1 and len(oleds) == 1
+    esp, oled = boards[0]["id"], oleds[0]["id"]
+    assert int(oleds[0]["attrs"]["i2cAddress"], 16) == int(_flag_value(config, "GS_OLED_ADDR"), 16)
+    wires = {frozenset(c[:2]) for c in diagram["connections"]}
+    assert frozenset({f"{oled}:SDA", f"{esp}:{_flag_value(config, 'GS_OLED_SDA')}"}) in wires
+    assert frozenset({f"{oled}:SCL", f"{esp}:{_flag_value(config, 'GS_OLED_SCL')}"}) in wires
+    assert any(frozenset({f"{oled}:VCC", f"{esp}:{pin}"}) in wires for pin in ("3V3.1", "3V3.2"))
+    assert any(f"{oled}:GND" in w and any(e.startswith(f"{esp}:GND") for e in w) for w in wires)
+    assert frozenset({f"{esp}:TX", "$serialMonitor:RX"}) in wires
 
 
-def test_flash_model_without_artifact_warns_and_adds_nothing(project, capsys):
-    env = FakeEnv(project)
-    assert flash_model.register(env, ["upload"]) is None
-    assert env.vars["FLASH_EXTRA_IMAGES"] == [("0x0", "bootloader.bin")]
-    assert "gptstack export" in capsys.readouterr().err
+def test_wokwi_toml_points_at_the_platformio_outputs(config):
+    import tomllib
 
-
-def test_flash_model_can_be_switched_off(project, monkeypatch):
-    (project / "data" / "model.gsm").write_bytes(b"GSMF")
-    monkeypatch.delenv("GS_FLASH_MODEL", raising=False)
-    assert flash_model.register(FakeEnv(project, {"custom_flash_model": "no"}), ["upload"]) is None
-    monkeypatch.setenv("GS_FLASH_MODEL", "no")  # the variable wins over platformio.ini
-    assert flash_model.register(FakeEnv(project), ["upload"]) is None
-    monkeypatch.setenv("GS_FLASH_MODEL", "yes")
-    assert flash_model.register(FakeEnv(project, {"custom_flash_model": "no"}), ["upload"]) is not None
-
-
-@pytest.mark.parametrize(
-    "content, message",
-    [(b"GSMF" + bytes(64 * 1024), "partition holds 65536"), (b"PK\x03\x04", "not a gptstack artifact")],
-)
-def test_flash_model_rejects_what_cannot_work(project, content, message):
-    (project / "data" / "model.gsm").write_bytes(content)
-    with pytest.raises(flash_model.ModelImageError, match=message):
-        flash_model.register(FakeEnv(project), ["upload"])
-
-
-def test_flash_model_needs_the_model_partition(project):
-    (project / "partitions.csv").write_text("app0, app, ota_0, 0x10000, 1M\n")
-    with pytest.raises(flash_model.ModelImageError, match="no 'model' partition"):
-        flash_model.register(FakeEnv(project), [])
-
-
-@pytest.mark.parametrize("text, value", [("0x600000", 0x600000), ("6M", 0x600000), ("64K", 65536), ("4096", 4096)])
-def test_partition_sizes_parse_like_gen_esp32part(text, value):
-    assert flash_model.parse_size(text) == value
+    wokwi = tomllib.loads((PROJECT / "wokwi.toml").read_text())["wokwi"]
+    env = config["platformio"]["default_envs"][0]
+    assert wokwi["version"] == 1
+    assert wokwi["firmware"] == f".pio/build/{env}/firmware.bin"
+    assert wokwi["elf"] == f".pio/build/{env}/firmware.elf"

@@ -2,7 +2,8 @@
  * static buffer or one heap_caps_malloc on the chip, an aligned allocation on the host); the
  * engine only carves it, in the table's order, each buffer on a 16-byte boundary. The formula
  * is the same as gptstack.quant.format.arena_bytes and the loader checks the header against it
- * (step 13). */
+ * (step 13). A window slide borrows the K/V rows of positions T/2 .. T-1 for its re-encode tiles
+ * (section 11, gs_slide_tile_positions below; carved in gs_forward.c), so they add nothing. */
 #include "gs_internal.h"
 
 /* The buffers of section 11, bytes before alignment; order = arena order. */
@@ -40,6 +41,15 @@ uint64_t gs_arena_bytes(const gs_config *config)
     return total;
 }
 
+uint32_t gs_slide_tile_positions(const gs_config *config)
+{
+    uint64_t half, fits;
+    if (config == NULL) return 0;
+    half = config->block_size / 2u;
+    fits = (uint64_t)config->n_layer * config->block_size / 32u; /* 16C bytes each in (T/2)LC */
+    return (uint32_t)(fits < half ? fits : half);
+}
+
 gs_status gs_attach_arena(gs_model *model, void *arena, size_t arena_bytes)
 {
     uint64_t bytes[B_COUNT];
@@ -72,6 +82,7 @@ gs_status gs_attach_arena(gs_model *model, void *arena, size_t arena_bytes)
     s->window = (uint32_t *)at[B_WINDOW];
     s->candidates = (uint32_t *)at[B_CANDIDATES];
     s->pos = 0;
+    s->weight_bytes = 0;
     return GS_OK;
 }
 

@@ -117,14 +117,21 @@ typedef struct {
     float *scores;         /* (T) one head's attention scores */
     float *logits;         /* (V) */
     int8_t *act_q;         /* (4C) the quantized input of the current linear layer */
-    int8_t *k_cache;       /* (L, T, C) */
-    int8_t *v_cache;       /* (L, T, C) */
-    float *k_scale;        /* (L, T) one scale per cached row */
-    float *v_scale;        /* (L, T) */
+    int8_t *k_cache;       /* (T, L, C) position-major: a slide's discarded rows are one block */
+    int8_t *v_cache;       /* (T, L, C) */
+    float *k_scale;        /* (T, L) one scale per cached row */
+    float *v_scale;        /* (T, L) */
     uint32_t *window;      /* (T) the ids at positions 0 .. pos-1 */
     uint32_t *candidates;  /* (V) sampling order */
     uint32_t pos;          /* cached positions = where the next token goes (before a slide) */
+    uint64_t weight_bytes; /* artifact bytes gs_forward has read since gs_attach_arena: every
+                              pass over a tensor counts (a host measure of flash traffic) */
 } gs_state;
+
+/* Called by gs_forward while a window slide re-encodes the kept positions (FORMAT.md sections 8
+ * and 11): first with done = 0, then after each tile, last with done == total (T/2). A board
+ * uses it to show progress and to yield; it must not call the engine. */
+typedef void (*gs_slide_fn)(void *ctx, uint32_t done, uint32_t total);
 
 /* The owner: one opened artifact plus its run state. */
 typedef struct {
@@ -134,6 +141,8 @@ typedef struct {
     gs_state state;          /* all NULL until gs_attach_arena */
     const uint8_t *data;     /* the artifact, read in place */
     uint32_t data_bytes;
+    gs_slide_fn on_slide;    /* NULL: none (gs_on_slide) */
+    void *on_slide_ctx;
 } gs_model;
 
 /* ---- loading (gs_load.c, gs_tokenizer.c, gs_tensors.c) ---- */
@@ -143,6 +152,14 @@ typedef struct {
  * Returns the first failing step's status, GS_ERR_NULL for a NULL argument. */
 gs_status gs_open(gs_model *model, const void *data, size_t n_bytes);
 
+/* Read the header alone (the first GS_HEADER_BYTES of an artifact, n_bytes of them given):
+ * FORMAT.md section 6 steps 1-4 and 8, so a board knows how many bytes to map before it maps
+ * them. *file_bytes gets the header's file_bytes; *config (may be NULL) its model config, with
+ * arena_bytes as the header states it (gs_open checks it against section 11). GS_ERR_TRUNCATED
+ * (fewer than GS_HEADER_BYTES), GS_ERR_MAGIC, GS_ERR_VERSION, GS_ERR_HEADER, GS_ERR_CONFIG. */
+gs_status gs_peek_header(const void *header, size_t n_bytes, uint32_t *file_bytes,
+                         gs_config *config);
+
 /* Views of layer l's tensors (l < n_layer) into `layer`. The model must be open. */
 void gs_layer_view(const gs_model *model, uint32_t l, gs_layer *layer);
 
@@ -151,8 +168,15 @@ uint32_t gs_crc32(const uint8_t *data, size_t n);
 
 /* ---- arena and state (gs_arena.c) ---- */
 
-/* FORMAT.md section 11: arena bytes for this config (64-bit so a huge config cannot wrap). */
+/* FORMAT.md section 11: arena bytes for this config (64-bit so a huge config cannot wrap). The
+ * window slide's re-encode tiles need nothing more: they live in the K/V rows the slide
+ * discards (gs_slide_tile_positions). */
 uint64_t gs_arena_bytes(const gs_config *config);
+
+/* FORMAT.md section 11: positions a window slide re-encodes per tile, in the K/V rows the slide
+ * discards: min(T/2, L*T/32); 0 when not even one fits (the slide then runs one position at a
+ * time in the token buffers). */
+uint32_t gs_slide_tile_positions(const gs_config *config);
 
 /* Carve `arena` (16-byte aligned, at least config.arena_bytes) into the state and reset it.
  * GS_ERR_ARENA if too small or misaligned. The arena must outlive the model. */
@@ -167,6 +191,9 @@ gs_status gs_reset(gs_model *model);
  * section 8) and point *logits at the V logits it predicts (inside the arena, valid until the
  * next call). GS_ERR_TOKEN if token >= V, GS_ERR_ARENA if no arena is attached. */
 gs_status gs_forward(gs_model *model, uint32_t token, const float **logits);
+
+/* Have gs_forward call fn(ctx, done, total) during window slides (NULL: stop). */
+void gs_on_slide(gs_model *model, gs_slide_fn fn, void *ctx);
 
 /* ---- sampling (gs_sample.c) ---- */
 

@@ -102,9 +102,10 @@ void gs_tensors_bind(gs_model *model, const uint8_t *table);
 /* (q, s) = quantize_vector(x[n]); returns s. */
 float gs_quantize_vector(int8_t *q, const float *x, uint32_t n);
 
-/* y[R] = linear(x[K], W (R, K), bias f32[R] or NULL); act_q: K bytes of scratch. */
-void gs_linear(float *y, const float *x, const gs_qmatrix *w, const uint8_t *bias,
-               int8_t *act_q);
+/* linear for n positions: y[p * y_stride + r] (r < R) from the quantized inputs
+ * q[p * q_stride + k] (k < K) with scales q_scale[p], W (R, K), bias f32[R] or NULL. */
+void gs_linear_rows(float *y, size_t y_stride, const int8_t *q, size_t q_stride,
+                    const float *q_scale, uint32_t n, const gs_qmatrix *w, const uint8_t *bias);
 
 /* y[n] = layernorm(x[n], w, b or NULL, eps). y may alias x. */
 void gs_layernorm(float *y, const float *x, const uint8_t *w, const uint8_t *b, uint32_t n,

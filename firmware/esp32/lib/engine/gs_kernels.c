@@ -3,8 +3,8 @@
  * `a * b + c` rounds twice, as numpy does). Float sums run in index order starting from the
  * first term, as section 7 pins them, so the numpy reference reproduces them bit for bit.
  *
- * gs_linear is the hot spot (over 95% of the multiply-adds): int8 x int8 products summed exactly
- * in int32, so any summation order gives the same integer and the host may vectorize it
+ * gs_linear_rows is the hot spot (over 95% of the multiply-adds): int8 x int8 products summed
+ * exactly in int32, so any summation order gives the same integer and the host may vectorize it
  * (-O3 -march=native in the `openmp` host variant) and split output rows over threads
  * (OpenMP), while the ESP32 runs the plain loop. */
 #include "gs_internal.h"
@@ -49,21 +49,28 @@ static int32_t dot_i8(const int8_t *q, const int8_t *w, uint32_t n)
     return acc;
 }
 
-/* y[R] = W (R, K) @ x[K], per FORMAT.md 7 `linear`: y_r = ((f32)acc_r * s) * sW[r] (+ b_r). */
-void gs_linear(float *y, const float *x, const gs_qmatrix *w, const uint8_t *bias,
-               int8_t *act_q)
+/* FORMAT.md 7 `linear` for n positions at once: y_p[r] = ((f32)acc_pr * s_p) * sW[r] (+ b_r),
+ * acc_pr = q_p . W[r] in exact int32. The row loop is outside: each weight row (and its scale
+ * and bias) is read from the artifact once and applied to every position, which is what makes
+ * a batched re-encode stream the weights once instead of n times (PERFORMANCE.md). */
+void gs_linear_rows(float *y, size_t y_stride, const int8_t *q, size_t q_stride,
+                    const float *q_scale, uint32_t n, const gs_qmatrix *w, const uint8_t *bias)
 {
     const uint32_t R = w->rows, K = w->cols;
-    const float s = gs_quantize_vector(act_q, x, K);
     int32_t r; /* signed: the OpenMP 2.5 loop form older compilers accept */
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if ((uint64_t)R * K >= GS_OMP_MIN_WORK)
+#pragma omp parallel for schedule(static) if ((uint64_t)R * K * n >= GS_OMP_MIN_WORK)
 #endif
     for (r = 0; r < (int32_t)R; r++) {
         const int8_t *row = w->q + (size_t)r * K;
-        float yr = ((float)dot_i8(act_q, row, K) * s) * gs_f32_at(w->scale, (size_t)r);
-        if (bias != NULL) yr = yr + gs_f32_at(bias, (size_t)r);
-        y[r] = yr;
+        const float sw = gs_f32_at(w->scale, (size_t)r);
+        const float b = bias != NULL ? gs_f32_at(bias, (size_t)r) : 0.0f;
+        uint32_t p;
+        for (p = 0; p < n; p++) {
+            float yr = ((float)dot_i8(q + p * q_stride, row, K) * q_scale[p]) * sw;
+            if (bias != NULL) yr = yr + b;
+            y[p * y_stride + (size_t)r] = yr;
+        }
     }
 }
 

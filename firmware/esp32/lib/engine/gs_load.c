@@ -143,6 +143,22 @@ static gs_status open_checked(gs_model *model, const uint8_t *p)
     return GS_OK;
 }
 
+gs_status gs_peek_header(const void *header, size_t n_bytes, uint32_t *file_bytes,
+                         gs_config *config)
+{
+    const uint8_t *p = (const uint8_t *)header;
+    gs_config c;
+    gs_status st;
+    if (header == NULL || file_bytes == NULL) return GS_ERR_NULL;
+    if (n_bytes < GS_HEADER_BYTES) return GS_ERR_TRUNCATED;                /* step 1 */
+    st = check_header(p);                                                   /* steps 2-4 */
+    if (st == GS_OK) st = read_config(&c, p);                               /* step 8 */
+    if (st != GS_OK) return st;
+    *file_bytes = header_u32(p, H_FILE_BYTES);
+    if (config != NULL) *config = c;
+    return GS_OK;
+}
+
 gs_status gs_open(gs_model *model, const void *data, size_t n_bytes)
 {
     static const gs_model closed_model; /* all zero: no arena, no data */

@@ -1,5 +1,5 @@
-/* oled.h - SSD1306 128x64 text display for gptstack: framebuffer, 6x8 font, word-wrapping
- * console and the SSD1306 command stream.
+/* oled.h - SSD1306 / SH1106 128x64 text display for gptstack: framebuffer, 6x8 font,
+ * word-wrapping console and the controllers' command streams.
  *
  * Portable C99: no heap, no platform headers, no I/O. The board glue (firmware/esp32/src) gives
  * it an I2C write function through `oled_transport`; the host simulator (firmware/esp32/host/sim)
@@ -99,7 +99,7 @@ void oled_text_finish(oled_console *con);
 /* Pages changed since the last call, as a bit mask; clears it. */
 uint8_t oled_console_take_dirty(oled_console *con);
 
-/* ---- SSD1306 over I2C ----------------------------------------------------------------------
+/* ---- SSD1306 or SH1106 over I2C -----------------------------------------------------------
  * Each call to `write` is one I2C write transaction to `i2c_addr` (7-bit): `bytes[0]` is the
  * control byte (0x00: the rest are commands, 0x40: the rest are GDDRAM data; datasheet 8.1.5.1,
  * Figure 8-7: Co = 0, D/C# = 0 or 1), then at most OLED_I2C_MAX_PAYLOAD bytes. It returns 0 on
@@ -117,18 +117,33 @@ typedef struct oled_transport {
  * cost (start, address, control byte, stop: about 20 bit times) is under 4% of 64 * 9 bits. */
 #define OLED_I2C_MAX_PAYLOAD 64
 
+/* The two controllers sold on "128x64 OLED" I2C modules. Both take the same control bytes and
+ * page addressing; they differ in their configuration commands and in where the glass sits in
+ * their display RAM:
+ *   OLED_SSD1306  0.96" modules: 128 RAM columns, all shown; internal charge pump (8Dh).
+ *   OLED_SH1106   1.3" modules: 132 RAM columns of which the panel shows 2..129 (so every page
+ *                 write starts at column OLED_SH1106_COLUMN_OFFSET), page addressing only (no
+ *                 20h/21h/22h), the DC-DC converter set with ADh. "SH1106 132 x 64 Dot Matrix
+ *                 OLED/PLED Segment/Common Driver with Controller", Sino Wealth, V2.3: command
+ *                 table. */
+#define OLED_SSD1306 0
+#define OLED_SH1106 1
+#define OLED_SH1106_COLUMN_OFFSET 2
+
 typedef struct oled_device {
     oled_transport bus;
     uint8_t i2c_addr;
+    uint8_t controller;     /* OLED_SSD1306 (0, what a zeroed struct says) or OLED_SH1106 */
 } oled_device;
 
-/* Send the power-on configuration for a 128x64 panel with the internal charge pump (the
- * common 0.96" I2C modules) and switch the display on. Leaves horizontal addressing mode set.
- * Returns 0 or the transport's error. */
+/* Send the power-on configuration of the device's controller for a 128x64 panel with its
+ * internal supply (charge pump / DC-DC, as the common I2C modules are wired) and switch the
+ * display on. Leaves page addressing mode set. Returns 0 or the transport's error. */
 int oled_init(const oled_device *dev);
-/* Send the whole framebuffer (window = all columns, all pages; 1024 data bytes). */
+/* Send the whole framebuffer (every page; 1024 data bytes). */
 int oled_flush(const oled_device *dev, const uint8_t fb[OLED_FB_BYTES]);
-/* Send only the pages whose bit is set in `page_mask`, each as its own 128-byte window. */
+/* Send only the pages whose bit is set in `page_mask`: each page's address and start column,
+ * then its 128 bytes. */
 int oled_flush_pages(const oled_device *dev, const uint8_t fb[OLED_FB_BYTES], uint8_t page_mask);
 /* Contrast 0..255 (datasheet 10.1.7, command 81h). */
 int oled_set_contrast(const oled_device *dev, uint8_t contrast);

@@ -115,22 +115,27 @@ static int record(void *ctx, uint8_t addr, const uint8_t *bytes, size_t n)
     return 0;
 }
 
+/* Both controllers get the framebuffer's bytes, page after page. */
 static void test_flush_sends_the_framebuffer(void)
 {
+    static const uint8_t controllers[2] = {OLED_SSD1306, OLED_SH1106};
     oled_device dev;
-    int i;
+    int i, c;
     for (i = 0; i < OLED_FB_BYTES; i++) {
         fb[i] = (uint8_t)(i * 7 + 3);
     }
-    dev.bus.ctx = NULL;
-    dev.bus.write = record;
-    dev.i2c_addr = OLED_I2C_ADDR;
-    bus_len = 0;
-    bus_writes = 0;
-    TEST_ASSERT_EQUAL_INT(0, oled_init(&dev));
-    TEST_ASSERT_EQUAL_INT(0, oled_flush(&dev, fb));
-    TEST_ASSERT_EQUAL_size_t(OLED_FB_BYTES, bus_len);
-    TEST_ASSERT_EQUAL_MEMORY(fb, bus_bytes, OLED_FB_BYTES);
+    for (c = 0; c < 2; c++) {
+        dev.bus.ctx = NULL;
+        dev.bus.write = record;
+        dev.i2c_addr = OLED_I2C_ADDR;
+        dev.controller = controllers[c];
+        bus_len = 0;
+        bus_writes = 0;
+        TEST_ASSERT_EQUAL_INT(0, oled_init(&dev));
+        TEST_ASSERT_EQUAL_INT(0, oled_flush(&dev, fb));
+        TEST_ASSERT_EQUAL_size_t(OLED_FB_BYTES, bus_len);
+        TEST_ASSERT_EQUAL_MEMORY(fb, bus_bytes, OLED_FB_BYTES);
+    }
 }
 
 int main(void)

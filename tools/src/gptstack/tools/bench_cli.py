@@ -45,10 +45,13 @@ DTYPES = ["auto", "fp32", "bf16", "fp16"]  # gptstack.bench.suites.common.resolv
 
 
 def _repo_benchmarks() -> Path:
-    root = Path(__file__).resolve().parents[4]
-    if (root / "packages").is_dir():
-        return root / "benchmarks"
-    return Path.cwd() / "benchmarks"
+    """benchmarks/ of the gptstack checkout holding the current directory (an installed wheel
+    has no checkout of its own), else ./benchmarks."""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "benchmarks" / "results").is_dir() and (folder / "packages").is_dir():
+            return folder / "benchmarks"
+    return here / "benchmarks"
 
 
 def preset_shape(name: str, batch_size: int | None = None):
@@ -88,11 +91,11 @@ def _ints(text: str) -> list[int]:
 def _add_common(p: argparse.ArgumentParser, *, device: bool = True, presets: bool = True) -> None:
     if device:
         p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
-                       help="where to run (default: cuda if available)")
+                       help="where to run (default auto: cuda if available, else cpu)")
         p.add_argument("--compile-backend", default="inductor",
                        choices=["inductor", "aot_eager", "eager"],
-                       help="torch.compile backend (aot_eager: quick CPU checks of the compile "
-                            "path)")
+                       help="torch.compile backend (default %(default)s; aot_eager: quick CPU "
+                            "checks of the compile path)")
     if presets:
         p.add_argument("--preset", dest="presets", action="append", metavar="NAME",
                        help="model shape from this preset (repeatable; default: see --help)")
@@ -109,14 +112,22 @@ def _add_common(p: argparse.ArgumentParser, *, device: bool = True, presets: boo
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     if device:
         p.add_argument("--threads", type=int,
-                       help="torch CPU threads (torch.set_num_threads; recorded in the JSON). "
-                            "1 keeps a shared machine's other load from stalling every op")
+                       help="torch CPU threads for every row (torch.set_num_threads; recorded in "
+                            "the JSON; default: PyTorch's own, one per core)")
 
 
 def add_bench_parser(sub) -> None:
     bench = sub.add_parser(
         "bench", help="benchmark suites (train, generate, attention, ops, engine, tokenizer)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description="Time gptstack side by side (alternated rounds, medians, paired ratios) and\n"
+                    "record each run as JSON under benchmarks/results/; `gptstack bench report`\n"
+                    "regenerates benchmarks/README.md and its plots from those files.",
+        epilog="examples:\n"
+               "  gptstack bench train --preset esp32 --rungs fp32,bf16,compile\n"
+               "  gptstack bench generate --device cpu --preset esp32\n"
+               "  gptstack bench report\n\n"
+               "`gptstack bench SUITE --help` lists the options of a suite.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     bsub = bench.add_subparsers(dest="bench_command", metavar="SUITE", required=True)
 
     p = bsub.add_parser("train", help=SUITE_HELP["train"])
@@ -161,8 +172,8 @@ def add_bench_parser(sub) -> None:
                    help="a .gsm (default: firmware/esp32/data/model.gsm if it exists, else a "
                         "synthetic one)")
     p.add_argument("--synthetic", action="store_true", help="use a synthetic esp32 artifact")
-    p.add_argument("--variants", type=_csv, default=["release", "openmp"],
-                   help="host builds of the engine (default release,openmp)")
+    p.add_argument("--variants", type=_csv, default="release,openmp",
+                   help="host builds of the engine (default %(default)s)")
     p.add_argument("--tokens", type=int, help="tokens to generate (default block_size-1)")
     p.set_defaults(func=cmd_engine)
 
@@ -180,7 +191,7 @@ def add_bench_parser(sub) -> None:
     p.set_defaults(func=cmd_report)
 
     p = bsub.add_parser("summary", help="print a short table of result files")
-    p.add_argument("files", nargs="+", type=Path)
+    p.add_argument("files", nargs="+", type=Path, help="result JSON files")
     p.add_argument("--short", action="store_true",
                    help="only the fastest variant of each row group, and a count of skips/errors")
     p.set_defaults(func=cmd_summary)
@@ -233,7 +244,7 @@ def _shapes(args: argparse.Namespace, suite: str):
 def _run(args: argparse.Namespace, suite: str, call) -> int:
     """Common part of every suite command: result path, settings, summary."""
     import torch
-    from gptstack.bench import resolve_device, result_path, text_summary
+    from gptstack.bench import SuiteOptions, resolve_device, result_path, text_summary
 
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
@@ -242,9 +253,10 @@ def _run(args: argparse.Namespace, suite: str, call) -> int:
     device = resolve_device(getattr(args, "device", "cpu"))
     path = result_path(out_dir, suite, device,
                        args.tag + ("smoke" if args.smoke and not args.tag else ""))
-    common = {"settings": _settings(args), "out": path, "smoke": args.smoke,
-              "progress": not args.no_progress, "command": _command(args)}
-    data = call(common)
+    options = SuiteOptions(device=device, settings=_settings(args), out=path, smoke=args.smoke,
+                           compile_backend=getattr(args, "compile_backend", "inductor"),
+                           progress=not args.no_progress, command=_command(args))
+    data = call(options)
     print(text_summary([data]))
     print(f"wrote {path}")
     return 0
@@ -255,42 +267,50 @@ def _given(args: argparse.Namespace, *names: str) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
-def _device_kwargs(args: argparse.Namespace) -> dict:
-    return {"device": args.device, "compile_backend": args.compile_backend}
+def thread_policy(rows: int, n_params: int) -> int:
+    """The threads `gptstack train/sample/eval` would use on this CPU (threads.py), for the
+    suites' "threads" rows."""
+    from .threads import choose_threads
+
+    return choose_threads(rows=rows, n_params=n_params).threads
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    import torch
     from gptstack.bench import RUNG_KEYS, run_train
 
-    return _run(args, "train", lambda c: run_train(
+    from .runtime import auto_dtype
+
+    return _run(args, "train", lambda o: run_train(
         _shapes(args, "train"), rungs=args.rungs or RUNG_KEYS,
-        **_given(args, "seq_len", "grad_accum"), **_device_kwargs(args), **c))
+        **_given(args, "seq_len", "grad_accum"), thread_policy=thread_policy,
+        thread_rung=auto_dtype(torch.device("cpu")), options=o))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from gptstack.bench import run_generate
 
-    return _run(args, "generate", lambda c: run_generate(
+    return _run(args, "generate", lambda o: run_generate(
         _shapes(args, "generate"),
         **_given(args, "batches", "decoders", "prompt_len", "new_tokens", "sweep_prompt",
                  "sweep_new", "dtype"),
-        **_device_kwargs(args), **c))
+        thread_policy=thread_policy, options=o))
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
     from gptstack.bench import run_attention
 
-    return _run(args, "attention", lambda c: run_attention(
+    return _run(args, "attention", lambda o: run_attention(
         _shapes(args, "attention"), **_given(args, "seq_len", "dtype"),
-        **_device_kwargs(args), **c))
+        options=o))
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
     from gptstack.bench import run_ops
 
-    return _run(args, "ops", lambda c: run_ops(
+    return _run(args, "ops", lambda o: run_ops(
         _shapes(args, "ops"), **_given(args, "ops", "seq_len", "dtype", "graph_inner"),
-        **_device_kwargs(args), **c))
+        options=o))
 
 
 def _engines(variants: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
@@ -318,16 +338,16 @@ def cmd_engine(args: argparse.Namespace) -> int:
     if artifact is None and not args.synthetic and not args.smoke:
         trained = firmware_dir() / "data" / "model.gsm"
         artifact = trained if trained.is_file() else None
-    return _run(args, "engine", lambda c: run_engine(
+    return _run(args, "engine", lambda o: run_engine(
         preset_shape("esp32"), engines=engines, unavailable=missing, artifact=artifact,
-        tokens=args.tokens, **c))
+        tokens=args.tokens, options=o))
 
 
 def cmd_tokenizer(args: argparse.Namespace) -> int:
     from gptstack.bench import run_tokenizer
 
-    return _run(args, "tokenizer", lambda c: run_tokenizer(
-        **_given(args, "data", "vocab_size"), **c))
+    return _run(args, "tokenizer", lambda o: run_tokenizer(
+        **_given(args, "data", "vocab_size"), options=o))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -4,6 +4,10 @@ A checkpoint is written whole into a temporary sibling directory and then swappe
 (old -> `.NAME.old`, temp -> NAME, old removed), so a crash at any moment leaves either the
 previous checkpoint or the new one loadable; `resolve_checkpoint` finds a `.NAME.old` left by a
 crash between the two renames.
+
+torch loads only when a checkpoint is written or its model is built: finding and validating a
+checkpoint (and `gptstack export`, which reads the weights with safetensors' numpy loader) need
+none of it.
 """
 
 from __future__ import annotations
@@ -14,19 +18,33 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from gptstack.model import GPT, GPTConfig, load_safetensors, save_safetensors
-from gptstack.tokenizer import Tokenizer, load_tokenizer
+from gptstack.tokenizer import Tokenizer, atomic_path, load_tokenizer, sync_dir, write_atomic
 
 from .config import RunConfig
 from .errors import CheckpointError
 
+if TYPE_CHECKING:
+    import torch
+    from gptstack.model import GPT
+
 FORMAT = "gptstack-checkpoint"
 VERSION = 1
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def save_safetensors(model: torch.nn.Module, path: Path) -> None:
+    """gptstack.model.save_safetensors, imported when first called (it loads torch)."""
+    from gptstack.model import save_safetensors as save
+
+    save(model, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @dataclass
@@ -58,18 +76,24 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders; honour the umask
         doc = {"format": FORMAT, "version": VERSION, **meta}
-        (tmp / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+        write_atomic(tmp / "config.json", json.dumps(doc, indent=2) + "\n")
         save_safetensors(model, tmp / "model.safetensors")
         tokenizer.save(tmp / "tokenizer.json")
         if train_state is not None:
-            torch.save(train_state, tmp / "train_state.pt")
+            import torch
+
+            with atomic_path(tmp / "train_state.pt") as state_tmp:
+                torch.save(train_state, state_tmp)
+        sync_dir(tmp)  # every file above was fsync'ed by the atomic writers
         old = path.parent / f".{path.name}.old"
         if old.exists():
             shutil.rmtree(old)
         if path.exists():
             os.rename(path, old)
         os.rename(tmp, path)
+        sync_dir(path.parent)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,6 +142,8 @@ def read_meta(ckpt: Path) -> dict[str, Any]:
 
 def load_checkpoint(path: Path, *, device: str | torch.device = "cpu") -> Checkpoint:
     """Load model (eval mode, on `device`) and tokenizer from a checkpoint or run directory."""
+    from gptstack.model import GPT, GPTConfig, load_safetensors
+
     ckpt = resolve_checkpoint(path)
     meta = read_meta(ckpt)
     config = GPTConfig.from_dict(meta["model"])

@@ -1,4 +1,8 @@
-"""What each `gptstack` subcommand does, given its parsed arguments (see cli.py for the flags)."""
+"""What each `gptstack` subcommand does, given its parsed arguments (see cli.py for the flags).
+
+Each command checks what it can before importing torch (config, paths, run directories), so a
+mistake is reported in a fraction of a second.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +15,17 @@ from .errors import ConfigError, GptstackError
 
 
 def _device(name: str):
-    from .runtime import resolve_device
+    from gptstack.model import resolve_device
 
     return resolve_device(name)
 
 
 def _write_json(path: Path, data: dict) -> None:
+    from gptstack.tokenizer import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 # --- tokenizer ---------------------------------------------------------------------------
@@ -94,19 +98,22 @@ def run_config_from_args(args):
 
 
 def cmd_train(args) -> int:
+    from .checkpoint import resolve_checkpoint
+    from .run_dir import check_run_dir
+
+    cfg = run_config_from_args(args)
+    if args.resume and not args.out:
+        run_dir = resolve_checkpoint(args.resume, prefer="last").parent
+    else:
+        run_dir = args.out or Path("runs") / cfg.name
+    check_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)  # before torch loads
+
     from .plot import plot_run
     from .summary import write_run_summary
     from .train import train
 
-    cfg = run_config_from_args(args)
-    if args.resume and not args.out:
-        from .checkpoint import resolve_checkpoint
-
-        run_dir = resolve_checkpoint(args.resume, prefer="last").parent
-    else:
-        run_dir = args.out or Path("runs") / cfg.name
-    result = train(cfg, run_dir, resume=args.resume, stop_at=args.stop_at,
-                   progress=not args.no_progress)
+    result = train(cfg, run_dir, resume=args.resume, overwrite=args.overwrite,
+                   stop_at=args.stop_at, progress=not args.no_progress)
     plot = plot_run(run_dir)
     summary, recorded = write_run_summary(run_dir)
     rate = recorded["tokens_per_s_median"]
@@ -121,24 +128,52 @@ def cmd_train(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    from .checkpoint import load_checkpoint
+    from .checkpoint import load_checkpoint, resolve_checkpoint
+    from .threads import use_threads
+
+    resolve_checkpoint(args.ckpt)  # a wrong path is reported before torch loads
     from .sample import sample
 
-    ckpt = load_checkpoint(args.ckpt, device=_device(args.device))
+    device = _device(args.device)
+    ckpt = load_checkpoint(args.ckpt, device=device)
+    threads = use_threads(device, rows=1, n_params=ckpt.model.num_params())
     result = sample(ckpt, args.prompt, tokens=args.tokens, temperature=args.temperature,
-                    top_k=args.top_k or None, top_p=args.top_p, seed=args.seed, mode=args.mode)
-    print(f"[{result.new_tokens} tokens in {result.seconds:.2f} s: {result.tokens_per_s:,.1f} tokens/s, "
-          f"{args.mode} decoding on {next(ckpt.model.parameters()).device}]", file=sys.stderr)
+                    top_k=args.top_k or None, top_p=args.top_p, seed=args.seed, mode=args.mode,
+                    window=args.window, dtype=args.dtype, compile=args.compile)
+    print(f"[{result.new_tokens} tokens: {result.tokens_per_s:,.1f} tokens/s steady state, "
+          f"start-up {result.startup_s:.2f} s; {result.mode} decoding, {result.dtype}, on "
+          f"{device}" + (f", {threads.describe()}" if threads else "") + "]", file=sys.stderr)
+    if args.json:
+        from gptstack.bench.environment import environment
+
+        _write_json(args.json, {
+            "kind": "sample-run", "run": str(ckpt.path), "device": str(device),
+            "mode": result.mode, "dtype": result.dtype, "window": args.window,
+            "compile": args.compile, "prompt": args.prompt, "new_tokens": result.new_tokens,
+            "tokens_per_s": result.tokens_per_s, "startup_s": result.startup_s,
+            "seconds": result.seconds, "threads": threads.threads if threads else None,
+            "sampling": {"temperature": args.temperature, "top_k": args.top_k or None,
+                         "top_p": args.top_p, "seed": args.seed},
+            "environment": environment(device, sys.argv)})
+        print(f"sample-run record -> {args.json}", file=sys.stderr)
     return 0
 
 
 def cmd_eval(args) -> int:
-    from .evaluate_cli import run_eval
+    from .val_windows import parse_val_windows
 
     if not args.ckpt and not args.artifact:
         raise ConfigError("pass --ckpt DIR (float model), --artifact FILE (int8), or both")
+    val_windows = parse_val_windows(args.val_windows)
+    if args.ckpt:
+        from .checkpoint import resolve_checkpoint
+
+        resolve_checkpoint(args.ckpt)  # a wrong path is reported before torch loads
+    from .evaluate_cli import run_eval
+
     results = run_eval(args.ckpt, args.artifact, device=_device(args.device), samples=args.samples,
-                       sample_tokens=args.sample_tokens, seed=args.seed)
+                       sample_tokens=args.sample_tokens, seed=args.seed, val_windows=val_windows,
+                       progress=not args.no_progress)
     if args.json:
         from gptstack.bench.environment import environment
 
@@ -156,6 +191,9 @@ def cmd_plot(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .checkpoint import read_meta, resolve_checkpoint
+
+    read_meta(resolve_checkpoint(args.ckpt))  # a wrong path is reported before torch loads
     from .export import export_checkpoint
 
     result = export_checkpoint(args.ckpt, args.out, target=args.target, clip=args.clip)

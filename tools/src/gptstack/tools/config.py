@@ -3,6 +3,10 @@
 A run is described by one `RunConfig` of four sections (model, tokenizer, data, train). A preset
 or `--config FILE` gives the values; `--set section.key=value` overrides one, parsed against the
 dataclass field's type. An unknown key or a bad value is reported with the valid choices.
+
+The model section is not written here: it is `gptstack.model.GPTConfig` without `vocab_size`
+(which the tokenizer decides), derived field by field, and validated by building a GPTConfig. A
+new GPTConfig field, or a newly registered attention backend, is settable with `--set` as is.
 """
 
 from __future__ import annotations
@@ -15,19 +19,36 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gptstack.model.config import GPTConfig
+from gptstack.model.errors import ModelConfigError
+
 from .errors import ConfigError
 
+# GPTConfig's required sizes, when a config file leaves one out: nanoGPT's shakespeare-char shape
+# (6 layers, 6 heads, 384 wide, context 256).
+MODEL_SIZE_DEFAULTS = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256}
 
-@dataclass
-class ModelSection:
-    n_layer: int = 6
-    n_head: int = 6
-    n_embd: int = 384
-    block_size: int = 256  # context length in tokens
-    dropout: float = 0.0
-    bias: bool = True  # biases in linear layers and LayerNorms (GPT-2 has them)
-    attention: str = "sdpa"  # manual | sdpa
-    ops: str = "torch"  # torch | gptstack: LayerNorm, GELU and the loss from gptstack.cuda_ops
+
+def _model_section_type() -> type:
+    """A dataclass with GPTConfig's fields, types and defaults, minus vocab_size."""
+    hints = typing.get_type_hints(GPTConfig)
+    fields = []
+    for f in dataclasses.fields(GPTConfig):
+        if f.name == "vocab_size":
+            continue
+        default = MODEL_SIZE_DEFAULTS.get(f.name, f.default)
+        fields.append((f.name, hints[f.name], field(default=default)))
+    section = dataclasses.make_dataclass("ModelSection", fields)
+    section.__module__ = __name__
+    return section
+
+
+ModelSection = _model_section_type()
+
+
+def gpt_config(model: Any, vocab_size: int) -> GPTConfig:
+    """The GPTConfig of a model section for a vocabulary of vocab_size ids."""
+    return GPTConfig(vocab_size=vocab_size, **dataclasses.asdict(model))
 
 
 @dataclass
@@ -52,7 +73,12 @@ class TrainSection:
     batch_size: int = 64  # sequences per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
     max_steps: int = 5000
-    cpu_max_steps: int = 0  # shortened schedule when training on a CPU (0: same as max_steps)
+    # The CPU schedule: what changes when training on a CPU, where a preset's GPU schedule would
+    # take hours (schedule.py, for_device). 0: the value above.
+    cpu_max_steps: int = 0
+    cpu_batch_size: int = 0
+    cpu_eval_interval: int = 0
+    cpu_eval_batches: int = 0
     lr: float = 1e-3
     min_lr: float = 1e-4  # cosine floor (nanoGPT: lr/10, per Chinchilla)
     warmup_steps: int = 100
@@ -63,10 +89,17 @@ class TrainSection:
     eval_interval: int = 250  # steps between val-loss evaluations and checkpoints
     eval_batches: int = 200  # batches averaged per evaluation (nanoGPT's eval_iters)
     log_interval: int = 10  # steps between metrics.jsonl lines
+    # stop after this many evaluations in a row without a better val loss (0: never); best/
+    # keeps the best step either way
+    early_stop_evals: int = 0
     seed: int = 1337
     device: str = "auto"  # auto (cuda if available) | cuda | cpu
-    dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 on CPU) | bf16 | fp32
-    compile: str = "auto"  # auto (on CUDA) | true | false: torch.compile the model
+    # auto (bf16 autocast on CUDA, and on CPUs with native bf16; else fp32; runtime.py) | bf16 | fp32
+    dtype: str = "auto"
+    # torch.compile: auto (regional on CUDA, off on a CPU) | regional (each block and the head,
+    # compiled once for all layers: short start-up) | full (the whole model) | false
+    # ("true" is read as full, the spelling of earlier configs)
+    compile: str = "auto"
     # auto (on CUDA) | true | false: capture forward + backward + clip + AdamW as one CUDA graph
     # and replay it each step (6.8x faster steps for esp32 on an H200; train_step.py)
     cuda_graph: str = "auto"
@@ -105,13 +138,11 @@ class RunConfig:
 
 SECTIONS = ("model", "tokenizer", "data", "train")
 CHOICES = {
-    ("model", "attention"): ("manual", "sdpa"),
-    ("model", "ops"): ("torch", "gptstack"),
     ("tokenizer", "kind"): ("char", "bpe", "gpt2"),
     ("tokenizer", "pattern"): ("gpt2", "gpt4"),
     ("train", "device"): ("auto", "cuda", "cpu"),
     ("train", "dtype"): ("auto", "bf16", "fp32"),
-    ("train", "compile"): ("auto", "true", "false"),
+    ("train", "compile"): ("auto", "regional", "full", "true", "false"),
     ("train", "cuda_graph"): ("auto", "true", "false"),
 }
 
@@ -183,20 +214,23 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
 def validate(cfg: RunConfig, *, source: str) -> None:
     """Cross-field rules that a single field's type cannot express."""
     m, t, tok = cfg.model, cfg.train, cfg.tokenizer
+    try:
+        gpt_config(m, vocab_size=1)  # GPTConfig checks every model field; the vocab comes later
+    except ModelConfigError as e:
+        raise ConfigError(f"{source}: {str(e).replace('GPTConfig.', 'model.')}") from None
     rules = [
-        (m.n_layer >= 1 and m.n_head >= 1 and m.n_embd >= 1, "model sizes must be positive"),
-        (m.n_embd % m.n_head == 0, f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})"),
         (m.block_size >= 2, f"model.block_size must be at least 2, got {m.block_size}"),
-        (0.0 <= m.dropout < 1.0, f"model.dropout must be in [0, 1), got {m.dropout}"),
         (tok.kind != "bpe" or 256 < tok.vocab_size <= 65536,
          f"tokenizer.vocab_size must be in (256, 65536] for bpe, got {tok.vocab_size}"),
         (tok.pad_vocab_to >= 1, "tokenizer.pad_vocab_to must be >= 1"),
         (0.0 < cfg.data.val_fraction < 1.0, "data.val_fraction must be in (0, 1)"),
         (t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size and train.grad_accum must be >= 1"),
         (t.max_steps >= 1, f"train.max_steps must be >= 1, got {t.max_steps}"),
-        (t.cpu_max_steps >= 0, "train.cpu_max_steps must be >= 0"),
+        (min(t.cpu_max_steps, t.cpu_batch_size, t.cpu_eval_interval, t.cpu_eval_batches) >= 0,
+         "train.cpu_max_steps, cpu_batch_size, cpu_eval_interval and cpu_eval_batches must be >= 0"),
         (t.lr > 0 and 0 <= t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and lr > 0"),
         (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
+        (t.early_stop_evals >= 0, f"train.early_stop_evals must be >= 0, got {t.early_stop_evals}"),
         (t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
          "train.eval_interval, eval_batches and log_interval must be >= 1"),
     ]

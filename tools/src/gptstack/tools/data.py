@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gptstack.tokenizer import CharTokenizer, Tokenizer, gpt2_tokenizer, train_bpe
+from gptstack.tokenizer import (
+    CharTokenizer,
+    Tokenizer,
+    gpt2_tokenizer,
+    train_bpe,
+    write_atomic,
+)
 
 from .config import RunConfig
 from .datasets import cache_dir, read_corpus, resolve_dataset
@@ -44,7 +48,7 @@ class Corpus:
 
     def bits_per_char(self, loss_nats: float) -> float:
         """Convert a mean per-token loss on val to bits per character (comparable across tokenizers)."""
-        return loss_nats / np.log(2.0) * len(self.val) / max(1, len(self.val_text))
+        return float(loss_nats / np.log(2.0) * len(self.val) / max(1, len(self.val_text)))
 
 
 def corpus_text(cfg: RunConfig) -> tuple[str, str]:
@@ -95,15 +99,9 @@ def _encode_cached(text: str, tokenizer: Tokenizer, key: str) -> np.ndarray:
         raise DataError("tokenizer produced an id outside its vocabulary")  # internal invariant
     arr = ids.astype(dtype)
     folder.mkdir(parents=True, exist_ok=True)
-    for target, payload in (
-        (path, arr.tobytes()),
-        (meta_path, json.dumps({"format": CACHE_FORMAT, "dtype": np.dtype(dtype).name,
-                                "n_tokens": int(len(arr))}).encode()),
-    ):
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.")
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, target)
+    write_atomic(path, arr.tobytes())
+    write_atomic(meta_path, json.dumps({"format": CACHE_FORMAT, "dtype": np.dtype(dtype).name,
+                                        "n_tokens": int(len(arr))}))
     return np.memmap(path, dtype=dtype, mode="r") if len(arr) else arr
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from gptstack.tokenizer import default_data_dir
+from gptstack.tokenizer import atomic_path, default_data_dir
 
 from .errors import DataError
 
@@ -51,27 +50,23 @@ def sha256_file(path: Path) -> str:
 
 def _download(ds: Dataset, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{ds.filename}.", dir=dest.parent)
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(ds.url, timeout=60) as resp:
-            while block := resp.read(1 << 16):
-                out.write(block)
-        got = sha256_file(Path(tmp))
-        if got != ds.sha256:
-            raise DataError(
-                f"downloaded {ds.name} from {ds.url} but its SHA-256 is {got}, expected "
-                f"{ds.sha256}: the file changed upstream or the download was corrupted"
-            )
-        os.replace(tmp, dest)
+        with atomic_path(dest) as tmp:
+            with open(tmp, "wb") as out, urllib.request.urlopen(ds.url, timeout=60) as resp:
+                while block := resp.read(1 << 16):
+                    out.write(block)
+            got = sha256_file(tmp)
+            if got != ds.sha256:
+                raise DataError(
+                    f"downloaded {ds.name} from {ds.url} but its SHA-256 is {got}, expected "
+                    f"{ds.sha256}: the file changed upstream or the download was corrupted"
+                )
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         raise DataError(
             f"dataset {ds.name!r} is not in {dest.parent} and could not be downloaded from "
             f"{ds.url} ({e}). Put {ds.filename} (sha256 {ds.sha256}) in {dest.parent}, or set "
             "GPTSTACK_DATA_DIR to a folder that has it, or pass --data FILE"
         ) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def resolve_dataset(name: str, *, download: bool = True) -> Path:

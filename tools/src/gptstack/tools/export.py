@@ -1,4 +1,4 @@
-"""`gptstack quantize` / `gptstack export`: checkpoint -> int8 `.gsm` artifact + memory plan.
+"""`gptstack export`: checkpoint -> int8 `.gsm` artifact + memory plan on a target.
 
 The tokenizer reaches the artifact as plain tables (every token's bytes, the special ids, the
 pre-tokenization pattern); gptstack.quant derives the pair table the C engine encodes with.

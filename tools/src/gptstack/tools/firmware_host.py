@@ -7,7 +7,8 @@ get `gs-run` and `libgs_engine.so`.
 
 Configures `firmware/esp32/host/CMakeLists.txt` once per variant into `<build_root>/build-<variant>`
 (default build_root: `firmware/esp32/host`, git-ignored), then runs `cmake --build`, which is a
-no-op when nothing changed. A file lock serializes concurrent builds of one variant. A missing
+no-op when nothing changed. The sources are found by `firmware_dir()`: `$GPTSTACK_FIRMWARE_DIR`,
+else the checkout around the current directory. A file lock serializes concurrent builds of one variant. A missing
 tool (cmake, a C compiler, gcc-multilib for m32, the sanitizer or OpenMP runtime, clang's
 libFuzzer) raises GptstackError naming the package to install.
 """
@@ -29,15 +30,23 @@ _OLED_VARIANTS = ("release", "openmp")  # gs-run --screen (see host/CMakeLists.t
 # What each variant needs beyond cmake and a C compiler: (compiler, probe flags, install hint).
 _PROBES: dict[str, tuple[str | None, list[str], str]] = {
     "release": (None, [], "apt-get install gcc"),
-    "asan": (None, ["-fsanitize=address,undefined"],
-             "apt-get install gcc (it ships libasan and libubsan)"),
+    "asan": (
+        None,
+        ["-fsanitize=address,undefined"],
+        "apt-get install gcc (it ships libasan and libubsan)",
+    ),
     "m32": (None, ["-m32", "-msse2", "-mfpmath=sse"], "apt-get install gcc-multilib"),
     "openmp": (None, ["-fopenmp"], "apt-get install gcc (libgomp)"),
-    "fuzz": ("clang", ["-fsanitize=fuzzer,address,undefined"],
-             "apt-get install clang libclang-rt-14-dev (libFuzzer)"),
+    "fuzz": (
+        "clang",
+        ["-fsanitize=fuzzer,address,undefined"],
+        "apt-get install clang libclang-rt-14-dev (libFuzzer)",
+    ),
 }
-_FUZZ_MAIN = "#include <stdint.h>\n#include <stddef.h>\n" \
+_FUZZ_MAIN = (
+    "#include <stdint.h>\n#include <stddef.h>\n"
     "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n"
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +55,8 @@ class HostBuild:
 
     variant: str
     build_dir: Path
-    gs_run: Path          # the CLI
-    engine_lib: Path      # libgs_engine.so (engine + ctypes accessors)
+    gs_run: Path  # the CLI
+    engine_lib: Path  # libgs_engine.so (engine + ctypes accessors)
 
     def program(self, name: str) -> Path:
         """Another program of this build (gs-fuzz, gs-heapcheck, gs-fuzz-libfuzzer, gs-screen)."""
@@ -65,17 +74,31 @@ def _error(message: str) -> Exception:
     return GptstackError(message)
 
 
+FIRMWARE_DIR_ENV = "GPTSTACK_FIRMWARE_DIR"
+
+
 def firmware_dir() -> Path:
-    """firmware/esp32 of this checkout ($GPTSTACK_FIRMWARE_DIR overrides)."""
-    env = os.environ.get("GPTSTACK_FIRMWARE_DIR")
-    candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[4] / "firmware" / "esp32")
-    candidates += [p / "firmware" / "esp32" for p in [Path.cwd(), *Path.cwd().parents]]
-    for c in candidates:
-        if (c / "host" / "CMakeLists.txt").is_file():
-            return c
-    raise _error("firmware/esp32/host/CMakeLists.txt not found: run from a gptstack checkout or "
-                 "set GPTSTACK_FIRMWARE_DIR to its firmware/esp32 folder")
+    """The firmware sources (a checkout's firmware/esp32 folder): $GPTSTACK_FIRMWARE_DIR when set,
+    else firmware/esp32 in the current directory or the nearest parent that has one. An
+    installed gptstack ships no C sources, so outside a checkout the variable names them.
+    Raises GptstackError naming the setting when they are not there."""
+    env = os.environ.get(FIRMWARE_DIR_ENV)
+    if env:
+        folder = Path(env).expanduser()
+        if not (folder / "host" / "CMakeLists.txt").is_file():
+            raise _error(
+                f"{FIRMWARE_DIR_ENV}={env} has no host/CMakeLists.txt: point it at the "
+                f"firmware/esp32 folder of a gptstack checkout"
+            )
+        return folder.resolve()
+    for parent in [Path.cwd(), *Path.cwd().parents]:
+        folder = parent / "firmware" / "esp32"
+        if (folder / "host" / "CMakeLists.txt").is_file():
+            return folder
+    raise _error(
+        f"the firmware sources (firmware/esp32) are not in {Path.cwd()} or above it: run "
+        f"from a gptstack checkout or set {FIRMWARE_DIR_ENV} to its firmware/esp32 folder"
+    )
 
 
 def _which(tool: str, hint: str) -> str:
@@ -85,22 +108,27 @@ def _which(tool: str, hint: str) -> str:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(compiler: str, flags: tuple[str, ...], fuzz: bool) -> str | None:
     """Compile and link a tiny program with these flags; the compiler's complaint, or None."""
     with tempfile.TemporaryDirectory(prefix="gs-probe-") as tmp:
         src = Path(tmp) / "probe.c"
         src.write_text(_FUZZ_MAIN if fuzz else "int main(void) { return 0; }\n")
-        proc = subprocess.run([compiler, *flags, str(src), "-o", str(Path(tmp) / "probe")],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [compiler, *flags, str(src), "-o", str(Path(tmp) / "probe")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["?"])[-1]
 
 
 def check_toolchain(variant: str) -> str:
     """The C compiler for this variant after checking it can build it; raises naming the fix."""
     if variant not in VARIANTS:
-        raise _error(f"firmware host variant {variant!r} is unknown: use one of "
-                     f"{', '.join(VARIANTS)}")
+        raise _error(
+            f"firmware host variant {variant!r} is unknown: use one of {', '.join(VARIANTS)}"
+        )
     _which("cmake", "apt-get install cmake, or pip install cmake")
     wanted, flags, hint = _PROBES[variant]
     compiler = wanted or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -109,8 +137,10 @@ def check_toolchain(variant: str) -> str:
     compiler = _which(compiler, hint)
     problem = _probe(compiler, tuple(flags), variant == "fuzz")
     if problem is not None:
-        raise _error(f"the {variant} firmware build needs `{compiler} {' '.join(flags)}`, which "
-                     f"fails here ({problem}): {hint}")
+        raise _error(
+            f"the {variant} firmware build needs `{compiler} {' '.join(flags)}`, which "
+            f"fails here ({problem}): {hint}"
+        )
     return compiler
 
 
@@ -129,7 +159,7 @@ def _cache_values(build_dir: Path) -> dict[str, str]:
 
 
 def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         raise _error(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
@@ -143,8 +173,12 @@ def _needs_configure(cache: dict[str, str], variant: str, source: Path) -> bool:
     return cache.get("GS_HAVE_OLED") != ("ON" if oled else "OFF")
 
 
-def build_host(variant: str = "release", build_root: str | os.PathLike | None = None,
-               *, jobs: int | None = None) -> HostBuild:
+def build_host(
+    variant: str = "release",
+    build_root: str | os.PathLike | None = None,
+    *,
+    jobs: int | None = None,
+) -> HostBuild:
     """Configure (first time) and build one variant; returns where its outputs are.
 
     variant: release (-O2), asan (ASan + UBSan), m32 (32-bit, SSE float), openmp (-O3
@@ -162,10 +196,24 @@ def build_host(variant: str = "release", build_root: str | os.PathLike | None = 
         cache = _cache_values(build_dir)
         if _needs_configure(cache, variant, source):
             generator = cache.get("CMAKE_GENERATOR") or (
-                "Ninja" if shutil.which("ninja") else "Unix Makefiles")
-            _run(["cmake", "-S", str(source), "-B", str(build_dir), "-G", generator,
-                  f"-DGS_VARIANT={variant}", f"-DCMAKE_C_COMPILER={compiler}"],
-                 f"configuring the {variant} firmware host build")
-        _run(["cmake", "--build", str(build_dir), "--parallel", str(jobs or os.cpu_count() or 2)],
-             f"building the {variant} firmware host build")
+                "Ninja" if shutil.which("ninja") else "Unix Makefiles"
+            )
+            _run(
+                [
+                    "cmake",
+                    "-S",
+                    str(source),
+                    "-B",
+                    str(build_dir),
+                    "-G",
+                    generator,
+                    f"-DGS_VARIANT={variant}",
+                    f"-DCMAKE_C_COMPILER={compiler}",
+                ],
+                f"configuring the {variant} firmware host build",
+            )
+        _run(
+            ["cmake", "--build", str(build_dir), "--parallel", str(jobs or os.cpu_count() or 2)],
+            f"building the {variant} firmware host build",
+        )
     return HostBuild(variant, build_dir, build_dir / "gs-run", build_dir / "libgs_engine.so")

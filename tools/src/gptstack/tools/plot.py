@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gptstack.tokenizer import atomic_path
+
 from .errors import GptstackError
 
 
@@ -61,8 +63,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     ax_lr.grid(alpha=0.3)
     fig.tight_layout()
     out = Path(out) if out else run_dir / "loss.png"
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    tmp.replace(out)
     return out

@@ -1,34 +1,44 @@
-"""Device, precision and compile choices for a run, resolved once from the config."""
+"""Device, precision, compile and thread choices for a run, resolved once from the config.
+
+dtype "auto" is bf16 autocast on a CUDA GPU with bf16, and on a CPU that computes bf16 natively
+(AVX512-BF16 or AMX: oneDNN's bf16 matmuls), fp32 elsewhere: on CPUs without it autocast
+emulates bf16 and is slower than fp32. On the 2-core AVX512-BF16 development machine the esp32
+training step ran 1.4-1.6x faster in bf16 (the bf16 autocast rung of
+benchmarks/results/train-cpu-*.json).
+"""
 
 from __future__ import annotations
 
-import contextlib
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-
-from gptstack.bench import Peak, peak_flops
+from gptstack.bench.peaks import Peak, peak_flops
+from gptstack.model import autocast, resolve_device
 
 from .config import TrainSection
+from .datasets import cache_dir
 from .errors import ConfigError
+from .threads import ThreadChoice
 
 
 @dataclass
 class Runtime:
     device: torch.device
     dtype: str  # "bf16" (autocast) or "fp32"
-    compile: bool
+    compile: str | None  # "regional" or "full" (gptstack.model.compile_model), None: eager
     peak: Peak | None  # for MFU; None on CPUs and unknown GPUs
     cuda_graph: bool = False  # the whole training step replayed as one CUDA graph
+    threads: ThreadChoice | None = None  # CPU runs: the thread policy's choice (threads.py)
 
     @property
     def device_type(self) -> str:
         return self.device.type
 
     def autocast(self):
-        if self.dtype == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.device, bf16=self.dtype == "bf16")
 
     def to_device(self, *arrays):
         """numpy batches -> device tensors. On CUDA through pinned memory: a copy from pageable
@@ -41,25 +51,54 @@ class Runtime:
 
     def describe(self) -> str:
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
-        extra = (", torch.compile" if self.compile else "") + (", CUDA graph" if self.cuda_graph else "")
+        extra = ((f", torch.compile ({self.compile})" if self.compile else "")
+                 + (", CUDA graph" if self.cuda_graph else ""))
+        if self.threads is not None:
+            extra += f", {self.threads.describe()}"
         return f"{name} ({self.device}), {self.dtype}{extra}"
 
 
-def resolve_device(name: str, setting: str = "--device") -> torch.device:
-    """"auto" (a CUDA GPU if one is visible, else the CPU), "cuda" or "cpu"."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{setting} cuda but no CUDA GPU is visible; use {setting} cpu")
-    use_cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
-    return torch.device("cuda" if use_cuda else "cpu")
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX tiles)."""
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # a torch without the probes
+        return False
+
+
+def auto_dtype(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
+def process_start_time() -> float:
+    """When this process started (epoch seconds): the wall time a user waits counts Python's
+    and torch's start-up too. Linux: /proc/self/stat's start time; elsewhere: now."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+def use_compile_cache() -> None:
+    """Keep Inductor's compiled kernels under gptstack's cache folder (unless the user chose
+    a folder): a second run of the same preset then skips code generation and autotuning."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
 
 
 def resolve_runtime(train: TrainSection) -> Runtime:
     device = resolve_device(train.device, "train.device =")
     use_cuda = device.type == "cuda"
-    dtype = train.dtype if train.dtype != "auto" else ("bf16" if use_cuda else "fp32")
+    dtype = train.dtype if train.dtype != "auto" else auto_dtype(device)
     if dtype == "bf16" and use_cuda and not torch.cuda.is_bf16_supported():
         dtype = "fp32"
-    compile_ = train.compile == "true" or (train.compile == "auto" and use_cuda)
+    compile_ = {"auto": "regional" if use_cuda else None, "regional": "regional",
+                "full": "full", "true": "full", "false": None}[train.compile]
+    if compile_:
+        use_compile_cache()
     if train.cuda_graph == "true" and not use_cuda:
         raise ConfigError("train.cuda_graph = true needs a CUDA GPU; use train.cuda_graph=auto")
     graph = train.cuda_graph == "true" or (train.cuda_graph == "auto" and use_cuda)

@@ -1,32 +1,48 @@
-"""`gptstack sample`: stream text from a checkpoint as it is generated, then report tokens/s."""
+"""`gptstack sample`: stream text from a checkpoint as it is generated, then report tokens/s.
+
+On CUDA the default decoder is the graph decoder (gptstack.model.GraphDecoder: static KV cache,
+sampling on the GPU, 32 tokens per CUDA-graph replay, ids copied to a pinned host buffer while the
+next chunk runs), with the weights in bf16; on a CPU the KV-cache decoder in fp32. Start-up
+(graph capture, compilation, the prompt) is timed apart from the steady-state rate, which counts
+the tokens after the first one over the time after the first one.
+"""
 
 from __future__ import annotations
 
 import codecs
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
 import torch
 
-from gptstack.model import stream
+from gptstack.model import GraphDecoder, stream
 from gptstack.tokenizer import Tokenizer
 
 from .checkpoint import Checkpoint
 from .defaults import SAMPLING
 from .errors import GptstackError
 
+MODES = ("auto", "naive", "kv", "static", "graph")
+WINDOWS = ("slide", "halve")
+
 
 @dataclass
 class SampleResult:
     text: str
     new_tokens: int
-    seconds: float
+    seconds: float  # the whole generation, start-up included
+    startup_s: float  # until the first new token: capture, compilation, the prompt's prefill
+    mode: str  # the decoder that ran
+    dtype: str
 
     @property
     def tokens_per_s(self) -> float:
-        return self.new_tokens / self.seconds if self.seconds > 0 else float("nan")
+        """Steady state: the tokens after the first over the time after the first."""
+        steady = self.seconds - self.startup_s
+        return (self.new_tokens - 1) / steady if self.new_tokens > 1 and steady > 0 else float("nan")
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
@@ -37,15 +53,59 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     return [eot] if eot is not None else tokenizer.encode("\n")
 
 
+def resolve_mode(mode: str, device: torch.device) -> str:
+    """"auto": the graph decoder on CUDA, the KV-cache decoder on a CPU (where a graph cannot
+    be captured and the growing cache does the least work)."""
+    if mode not in MODES:
+        raise GptstackError(f"--mode {mode!r} is unknown: choose one of {', '.join(MODES)}")
+    if mode == "auto":
+        return "graph" if device.type == "cuda" else "kv"
+    return mode
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """"auto": bf16 weights on CUDA (half the bytes per decode step), fp32 on a CPU."""
+    table = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in table:
+        raise GptstackError(f"--dtype {dtype!r} is unknown: choose auto, fp32 or bf16")
+    return table[dtype]
+
+
+def _token_chunks(ckpt: Checkpoint, idx: torch.Tensor, tokens: int, mode: str, *,
+                  temperature: float, top_k: int | None, top_p: float | None, seed: int | None,
+                  window: str, compile: bool) -> Iterator[list[int]]:
+    """The new ids of row 0, in the chunks the decoder produces them."""
+    vocab_limit = ckpt.tokenizer.vocab_size  # padded rows of the embedding are never drawn
+    if mode == "graph":
+        decoder = GraphDecoder(ckpt.model, batch_size=1, compile=compile)
+        for chunk in decoder.generate(idx, tokens, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, seed=seed, window=window,
+                                      vocab_limit=vocab_limit):
+            yield chunk[0].tolist()
+        return
+    for token in stream(ckpt.model, idx, tokens, mode=mode, temperature=temperature,
+                        top_k=top_k, top_p=top_p, seed=seed, window=window,
+                        vocab_limit=vocab_limit):
+        yield [int(token[0])]
+
+
 def sample(ckpt: Checkpoint, prompt: str, *, tokens: int,
            temperature: float = SAMPLING.temperature, top_k: int | None = SAMPLING.top_k,
            top_p: float | None = SAMPLING.top_p, seed: int | None = None,
-           mode: str = "kv", out: TextIO | None = sys.stdout) -> SampleResult:
+           mode: str = "auto", window: str = "slide", dtype: str = "auto",
+           compile: bool = False, out: TextIO | None = sys.stdout) -> SampleResult:
     """Generate `tokens` new tokens after `prompt`, writing text to `out` as it is produced."""
     if tokens < 0:
         raise GptstackError(f"--tokens must be >= 0, got {tokens}")
-    ids = prompt_ids(ckpt.tokenizer, prompt)
+    if window not in WINDOWS:
+        raise GptstackError(f"--window {window!r} is unknown: choose slide or halve")
     device = next(ckpt.model.parameters()).device
+    mode = resolve_mode(mode, device)
+    weights = resolve_dtype(dtype, device)
+    ckpt.model.to(weights)
+    ids = prompt_ids(ckpt.tokenizer, prompt)
     idx = torch.tensor([ids], dtype=torch.long, device=device)
     # A multi-byte character can be split across tokens: decode bytes incrementally.
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -54,11 +114,13 @@ def sample(ckpt: Checkpoint, prompt: str, *, tokens: int,
         out.write(prompt)
         out.flush()
     start = time.perf_counter()
-    n = 0
-    for token in stream(ckpt.model, idx, tokens, mode=mode, temperature=temperature,
-                        top_k=top_k, top_p=top_p, seed=seed):
-        n += 1
-        text = decoder.decode(ckpt.tokenizer.decode_bytes([int(token[0])]))
+    first_at, n = None, 0
+    for chunk in _token_chunks(ckpt, idx, tokens, mode, temperature=temperature, top_k=top_k,
+                               top_p=top_p, seed=seed, window=window, compile=compile):
+        if first_at is None:
+            first_at = time.perf_counter()
+        n += len(chunk)
+        text = decoder.decode(ckpt.tokenizer.decode_bytes(chunk))
         if text:
             pieces.append(text)
             if out is not None:
@@ -69,4 +131,6 @@ def sample(ckpt: Checkpoint, prompt: str, *, tokens: int,
     pieces.append(tail)
     if out is not None:
         out.write(tail + "\n")
-    return SampleResult("".join(pieces), n, seconds)
+    startup = (first_at - start) if first_at is not None else seconds
+    return SampleResult("".join(pieces), n, seconds, startup, mode,
+                        {torch.float32: "fp32", torch.bfloat16: "bf16"}[weights])

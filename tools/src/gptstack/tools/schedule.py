@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .config import TrainSection
@@ -12,6 +13,17 @@ def total_steps(train: TrainSection, device_type: str) -> int:
     if device_type == "cpu" and train.cpu_max_steps > 0:
         return min(train.cpu_max_steps, train.max_steps)
     return train.max_steps
+
+
+def for_device(train: TrainSection, device_type: str) -> TrainSection:
+    """The train section as it runs on this device: on a CPU, each cpu_* value that is set
+    replaces its GPU counterpart (batch_size, eval_interval, eval_batches; max_steps through
+    total_steps)."""
+    if device_type != "cpu":
+        return train
+    changes = {key: getattr(train, f"cpu_{key}") for key in
+               ("batch_size", "eval_interval", "eval_batches") if getattr(train, f"cpu_{key}") > 0}
+    return dataclasses.replace(train, **changes)
 
 
 def warmup_steps(train: TrainSection, max_steps: int) -> int:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gptstack.tokenizer import write_atomic
+
 from .plot import read_metrics
 
 
@@ -26,11 +28,15 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
     ends = [r for r in records if r.get("event") == "end"]
     evals = [r for r in records if r.get("event") == "eval"]
     train = [r for r in records if r.get("event") == "train"]
+    startups = [r for r in records if r.get("event") == "startup"]
     steady = train[1:] if len(train) > 1 else train
     best = min(evals, key=lambda r: r["val_loss"]) if evals else None
     mfus = [r["mfu"] for r in steady if r.get("mfu") is not None]
     # Wall time: each (start, end) segment of the run, so a resumed run adds its parts.
     wall = sum(e["time"] - s["time"] for s, e in zip(starts, ends, strict=False))
+    # The same from each process's start: Python, torch, data and compile start-up included.
+    process_wall = sum(e["time"] - s.get("process_start", s["time"])
+                       for s, e in zip(starts, ends, strict=False))
     first = starts[0] if starts else {}
     device = torch.device("cuda" if "cuda" in str(first.get("device", "")) else "cpu")
     return {
@@ -43,6 +49,9 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
         "max_steps": first.get("max_steps"),
         "segments": len(starts),
         "wall_time_s": wall,
+        "process_wall_s": process_wall,
+        "startup": ({k: v for k, v in startups[0].items() if k.endswith("_s")}
+                    if startups else None),
         "best_val_loss": best["val_loss"] if best else None,
         "best_val_bpc": best["val_bpc"] if best else None,
         "best_step": best["step"] if best else None,
@@ -58,7 +67,5 @@ def write_run_summary(run_dir: Path, command: list[str] | None = None) -> tuple[
     """Write RUN_DIR/summary.json atomically; return its path and content."""
     summary = summarize_run(run_dir, command)
     path = Path(run_dir) / "summary.json"
-    tmp = path.with_name(".summary.json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(summary, indent=2) + "\n")
     return path, summary

@@ -1,36 +1,46 @@
 """The training loop: `train(cfg, run_dir)` -> TrainResult.
 
 AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipping; on CUDA bf16
-autocast, torch.compile and the whole step replayed as one CUDA graph (train_step.py). Every `eval_interval` steps: train/val loss and val bits/char, the
-checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
-to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step, saves `last/` and returns.
-Resuming from `last/` continues exactly: the batch of a step depends only on (seed, step).
+autocast, torch.compile and the whole step replayed as one CUDA graph (gptstack.model.TrainStep,
+the same step `gptstack bench train` measures). Every `eval_interval` steps: train/val loss and
+val bits/char, the checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
+to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step (or evaluation batch), saves `last/`
+and returns. Resuming from `last/` continues exactly: the batch of a step depends only on
+(seed, step).
+
+A run directory that already holds checkpoints is refused unless resumed or overwritten
+(run_dir.py); it is created only when training starts, and removed again if the run fails
+before its first checkpoint. On a CPU the run uses its preset's CPU schedule
+(schedule.for_device) and the thread policy (threads.py), both named in the run header.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from gptstack.model import GPT, GPTConfig, TrainStep, compile_model, load_safetensors
+from gptstack.model.train_step import WARMUP_STEPS
+from gptstack.tokenizer import load_tokenizer
 from tqdm import tqdm
 
-from gptstack.model import GPT, GPTConfig, load_safetensors
-from gptstack.tokenizer import load_tokenizer
-
 from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
-from .config import RunConfig
+from .config import RunConfig, gpt_config
 from .data import Corpus, batch_rng, get_batch, prepare_corpus
-from .errors import CheckpointError
-from .evaluate import estimate_loss
-from .train_step import TrainStep
-from .runtime import Runtime, resolve_runtime
-from .schedule import get_lr, total_steps
+from .errors import CheckpointError, ConfigError
+from .evaluate import EvalInterrupted, LossEstimator
+from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
+from .runtime import Runtime, process_start_time, resolve_runtime
+from .schedule import for_device, get_lr, total_steps
+from .threads import use_threads
 
 
 @dataclass
@@ -43,6 +53,20 @@ class TrainResult:
     best_val_bpc: float
     wall_time_s: float
     interrupted: bool
+    early_stopped: bool = False  # train.early_stop_evals evaluations in a row without a better val
+
+
+# Steps whose time counts as start-up: the eager warm-up steps, the capture, one replay.
+FIRST_STEPS = WARMUP_STEPS + 2
+
+
+def startup_line(startup: dict[str, float]) -> str:
+    """One line for the run log: where the time before steady training went."""
+    names = {"imports_s": "Python + imports", "data_s": "data", "model_s": "model + CUDA init",
+             "first_eval_s": "first evaluation (compile, capture)",
+             "first_steps_s": f"first {FIRST_STEPS} steps (compile, warm-up, capture)"}
+    parts = [f"{names[k]} {v:.1f} s" for k, v in startup.items() if k in names]
+    return f"start-up: {sum(startup.values()):.1f} s = " + ", ".join(parts)
 
 
 def padded_vocab(vocab_size: int, multiple: int) -> int:
@@ -50,16 +74,15 @@ def padded_vocab(vocab_size: int, multiple: int) -> int:
 
 
 def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
-    m = cfg.model
-    return GPTConfig(
-        vocab_size=padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to),
-        block_size=m.block_size, n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd,
-        dropout=m.dropout, bias=m.bias, attention=m.attention, ops=m.ops,
-    )
+    """The model `gptstack train` builds for `cfg` over a tokenizer of vocab_size ids."""
+    return gpt_config(cfg.model, padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to))
 
 
 class _StopOnInterrupt:
-    """First Ctrl-C asks the loop to stop after the current step; a second one aborts."""
+    """First Ctrl-C asks the loop to stop after the current step (or evaluation batch) and says
+    so at once; a second one aborts."""
+
+    MESSAGE = b"\nCtrl-C: stopping after this step and saving last/ (Ctrl-C again to abort)\n"
 
     def __init__(self) -> None:
         self.requested = False
@@ -76,6 +99,7 @@ class _StopOnInterrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        os.write(2, self.MESSAGE)  # not print(): the handler may run inside a write to stderr
 
     def __exit__(self, *exc):
         if self._previous is not None:
@@ -84,7 +108,7 @@ class _StopOnInterrupt:
 
 class _Metrics:
     def __init__(self, path: Path) -> None:
-        self.file = open(path, "a", encoding="utf-8")
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
 
     def write(self, **record: Any) -> None:
         self.file.write(json.dumps(record) + "\n")
@@ -102,7 +126,7 @@ def _restore(ckpt: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str, A
             "carry weights only): resume from the run directory or its last/"
         )
     load_safetensors(model, ckpt / "model.safetensors")
-    state = torch.load(state_path, map_location="cpu", weights_only=False)
+    state = torch.load(state_path, map_location="cpu", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     if runtime.cuda_graph:  # loaded rates may be CPU tensors or floats: back to device tensors
         for group in optimizer.param_groups:
@@ -118,6 +142,7 @@ def train(
     run_dir: Path,
     *,
     resume: Path | None = None,
+    overwrite: bool = False,
     corpus: Corpus | None = None,
     stop_at: int | None = None,
     progress: bool = True,
@@ -126,13 +151,18 @@ def train(
     """Train `cfg` into `run_dir` (or continue the run saved in `resume`).
 
     `stop_at` stops after that many steps as Ctrl-C would (saving last/), so a long schedule can be
-    run in stages on machines with a time limit and resumed exactly.
+    run in stages on machines with a time limit and resumed exactly. A run_dir holding
+    checkpoints is refused (GptstackError) unless `resume` points at it or `overwrite` is set.
     """
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    entered = time.time()
+    startup = {"imports_s": entered - process_start_time()}  # Python, torch, the CLI
+    if resume is not None and overwrite:
+        raise ConfigError("--resume continues a run and --overwrite deletes it: pass one of them")
+    check_run_dir(run_dir, resume=resume, overwrite=overwrite)
     runtime = resolve_runtime(cfg.train)
-    t, T = cfg.train, cfg.model.block_size
-    max_steps = total_steps(t, runtime.device_type)
+    t, T = for_device(cfg.train, runtime.device_type), cfg.model.block_size
+    max_steps = total_steps(cfg.train, runtime.device_type)
 
     tokenizer, ckpt = None, None
     if resume is not None:
@@ -141,20 +171,28 @@ def train(
         tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     if corpus is None:
         corpus = prepare_corpus(cfg, tokenizer)
+    startup["data_s"] = time.time() - entered
     torch.manual_seed(t.seed)
     mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
     model = GPT(mcfg).to(runtime.device)
     optimizer = model.configure_optimizer(t.weight_decay, t.lr, (t.beta1, t.beta2),
                                           runtime.device_type, capturable=runtime.cuda_graph)
 
-    start, best_val, best_bpc, elapsed0 = 0, math.inf, math.inf, 0.0
+    startup["model_s"] = time.time() - entered - startup["data_s"]  # incl. CUDA's start
+    start, best_val, best_bpc, elapsed0, evals_without_gain = 0, math.inf, math.inf, 0.0, 0
     if resume is not None:
         state = _restore(ckpt, model, optimizer, runtime)
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
-    fwd = torch.compile(model) if runtime.compile else model
-    train_step = TrainStep(fwd, model.parameters(), optimizer, grad_clip=t.grad_clip,
-                           bf16=runtime.dtype == "bf16", device=runtime.device,
+        evals_without_gain = state.get("evals_without_gain", 0)
+        if start >= max_steps:
+            log(f"{ckpt} is at step {start:,} of {max_steps:,}: training is finished")
+            return TrainResult(run_dir, start, max_steps, best_val, math.nan, best_bpc, 0.0, False)
+    runtime.threads = use_threads(runtime.device, rows=t.batch_size * T,
+                                  n_params=model.num_params())
+    fwd = compile_model(model, runtime.compile) if runtime.compile else model
+    train_step = TrainStep(fwd, model.parameters(), optimizer, device=runtime.device,
+                           bf16=runtime.dtype == "bf16", grad_clip=t.grad_clip,
                            cuda_graph=runtime.cuda_graph)
 
     tokens_per_step = t.batch_size * t.grad_accum * T
@@ -166,19 +204,24 @@ def train(
     if runtime.peak is not None:
         log(f"MFU peak: {runtime.peak.label}")
 
-    metrics = _Metrics(run_dir / "metrics.jsonl")
-    metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
-                  device=runtime.describe(), n_params=model.num_params(), time=time.time())
+    # eval batches drawn once and kept on the device; on CUDA the eval forward is a graph too
+    estimator = LossEstimator(fwd, corpus, batch_size=t.batch_size, block_size=T,
+                              batches=t.eval_batches, seed=t.seed, runtime=runtime,
+                              cuda_graph=runtime.cuda_graph)
 
     def evaluate(step: int) -> float:
-        nonlocal best_val, best_bpc
-        losses = estimate_loss(fwd, corpus, batch_size=t.batch_size, block_size=T,
-                               batches=t.eval_batches, seed=t.seed, runtime=runtime)
+        """Losses, metrics and checkpoints at `step`; EvalInterrupted on a Ctrl-C."""
+        nonlocal best_val, best_bpc, evals_without_gain
+        bar.refresh()
+        losses = estimator(progress=progress, desc=f"eval at step {step}",
+                           should_stop=lambda: stop.requested)
+        bar.unpause()  # the evaluation's time is not the steps': keep it out of rate and ETA
         val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
         metrics.write(event="eval", step=step, train_loss=losses["train"], val_loss=val,
                       val_bpc=bpc, lr=get_lr(step, t, max_steps), time=time.time())
         meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
         improved = val < best_val
+        evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
             save_checkpoint(run_dir / "best", model=model, tokenizer=corpus.tokenizer, meta=meta)
@@ -188,31 +231,59 @@ def train(
         return val
 
     def save_last(step: int, meta: dict[str, Any]) -> None:
+        saved = checkpoint_step(run_dir / "last")
+        if saved is not None and saved > step:  # e.g. two runs writing into one folder
+            raise CheckpointError(
+                f"{run_dir / 'last'} is at step {saved:,}, further than this run's {step:,}: "
+                "not replacing it; continue it with --resume, or train into another --out")
         state = {"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                  "cuda_rng": torch.cuda.get_rng_state(runtime.device) if runtime.device_type == "cuda" else None,
-                 "best_val_loss": best_val, "best_val_bpc": best_bpc,
+                 "best_val_loss": float(best_val), "best_val_bpc": float(best_bpc),
+                 "evals_without_gain": evals_without_gain,
                  "elapsed_s": elapsed0 + time.perf_counter() - t0}
         save_checkpoint(run_dir / "last", model=model, tokenizer=corpus.tokenizer, meta=meta,
                         train_state=state)
 
     t0 = time.perf_counter()
-    last_val, step = math.nan, start
+    last_val, step, early_stopped = math.nan, start, False
     bar = tqdm(total=max_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=not progress, smoothing=0.1)
     interval_t, interval_steps = time.perf_counter(), 0
-    with _StopOnInterrupt() as stop:
+    # run_folder: created now, removed again if the run fails before its first checkpoint
+    with run_folder(run_dir), _StopOnInterrupt() as stop:
+        if overwrite:
+            clear_run(run_dir)
+        metrics = _Metrics(run_dir / "metrics.jsonl")
+        metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
+                      device=runtime.describe(), n_params=model.num_params(), time=time.time(),
+                      process_start=process_start_time())
         try:
             for step in range(start, max_steps):
                 if step % t.eval_interval == 0 and not (resume is not None and step == start):
-                    last_val = evaluate(step)
+                    t_eval = time.perf_counter()
+                    try:
+                        last_val = evaluate(step)
+                    except EvalInterrupted:
+                        break  # `step` steps are done: saved below
+                    startup.setdefault("first_eval_s", time.perf_counter() - t_eval)
+                    if t.early_stop_evals and evals_without_gain >= t.early_stop_evals:
+                        early_stopped = True  # this step was just evaluated and saved
+                        break
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
                 model.train()
                 batches = [runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
                                                         batch_rng(t.seed, step, micro)))
                            for micro in range(t.grad_accum)]
+                if step == start:
+                    t_first = time.perf_counter()
                 loss = train_step.step(batches, lr)
                 interval_steps += 1
+                if step == start + FIRST_STEPS - 1:  # compiled, warmed up and captured by now
+                    loss.item()
+                    startup["first_steps_s"] = time.perf_counter() - t_first
+                    bar.write(startup_line(startup))
+                    metrics.write(event="startup", step=step + 1, **startup, time=time.time())
                 if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:
                     loss_value = loss.item()  # synchronizes the device
                     now = time.perf_counter()
@@ -233,18 +304,28 @@ def train(
                     break
             else:
                 step = max_steps
-            if stop.requested and step < max_steps:
+            if early_stopped:
+                bar.write(f"early stop at step {step}: {evals_without_gain} evaluations without "
+                          f"a better val loss (train.early_stop_evals); best/ holds step "
+                          f"{checkpoint_step(run_dir / 'best')}")
+            elif stop.requested and step == start:
+                raise KeyboardInterrupt  # stopped before its first step: nothing new to save
+            elif stop.requested and step < max_steps:
                 bar.write(f"stopped: saving {run_dir / 'last'} at step {step} (continue with --resume {run_dir})")
                 save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
             else:
-                last_val = evaluate(step)
+                try:
+                    last_val = evaluate(step)
+                except EvalInterrupted:  # the schedule is done: keep its weights, unevaluated
+                    save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
         finally:
             bar.close()
             metrics.write(event="end", step=step, best_val_loss=best_val, time=time.time(),
-                          interrupted=stop.requested)
+                          interrupted=stop.requested, early_stopped=early_stopped)
             metrics.close()
     wall = time.perf_counter() - t0
-    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested)
+    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested,
+                       early_stopped)
 
 
 def checkpoint_meta(

@@ -1,45 +1,56 @@
 """gptstack.bench: timing harness, benchmark suites and report writer.
 
-    from gptstack.bench import ModelShape, run_train, build_report
-    run_train([ModelShape("esp32", 512, 64, 6, 8, 256, batch_size=64)], device="cuda",
-              out="benchmarks/results/train-h200-....json")
+    from gptstack.bench import ModelShape, SuiteOptions, run_train, build_report
+    run_train([ModelShape("esp32", 512, 64, 6, 8, 256, batch_size=64)],
+              options=SuiteOptions(device="cuda", out="benchmarks/results/train-h200-....json"))
     build_report("benchmarks/results", "benchmarks/README.md", "benchmarks/plots")
 
 The harness (warm-up, CUDA events or graphs, alternated rounds, medians, paired ratios) is
 `compare`; every suite writes one JSON per run (results.py); the report is generated from those
-files only. Method and how to add an op: README.md. Rules: MEASURING.md.
+files only. Method and how to add an op: README.md. Rules: docs/MEASURING.md.
+
+Names load on first use (PEP 562): `import gptstack.bench` and `gptstack.bench.peaks` (the GPU
+peak table training uses for MFU) stay cheap, and a suite's imports (torch.compile helpers,
+matplotlib, the engine) are paid only by the suite that runs.
 """
 
-from .errors import BenchError
-from .floors import measure_floors
-from .harness import Comparison, Measurement, Progress, Settings, Variant, compare
-from .opregistry import Op, OpSize, add_candidate, get_op, register_op, registered_ops
-from .peaks import Peak, peak_flops
-from .report import build_report, summarize_files, text_summary
-from .results import SCHEMA, SUITES, Column, Result, load_result, result_path, validate_result
-from .shapes import ModelShape
-from .stats import median, paired_ratios, speedups, summarize
-from .suites.attention import run_attention
-from .suites.common import resolve_device
-from .suites.engine import run_engine
-from .suites.generate import run_generate
-from .suites.ops import run_ops
-from .suites.tokenizer import run_tokenizer
-from .suites.train import RUNG_KEYS, RUNGS, run_train
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "SCHEMA", "SUITES", "RUNGS", "RUNG_KEYS",
-    # harness and statistics
-    "BenchError", "Comparison", "Measurement", "Progress", "Settings", "Variant", "compare",
-    "median", "paired_ratios", "speedups", "summarize", "measure_floors",
-    # peaks and shapes
-    "Peak", "peak_flops", "ModelShape",
-    # op registry
-    "Op", "OpSize", "add_candidate", "get_op", "register_op", "registered_ops",
-    # results and report
-    "Column", "Result", "load_result", "result_path", "validate_result", "build_report",
-    "summarize_files", "text_summary",
-    # suites
-    "run_attention", "run_engine", "run_generate", "run_ops", "run_tokenizer", "run_train",
-    "resolve_device",
-]
+# public name -> module (relative to this package) that defines it
+_EXPORTS = {
+    "BenchError": ".errors",
+    "measure_floors": ".floors",
+    "Comparison": ".harness", "Measurement": ".harness", "Progress": ".harness",
+    "Settings": ".harness", "Variant": ".harness", "compare": ".harness",
+    "Op": ".opregistry", "OpSize": ".opregistry", "add_candidate": ".opregistry",
+    "get_op": ".opregistry", "register_op": ".opregistry", "registered_ops": ".opregistry",
+    "Peak": ".peaks", "peak_flops": ".peaks",
+    "build_report": ".report", "summarize_files": ".report", "text_summary": ".report",
+    "SCHEMA": ".results", "SUITES": ".results", "Column": ".results", "Result": ".results",
+    "load_result": ".results", "result_path": ".results", "validate_result": ".results",
+    "ModelShape": ".shapes",
+    "median": ".stats", "paired_ratios": ".stats", "speedups": ".stats", "summarize": ".stats",
+    "SuiteOptions": ".suites.common", "resolve_device": ".suites.common",
+    "run_attention": ".suites.attention",
+    "run_engine": ".suites.engine",
+    "run_generate": ".suites.generate",
+    "run_ops": ".suites.ops",
+    "run_tokenizer": ".suites.tokenizer",
+    "RUNGS": ".suites.train", "RUNG_KEYS": ".suites.train", "run_train": ".suites.train",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gptstack.bench' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 import torch
+from tqdm import tqdm
 
 from .errors import BenchError
 from .stats import median, speedups, summarize
@@ -96,46 +97,33 @@ class Comparison:
 
 
 class Progress:
-    """One progress line on stderr: which suite, which row, which variant, which repeat.
+    """One tqdm status line on stderr: which suite, which row, which variant, which repeat.
 
-    On a terminal the line is redrawn in place; otherwise (logs, the GPU script) a line is
-    printed when a row starts and at most every `interval_s` seconds while it runs.
+    tqdm redraws it in place on a terminal and throttles it to every `interval_s` seconds
+    elsewhere (logs, the GPU script); notes are printed above it and kept.
     """
 
     def __init__(self, suite: str, *, enabled: bool = True, stream: TextIO | None = None,
                  interval_s: float = 10.0) -> None:
-        self.suite, self.enabled, self.interval_s = suite, enabled, interval_s
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.enabled and getattr(self.stream, "isatty", lambda: False)()
-        self.row_label, self._last = "", 0.0
+        self.suite, self.row_label = suite, ""
+        self.bar = tqdm(total=None, bar_format="{desc}{postfix}", file=stream or sys.stderr,
+                        disable=not enabled, mininterval=interval_s, dynamic_ncols=True,
+                        leave=False)
 
     def row(self, label: str) -> None:
         self.row_label = label
-        self._emit(f"[{self.suite}] {label}", force=True)
+        self.bar.set_description_str(f"[{self.suite}] {label}", refresh=True)
+        self.bar.set_postfix_str("", refresh=False)
 
     def step(self, variant: str, stage: str) -> None:
-        self._emit(f"[{self.suite}] {self.row_label} · {variant} · {stage}")
+        self.bar.set_postfix_str(f" · {variant} · {stage}")
 
     def note(self, text: str) -> None:
-        self._emit(f"[{self.suite}] {text}", force=True, keep=True)
+        if not self.bar.disable:
+            self.bar.write(f"[{self.suite}] {text}", file=self.bar.fp)
 
     def done(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-    def _emit(self, text: str, *, force: bool = False, keep: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if self.tty:
-            self.stream.write("\r\033[K" + text[:160] + ("\n" if keep else ""))
-        elif force or now - self._last >= self.interval_s:
-            self.stream.write(text + "\n")
-        else:
-            return
-        self._last = now
-        self.stream.flush()
+        self.bar.close()
 
 
 def error_text(e: BaseException) -> str:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gptstack.tokenizer import write_atomic
+
 from .errors import BenchError
 from .formatting import MISSING, format_value, num
 from .plots import render_plot
@@ -238,9 +240,7 @@ def build_report(results_dir: str | os.PathLike, readme: str | os.PathLike,
         if ours and png.resolve() not in keep:
             png.unlink()
     readme.parent.mkdir(parents=True, exist_ok=True)
-    tmp = readme.with_name(f".{readme.name}.tmp")
-    tmp.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-    os.replace(tmp, readme)
+    write_atomic(readme, "\n".join(lines).rstrip() + "\n")
     return report
 
 

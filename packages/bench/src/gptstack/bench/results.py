@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gptstack.tokenizer import write_atomic
 
 from .environment import device_slug
 from .errors import BenchError
@@ -123,9 +124,7 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     """Write JSON to a temporary name in the same folder, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, allow_nan=True) + "\n")
 
 
 class Result:

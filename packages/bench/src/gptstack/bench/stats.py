@@ -13,6 +13,7 @@ would move it).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from .errors import BenchError
@@ -22,9 +23,7 @@ def median(xs: Sequence[float]) -> float:
     """The median (the mean of the two middle values for an even count)."""
     if len(xs) == 0:
         raise BenchError("median of no samples: a measurement needs at least one repeat")
-    s = sorted(xs)
-    mid = len(s) // 2
-    return float(s[mid]) if len(s) % 2 else (s[mid - 1] + s[mid]) / 2.0
+    return float(statistics.median(xs))
 
 
 def summarize(xs: Sequence[float]) -> dict[str, float | int]:

@@ -5,53 +5,49 @@
     logits, loss = model(idx, targets)              # idx, targets: (B, T) int64
     out = generate(model, idx, 20, mode="kv", temperature=0)
 
-This file is the whole public API; see README.md.
+This file is the whole public API; see README.md. Names load on first use (PEP 562), so
+`GPTConfig` and the errors import without torch: the CLI's `--help` and its error handling stay
+fast, and torch loads when a model is built.
 """
 
-from .attention import (
-    AttentionBackend,
-    attention_backends,
-    causal_mask,
-    get_attention_backend,
-    manual_attention,
-    register_attention_backend,
-    sdpa_attention,
-)
-from .bigram import Bigram
-from .config import GPTConfig
-from .errors import ModelConfigError, ModelError
-from .generate import KVCacheDecoder, StaticCacheDecoder, generate, stream
-from .gpt import GPT
-from .io import load_safetensors, save_safetensors, unwrap
-from .kv_cache import KVCache, StaticKVCache
-from .optimizer import configure_adamw, split_decay_params
-from .sampling import logits_to_probs, make_generator, sample
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "GPT",
-    "AttentionBackend",
-    "Bigram",
-    "GPTConfig",
-    "KVCache",
-    "KVCacheDecoder",
-    "ModelConfigError",
-    "ModelError",
-    "StaticCacheDecoder",
-    "StaticKVCache",
-    "attention_backends",
-    "causal_mask",
-    "configure_adamw",
-    "generate",
-    "get_attention_backend",
-    "load_safetensors",
-    "logits_to_probs",
-    "make_generator",
-    "manual_attention",
-    "register_attention_backend",
-    "sample",
-    "save_safetensors",
-    "sdpa_attention",
-    "split_decay_params",
-    "stream",
-    "unwrap",
-]
+# public name -> module (relative to this package) that defines it
+_EXPORTS = {
+    "AttentionBackend": ".attention", "attention_backends": ".attention",
+    "causal_mask": ".attention", "get_attention_backend": ".attention",
+    "manual_attention": ".attention", "register_attention_backend": ".attention",
+    "sdpa_attention": ".attention",
+    "Bigram": ".bigram",
+    "COMPILE_MODES": ".compiling", "compile_model": ".compiling",
+    "GPTConfig": ".config",
+    "DEVICE_CHOICES": ".device", "autocast": ".device", "resolve_device": ".device",
+    "ModelConfigError": ".errors", "ModelError": ".errors",
+    "KVCacheDecoder": ".decoding", "StaticCacheDecoder": ".decoding", "generate": ".decoding",
+    "stream": ".decoding",
+    "GPT": ".gpt",
+    "GraphDecoder": ".graph_decoding", "WINDOWS": ".graph_decoding",
+    "window_length": ".graph_decoding",
+    "capture": ".graphs", "run_on_side_stream": ".graphs",
+    "load_safetensors": ".io", "save_safetensors": ".io", "unwrap": ".io",
+    "KVCache": ".kv_cache", "StaticKVCache": ".kv_cache",
+    "configure_adamw": ".optimizer", "split_decay_params": ".optimizer",
+    "logits_to_probs": ".sampling", "make_generator": ".sampling", "sample": ".sampling",
+    "TrainStep": ".train_step",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gptstack.model' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

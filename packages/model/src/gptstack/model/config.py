@@ -12,7 +12,6 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from .attention import attention_backends
 from .errors import ModelConfigError
 
 # Who computes LayerNorm (+ the residual add before ln_2), GELU and the LM head's loss:
@@ -71,6 +70,8 @@ class GPTConfig:
             raise ModelConfigError(
                 f"GPTConfig.bias is {self.bias!r}: it must be true or false"
             )
+        from .attention import attention_backends  # torch: only when a config is checked
+
         known = attention_backends()
         if self.attention not in known:
             raise ModelConfigError(

@@ -196,7 +196,7 @@ class GPT(nn.Module):
         idx: (B, T) int64 token ids, T <= block_size. targets: (B, T) int64, -1 = ignore.
         Returns logits (B, T, V), or (B, 1, V) with last_only, and a scalar loss or None.
         With ops="gptstack" and targets, logits is None: the fused loss never forms them.
-        kv_cache / pos (used by generate.py): idx holds positions [pos, pos + T); keys and values
+        kv_cache / pos (used by decoding.py): idx holds positions [pos, pos + T); keys and values
         are written into / read from the cache. Raises ModelError on a bad shape or T.
         """
         if idx.dim() != 2:
@@ -214,6 +214,16 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(positions))  # (B, T, C) + (T, C) -> (B, T, C)
         for block in self.h:
             x = block(x, kv_cache, pos)
+        return self.head(x, targets, last_only=last_only)
+
+    def head(
+        self, x: Tensor, targets: Tensor | None = None, *, last_only: bool = False
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """ln_f, the tied LM head and the loss: x (B, T, C) -> logits (B, T or 1, V), loss.
+
+        A method of its own so that regional compilation (compiling.py) can compile it apart
+        from the blocks: it is where gpt2-124m spends its memory ((B*T) x V logits).
+        """
         if self.native is None:
             x = self.ln_f(x)
         else:
@@ -266,8 +276,10 @@ class GPT(nn.Module):
         device_type: str,
         *,
         capturable: bool = False,
+        fused: bool | None = None,
     ) -> torch.optim.AdamW:
         """AdamW: decay on Linear weights only (not biases, LayerNorms, wte/lm_head, wpe);
-        fused when device_type == "cuda"; capturable for CUDA graphs. See optimizer.py."""
+        fused when device_type == "cuda" (or as `fused` says); capturable for CUDA graphs.
+        See optimizer.py."""
         return configure_adamw(self, weight_decay, learning_rate, betas, device_type,
-                               capturable=capturable)
+                               capturable=capturable, fused=fused)

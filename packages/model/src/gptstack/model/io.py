@@ -8,11 +8,11 @@ renamed into place, so a crash never leaves a half-written file.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
+from gptstack.tokenizer import atomic_path
 from safetensors.torch import save_file
 from torch import nn
 
@@ -45,15 +45,8 @@ def save_safetensors(model: nn.Module, path: str | os.PathLike) -> Path:
         name: t.detach().to(device="cpu", dtype=torch.float32).contiguous()
         for name, t in _file_names(module).items()
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata={"format": "pt"})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
     return path
 
 

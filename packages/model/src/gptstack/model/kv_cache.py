@@ -14,7 +14,7 @@ shapes and can be captured in a CUDA graph (pattern from gpt-fast's KVCache, STY
 
 Our GPT has learned absolute positions, so a cache is only valid while the context fits in
 block_size: once the window slides, every token's position changes and every cached row is stale.
-The decoders in generate.py then re-prefill the last block_size tokens each step.
+The decoders in decoding.py then re-prefill the last block_size tokens each step.
 """
 
 from __future__ import annotations

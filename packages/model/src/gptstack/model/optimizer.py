@@ -38,8 +38,10 @@ def configure_adamw(
     device_type: str,
     *,
     capturable: bool = False,
+    fused: bool | None = None,
 ) -> torch.optim.AdamW:
-    """AdamW with two groups (decay / no decay); the fused kernel when device_type is "cuda".
+    """AdamW with two groups (decay / no decay); the fused kernel when device_type is "cuda"
+    (fused=None), or as `fused` says (the training ladder measures both).
 
     capturable=True (CUDA only) keeps the step count and the learning rate in device tensors, so
     the optimizer step can be captured in a CUDA graph and the schedule still changes the rate:
@@ -63,6 +65,6 @@ def configure_adamw(
             g["lr"] = torch.tensor(learning_rate, dtype=torch.float32, device=device)
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=True, capturable=True)
     # fused=True runs one multi-tensor kernel per step instead of several per parameter.
-    return torch.optim.AdamW(
-        groups, lr=learning_rate, betas=betas, fused=(device_type == "cuda")
-    )
+    if fused is None:
+        fused = device_type == "cuda"
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)

@@ -14,7 +14,7 @@ operation, including exp and tanh (`fmath`) and the order of every sum.
 
 from . import fmath
 from .artifact import Artifact, artifact_bytes, read_artifact, write_artifact
-from .budget import BUDGETS, Budget, MemoryPlan, check_fits, memory_plan
+from .budget import BUDGETS, Budget, MemoryPlan, check_fits, feed_read_bytes, memory_plan
 from .corrupt import Corruption, corrupted_artifacts
 from .encode import PromptEncoder, StreamDecoder, decode, encode, split_chunks
 from .errors import (
@@ -33,7 +33,13 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .evaluate import evaluate_loss
-from .format import arena_buffers, arena_bytes, constants, required_tensors
+from .format import (
+    arena_buffers,
+    arena_bytes,
+    constants,
+    required_tensors,
+    slide_tile_positions,
+)
 from .heads import attend
 from .layout import Header, Layout, ModelSpec, TensorEntry, plan_layout
 from .quantize import dequantize_rows, quantize_checkpoint, quantize_rows, quantize_tensors
@@ -57,26 +63,71 @@ from .synthetic import synthetic_artifact, synthetic_tables, synthetic_weights
 from .tables import TokenizerTables
 
 __all__ = [
-    # artifact
-    "Artifact", "Header", "Layout", "ModelSpec", "TensorEntry", "TokenizerTables",
-    "artifact_bytes", "plan_layout", "read_artifact", "write_artifact",
-    "arena_buffers", "arena_bytes", "constants", "required_tensors",
-    # quantization
-    "quantize_rows", "dequantize_rows", "quantize_tensors", "quantize_checkpoint",
-    # reference inference
-    "quantize_vector", "linear", "embed", "layernorm", "gelu", "attention", "attend", "block",
-    "logits", "KVCache", "Session", "forward_sequence", "weights_of",
-    "fmath",  # exp, tanh and the sequential sum of FORMAT.md section 7
-    "Pcg32", "PCG_STREAM", "sample", "generate", "evaluate_loss",
-    # tokenizer tables at run time
-    "PromptEncoder", "StreamDecoder", "encode", "decode", "split_chunks",
-    # memory
-    "BUDGETS", "Budget", "MemoryPlan", "memory_plan", "check_fits",
-    # synthetic test material
-    "synthetic_tables", "synthetic_weights", "synthetic_artifact", "Corruption",
+    "BUDGETS",
+    "PCG_STREAM",
+    "Artifact",
+    "ArtifactError",
+    "BadConfigError",
+    "BadCrcError",
+    "BadHeaderError",
+    "BadMagicError",
+    "BadOffsetError",
+    "BadTensorError",
+    "BadTokenizerError",
+    "Budget",
+    "Corruption",
+    "Header",
+    "KVCache",
+    "Layout",
+    "MemoryPlan",
+    "ModelSpec",
+    "Pcg32",
+    "PromptEncoder",
+    "QuantError",
+    "Session",
+    "StreamDecoder",
+    "TensorEntry",
+    "TokenizerTables",
+    "TruncatedArtifactError",
+    "UnknownCharacterError",
+    "UnsupportedPatternError",
+    "UnsupportedVersionError",
+    "arena_buffers",
+    "arena_bytes",
+    "artifact_bytes",
+    "attend",
+    "attention",
+    "block",
+    "check_fits",
+    "constants",
     "corrupted_artifacts",
-    # errors
-    "ArtifactError", "TruncatedArtifactError", "BadMagicError", "UnsupportedVersionError",
-    "BadHeaderError", "BadCrcError", "BadConfigError", "BadOffsetError", "BadTokenizerError",
-    "BadTensorError", "QuantError", "UnknownCharacterError", "UnsupportedPatternError",
+    "decode",
+    "dequantize_rows",
+    "embed",
+    "encode",
+    "evaluate_loss",
+    "feed_read_bytes",
+    "fmath",  # exp, tanh and the sequential sum of FORMAT.md section 7
+    "forward_sequence",
+    "gelu",
+    "generate",
+    "layernorm",
+    "linear",
+    "logits",
+    "memory_plan",
+    "plan_layout",
+    "quantize_checkpoint",
+    "quantize_rows",
+    "quantize_tensors",
+    "quantize_vector",
+    "read_artifact",
+    "required_tensors",
+    "sample",
+    "slide_tile_positions",
+    "split_chunks",
+    "synthetic_artifact",
+    "synthetic_tables",
+    "synthetic_weights",
+    "weights_of",
+    "write_artifact",
 ]

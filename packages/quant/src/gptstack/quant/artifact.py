@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import os
 import struct
-import tempfile
 import zlib
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+from gptstack.tokenizer import write_atomic
 
 from .errors import (
     ArtifactError,
@@ -151,20 +151,9 @@ def artifact_bytes(spec: ModelSpec, tables: TokenizerTables,
 
 def write_artifact(path: str | os.PathLike, spec: ModelSpec, tables: TokenizerTables,
                    tensors: Mapping[str, TensorData]) -> Path:
-    """Write the artifact atomically (a temporary file in the same folder, then os.replace)."""
-    path = Path(path)
+    """Write the artifact atomically (gptstack.tokenizer.write_atomic)."""
     data = artifact_bytes(spec, tables, tensors)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, data)
 
 
 class Artifact:

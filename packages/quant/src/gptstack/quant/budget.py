@@ -1,10 +1,13 @@
-"""Memory plan of an artifact on a target: flash for the file, RAM for the engine's arena.
+"""Memory plan of an artifact on a target: flash for the file, RAM for the engine's arena, and
+the flash the engine reads per token.
 
     plan = memory_plan(artifact, "esp32s3"); check_fits(plan)   # QuantError says what to shrink
     plan = memory_plan(spec, "esp32s3", tables=tables)          # before training, from a config
+    feed_read_bytes(spec, pos)      # artifact bytes one gs_forward reads (= gs_state.weight_bytes)
 
-The RAM side is FORMAT.md section 11's arena (the engine allocates nothing else per model); the
-flash side is the whole `.gsm` file, read in place from its partition.
+The RAM side is FORMAT.md section 11's arena (the engine allocates nothing else per model; a
+window slide's re-encode tiles live inside it, in the K/V rows the slide discards); the flash
+side is the whole `.gsm` file, read in place from its partition.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .artifact import Artifact
-from .layout import ModelSpec, plan_layout
 from .errors import QuantError
-from .format import DTYPE_I8, arena_buffers
+from .format import DTYPE_I8, arena_buffers, slide_tile_positions
+from .layout import ModelSpec, plan_layout
 from .tables import TokenizerTables
 
 
@@ -23,7 +26,7 @@ class Budget:
     """What a target offers one model: arena RAM in one block, flash for the artifact."""
 
     name: str
-    ram_bytes: int | None    # None: no limit
+    ram_bytes: int | None  # None: no limit
     flash_bytes: int | None
     ram_source: str
     flash_source: str
@@ -67,6 +70,9 @@ class MemoryPlan:
     alignment, CRC); file_bytes is the sum. RAM: arena (bytes per FORMAT.md section 11 buffer,
     in arena order), grouped as kv_cache, activations, logits, scratch; arena_bytes is the sum.
     Margins are budget − need (negative: does not fit), None without a budget.
+    Slide re-encode (section 11): tiles of slide_tile_positions positions whose slide_tile_bytes
+    lie in the K/V rows a slide discards (no RAM beyond the arena). Flash read: token_read_bytes
+    per fed token, slide_read_bytes more for each window slide (feed_read_bytes).
     """
 
     target: str
@@ -81,6 +87,10 @@ class MemoryPlan:
     arena_bytes: int
     ram_budget: int | None
     flash_budget: int | None
+    slide_tile_positions: int
+    slide_tile_bytes: int
+    token_read_bytes: int
+    slide_read_bytes: int
 
     def _group(self, names: tuple[str, ...]) -> int:
         return sum(self.arena[n] for n in names)
@@ -121,20 +131,41 @@ class MemoryPlan:
                 return f"{need:>10,} bytes"
             return f"{need:>10,} of {have:,} bytes ({have - need:+,} margin)"
 
+        if self.slide_tile_positions:
+            slide = (
+                f"    window slide: tiles of {self.slide_tile_positions} positions "
+                f"({self.slide_tile_bytes:,} bytes inside the KV cache rows the slide "
+                "discards)"
+            )
+        else:
+            slide = "    window slide: one position at a time (no tile fits the discarded KV rows)"
+        flash = (
+            f"    int8 weights {self.weights_bytes:,}, row scales {self.scales_bytes:,}, "
+            f"f32 params {self.float_bytes:,}, tokenizer {self.tokenizer_bytes:,}, "
+            f"header/table/padding {self.overhead_bytes:,}"
+        )
+        arena = (
+            f"    KV cache {self.kv_cache_bytes:,}, activations {self.activation_bytes:,}, "
+            f"logits {self.logits_bytes:,}, scratch {self.scratch_bytes:,}"
+        )
+        reads = (
+            f"  flash read {self.token_read_bytes:,} bytes per token, "
+            f"+{self.slide_read_bytes:,} per window slide"
+        )
         return [
             f"memory plan for {self.target}",
             f"  flash  {budget(self.file_bytes, self.flash_budget)}",
-            f"    int8 weights {self.weights_bytes:,}, row scales {self.scales_bytes:,}, "
-            f"f32 params {self.float_bytes:,}, tokenizer {self.tokenizer_bytes:,}, "
-            f"header/table/padding {self.overhead_bytes:,}",
+            flash,
             f"  arena  {budget(self.arena_bytes, self.ram_budget)}",
-            f"    KV cache {self.kv_cache_bytes:,}, activations {self.activation_bytes:,}, "
-            f"logits {self.logits_bytes:,}, scratch {self.scratch_bytes:,}",
+            arena,
+            slide,
+            reads,
         ]
 
 
-def memory_plan(source: Artifact | ModelSpec, target: str = "esp32s3", *,
-                tables: TokenizerTables | None = None) -> MemoryPlan:
+def memory_plan(
+    source: Artifact | ModelSpec, target: str = "esp32s3", *, tables: TokenizerTables | None = None
+) -> MemoryPlan:
     """The memory plan of an artifact, or of a config plus its tokenizer tables, on a target.
 
     Raises QuantError for an unknown target or a ModelSpec without tables.
@@ -155,13 +186,62 @@ def memory_plan(source: Artifact | ModelSpec, target: str = "esp32s3", *,
     floats = sum(e.nbytes for e in entries if e.dtype != DTYPE_I8)
     arena = dict(arena_buffers(spec))
     budget = BUDGETS[target]
+    P = slide_tile_positions(spec)
     return MemoryPlan(
-        target=target, spec=spec, weights_bytes=weights, scales_bytes=scales, float_bytes=floats,
+        target=target,
+        spec=spec,
+        weights_bytes=weights,
+        scales_bytes=scales,
+        float_bytes=floats,
         tokenizer_bytes=tokenizer_bytes,
         overhead_bytes=file_bytes - weights - scales - floats - tokenizer_bytes,
-        file_bytes=file_bytes, arena=arena, arena_bytes=sum(arena.values()),
-        ram_budget=budget.ram_bytes, flash_budget=budget.flash_bytes,
+        file_bytes=file_bytes,
+        arena=arena,
+        arena_bytes=sum(arena.values()),
+        ram_budget=budget.ram_bytes,
+        flash_budget=budget.flash_bytes,
+        slide_tile_positions=P,
+        slide_tile_bytes=P * (24 * spec.n_embd + 4),
+        token_read_bytes=feed_read_bytes(spec, 0),
+        slide_read_bytes=feed_read_bytes(spec, spec.block_size) - feed_read_bytes(spec, 0),
     )
+
+
+def tile_read_bytes(spec: ModelSpec, n: int, *, logits: bool) -> int:
+    """Artifact bytes the C engine reads running n positions as one tile (gs_forward.c): every
+    weight matrix with its row scales (and bias) once per tile, the LayerNorm parameters and the
+    embedding rows (wte and wpe, each C int8 + one f32 scale) once per position, and for logits
+    ln_f and the tied head (all of wte)."""
+    C, bias = spec.n_embd, spec.bias
+    vectors = 2 if bias else 1  # f32 vectors per LayerNorm and per matrix's scales + bias
+
+    def matrix(rows: int, cols: int) -> int:
+        return rows * cols + 4 * rows * vectors
+
+    layer = (
+        matrix(3 * C, C)
+        + matrix(C, C)
+        + matrix(4 * C, C)
+        + matrix(C, 4 * C)
+        + n * 2 * 4 * C * vectors
+    )
+    total = n * 2 * (C + 4) + spec.n_layer * layer
+    if logits:
+        total += n * 4 * C * vectors + spec.vocab_size * C + 4 * spec.vocab_size
+    return total
+
+
+def feed_read_bytes(spec: ModelSpec, pos: int) -> int:
+    """Artifact bytes one gs_forward reads at state position pos (0 .. T): the token's own pass
+    with logits, after the window slide's re-encode when pos == T (FORMAT.md sections 8, 11)."""
+    total = tile_read_bytes(spec, 1, logits=True)
+    if pos == spec.block_size:
+        half, done, P = spec.block_size // 2, 0, max(1, slide_tile_positions(spec))
+        while done < half:
+            n = min(P, half - done)
+            total += tile_read_bytes(spec, n, logits=False)
+            done += n
+    return total
 
 
 def check_fits(plan: MemoryPlan) -> MemoryPlan:
@@ -177,13 +257,15 @@ def check_fits(plan: MemoryPlan) -> MemoryPlan:
             f"2·{s.n_layer}·{s.block_size}·{s.n_embd}), "
             f"shrink block_size or n_layer; logits and candidates are "
             f"{plan.arena['logits'] + plan.arena['candidates']:,} bytes (8·vocab_size), shrink "
-            f"the vocabulary")
+            f"the vocabulary"
+        )
     if plan.flash_margin is not None and plan.flash_margin < 0:
         problems.append(
             f"the artifact is {plan.file_bytes:,} bytes, {-plan.flash_margin:,} more than the "
             f"{plan.flash_budget:,}-byte model partition: its int8 weights are "
             f"{plan.weights_bytes:,} bytes (about 12·n_layer·n_embd² + (vocab_size+block_size)·"
-            f"n_embd), shrink n_embd or n_layer")
+            f"n_embd), shrink n_embd or n_layer"
+        )
     if problems:
         raise QuantError(f"the model does not fit {plan.target}: " + "; ".join(problems))
     return plan

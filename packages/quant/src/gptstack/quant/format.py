@@ -1,5 +1,5 @@
 """The constants of the `.gsm` artifact (FORMAT.md section 1), its tensor list (section 4) and its
-arena formula (section 11), defined once for Python.
+arena formula and slide tile (section 11), defined once for Python.
 
 The C engine defines the same names in `firmware/esp32/lib/engine/gs_format.h`; a firmware test
 compares the two through `constants()`. Only the sixteen constants of FORMAT.md section 1 are
@@ -28,9 +28,22 @@ PATTERN_GPT4 = 2
 MAX_NDIM = 4
 
 _constant_names = (
-    "MAGIC", "VERSION", "HEADER_BYTES", "ALIGN", "TENSOR_ENTRY_BYTES", "NAME_BYTES",
-    "DTYPE_F32", "DTYPE_I8", "FLAG_BIAS", "NO_TOKEN", "TOK_KIND_CHAR", "TOK_KIND_BPE",
-    "PATTERN_NONE", "PATTERN_GPT2", "PATTERN_GPT4", "MAX_NDIM",
+    "MAGIC",
+    "VERSION",
+    "HEADER_BYTES",
+    "ALIGN",
+    "TENSOR_ENTRY_BYTES",
+    "NAME_BYTES",
+    "DTYPE_F32",
+    "DTYPE_I8",
+    "FLAG_BIAS",
+    "NO_TOKEN",
+    "TOK_KIND_CHAR",
+    "TOK_KIND_BPE",
+    "PATTERN_NONE",
+    "PATTERN_GPT2",
+    "PATTERN_GPT4",
+    "MAX_NDIM",
 )
 
 # bytes per element of each dtype code
@@ -118,3 +131,11 @@ def arena_buffers(config: ConfigLike) -> list[tuple[str, int]]:
 def arena_bytes(config: ConfigLike) -> int:
     """FORMAT.md section 11: bytes of the one arena the C engine needs for this config."""
     return sum(n for _, n in arena_buffers(config))
+
+
+def slide_tile_positions(config: ConfigLike) -> int:
+    """FORMAT.md section 11: positions a window slide re-encodes per tile, laid over the K/V
+    rows the slide discards: min(T/2, L·T/32) (16·C bytes each in (T/2)·L·C); 0 when not one
+    fits (the engine then re-encodes one position at a time in its token buffers)."""
+    T, L = config.block_size, config.n_layer
+    return min(T // 2, L * T // 32)

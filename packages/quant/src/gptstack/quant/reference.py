@@ -55,9 +55,12 @@ class QLinear:
     _qt64: np.ndarray | None = None
 
     @classmethod
-    def from_artifact(cls, art: Artifact, prefix: str, bias: bool) -> "QLinear":
-        return cls(art.tensor(f"{prefix}.weight").T.astype(F32), art.scales(f"{prefix}.weight"),
-                   art.tensor(f"{prefix}.bias") if bias else None)
+    def from_artifact(cls, art: Artifact, prefix: str, bias: bool) -> QLinear:
+        return cls(
+            art.tensor(f"{prefix}.weight").T.astype(F32),
+            art.scales(f"{prefix}.weight"),
+            art.tensor(f"{prefix}.bias") if bias else None,
+        )
 
     @property
     def qt64(self) -> np.ndarray:
@@ -83,8 +86,10 @@ class Weights:
         spec = self.spec = art.spec
 
         def norm(prefix: str) -> tuple[np.ndarray, np.ndarray | None]:
-            return (art.tensor(f"{prefix}.weight"),
-                    art.tensor(f"{prefix}.bias") if spec.bias else None)
+            return (
+                art.tensor(f"{prefix}.weight"),
+                art.tensor(f"{prefix}.bias") if spec.bias else None,
+            )
 
         self.wte, self.wte_scales = art.tensor("wte.weight"), art.scales("wte.weight")
         self.wpe, self.wpe_scales = art.tensor("wpe.weight"), art.scales("wpe.weight")
@@ -103,7 +108,7 @@ class Weights:
         self.head = QLinear(self.wte.T.astype(F32), self.wte_scales, None)  # tied LM head
 
 
-_WEIGHTS: "weakref.WeakKeyDictionary[Artifact, Weights]" = weakref.WeakKeyDictionary()
+_WEIGHTS: weakref.WeakKeyDictionary[Artifact, Weights] = weakref.WeakKeyDictionary()
 
 
 def weights_of(art: Artifact) -> Weights:
@@ -160,7 +165,7 @@ def linear(x: np.ndarray, w: QLinear, *, act: str = "int8") -> np.ndarray:
     """
     if act == "int8":
         q, s = _quantize_rows(x)
-        y = _int_dot(q, w)                     # a fresh array: scaled in place
+        y = _int_dot(q, w)  # a fresh array: scaled in place
         y *= s[..., None]
     else:
         y = _matmul_rows(np.asarray(x, F32), w.qt)
@@ -199,7 +204,7 @@ def _gelu_block(x: np.ndarray) -> np.ndarray:
     inner = _GELU_B * x
     inner *= x
     inner *= x
-    inner += x                                 # x + ((B·x)·x)·x
+    inner += x  # x + ((B·x)·x)·x
     inner *= _GELU_A
     t = fmath.tanh(inner)
     t += F32(1)
@@ -218,23 +223,33 @@ class KVCache:
     v_scale: np.ndarray
 
     @classmethod
-    def empty(cls, n_layer: int, batch: int, length: int, n_embd: int, act: str) -> "KVCache":
+    def empty(cls, n_layer: int, batch: int, length: int, n_embd: int, act: str) -> KVCache:
         dtype = np.int8 if act == "int8" else F32
-        return cls(np.zeros((n_layer, batch, length, n_embd), dtype),
-                   np.zeros((n_layer, batch, length, n_embd), dtype),
-                   np.zeros((n_layer, batch, length), F32), np.zeros((n_layer, batch, length), F32))
+        return cls(
+            np.zeros((n_layer, batch, length, n_embd), dtype),
+            np.zeros((n_layer, batch, length, n_embd), dtype),
+            np.zeros((n_layer, batch, length), F32),
+            np.zeros((n_layer, batch, length), F32),
+        )
 
 
-def attention(layer: LayerWeights, layer_index: int, xn: np.ndarray, cache: KVCache, start: int,
-              n_head: int, act: str) -> np.ndarray:
+def attention(
+    layer: LayerWeights,
+    layer_index: int,
+    xn: np.ndarray,
+    cache: KVCache,
+    start: int,
+    n_head: int,
+    act: str,
+) -> np.ndarray:
     """Attention of FORMAT.md section 7 for rows xn (B, Tq, C) at positions start .. start+Tq−1.
 
     Writes their K and V rows into the cache (quantized per row), then each query attends to the
     cached positions up to and including its own. Returns c_proj of the attention output (B, Tq, C).
     """
     B, Tq, C = xn.shape
-    qkv = linear(xn, layer.c_attn, act=act)                       # (B, Tq, 3C)
-    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
+    qkv = linear(xn, layer.c_attn, act=act)  # (B, Tq, 3C)
+    q, k, v = qkv[..., :C], qkv[..., C : 2 * C], qkv[..., 2 * C :]
     end = start + Tq
     if act == "int8":
         (kq, ks), (vq, vs) = quantize_vector(k), quantize_vector(v)
@@ -243,13 +258,21 @@ def attention(layer: LayerWeights, layer_index: int, xn: np.ndarray, cache: KVCa
     l = layer_index
     cache.k[l, :, start:end], cache.k_scale[l, :, start:end] = kq, ks
     cache.v[l, :, start:end], cache.v_scale[l, :, start:end] = vq, vs
-    out = attend(q, cache.k[l, :, :end], cache.k_scale[l, :, :end], cache.v[l, :, :end],
-                 cache.v_scale[l, :, :end], start, n_head)
+    out = attend(
+        q,
+        cache.k[l, :, :end],
+        cache.k_scale[l, :, :end],
+        cache.v[l, :, :end],
+        cache.v_scale[l, :, :end],
+        start,
+        n_head,
+    )
     return linear(out, layer.attn_proj, act=act)
 
 
-def block(weights: Weights, layer_index: int, x: np.ndarray, cache: KVCache, start: int,
-          act: str) -> np.ndarray:
+def block(
+    weights: Weights, layer_index: int, x: np.ndarray, cache: KVCache, start: int, act: str
+) -> np.ndarray:
     """One transformer block on rows x (B, Tq, C) at positions start .. start+Tq−1."""
     spec, layer = weights.spec, weights.layers[layer_index]
     xn = layernorm(x, *layer.ln_1, spec.layernorm_eps)
@@ -293,10 +316,10 @@ def forward_sequence(art: Artifact, tokens: np.ndarray, *, act: str = "int8") ->
         raise QuantError(f"sequence length {T} is outside 1 .. block_size {spec.block_size}")
     _check_tokens(ids, spec.vocab_size)
     cache = KVCache.empty(spec.n_layer, B, T, spec.n_embd, act)
-    x = embed(weights, ids, np.broadcast_to(np.arange(T), ids.shape))   # (B, T, C)
+    x = embed(weights, ids, np.broadcast_to(np.arange(T), ids.shape))  # (B, T, C)
     for l in range(spec.n_layer):
         x = block(weights, l, x, cache, 0, act)
-    out = logits(weights, x, act)                                         # (B, T, V)
+    out = logits(weights, x, act)  # (B, T, V)
     return out[0] if single else out
 
 
@@ -304,7 +327,9 @@ class Session:
     """Step-by-step decoding of one sequence (FORMAT.md section 8), as the C engine runs it.
 
     `feed(token)` runs the token at position `pos` and returns its logits (V,) float32. When the
-    window is full (pos == T) the last T/2 ids are re-fed at positions 0 .. T/2−1 first.
+    window is full (pos == T) the last T/2 ids are re-fed at positions 0 .. T/2−1 first, all in
+    one batched pass (each query row still gets exactly its per-token operations, so this equals
+    re-feeding them one at a time bit for bit: tests/test_reference.py checks it).
     """
 
     def __init__(self, art: Artifact, *, act: str = "int8") -> None:
@@ -320,13 +345,15 @@ class Session:
         """Forget the sequence (pos = 0, empty window); the cache rows are overwritten later."""
         self.pos, self.window = 0, []
 
-    def _run(self, token: int) -> np.ndarray:
-        """The token at position pos through every block, caching its K/V rows; x (1, 1, C)."""
-        x = embed(self.weights, np.array([[token]]), np.array([[self.pos]]))  # (1, 1, C)
+    def _run(self, tokens: list[int]) -> np.ndarray:
+        """The tokens at positions pos, pos+1, … through every block together (one pass over the
+        weights, as the C engine's tiles), caching their K/V rows; x (1, n, C)."""
+        n = len(tokens)
+        x = embed(self.weights, np.array([tokens]), np.arange(self.pos, self.pos + n)[None])
         for l in range(self.artifact.spec.n_layer):
             x = block(self.weights, l, x, self.cache, self.pos, self.act)
-        self.pos += 1
-        self.window.append(token)
+        self.pos += n
+        self.window.extend(tokens)
         return x
 
     def feed(self, token: int) -> np.ndarray:
@@ -335,8 +362,7 @@ class Session:
         spec = self.artifact.spec
         _check_tokens(np.array([token]), spec.vocab_size)
         if self.pos == spec.block_size:
-            keep = self.window[-(spec.block_size // 2):]
+            keep = self.window[-(spec.block_size // 2) :]
             self.reset()
-            for t in keep:  # re-fed ids rebuild their cache rows; their logits go unused
-                self._run(t)
-        return logits(self.weights, self._run(token), self.act)[0, 0]
+            self._run(keep)  # the kept ids re-encoded in one batch; their logits go unused
+        return logits(self.weights, self._run([token]), self.act)[0, 0]

@@ -10,6 +10,7 @@ Kinds: "char" (`CharTokenizer`), "bpe" (`train_bpe` / `BPETokenizer`), "gpt2" (`
 Encoding of bpe and gpt2 runs in tiktoken. The file format is described in `fileformat.py`.
 """
 
+from .atomic import atomic_path, sync_dir, write_atomic
 from .base import Tokenizer
 from .bpe import BPETokenizer
 from .char import CharTokenizer
@@ -33,9 +34,12 @@ __all__ = [
     "TokenizerError",
     "TokenizerFileError",
     "UnknownCharacterError",
+    "atomic_path",
     "default_data_dir",
     "gpt2_tokenizer",
     "load_tokenizer",
+    "sync_dir",
     "tokenizer_from_dict",
     "train_bpe",
+    "write_atomic",
 ]

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import TokenizerError
-from .fileformat import FORMAT_NAME, FORMAT_VERSION, canonical_bytes, write_atomic
+from .atomic import write_atomic
+from .fileformat import FORMAT_NAME, FORMAT_VERSION, canonical_bytes
 
 AllowedSpecial = Literal["all"] | Collection[str]
 

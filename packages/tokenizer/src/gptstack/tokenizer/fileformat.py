@@ -1,4 +1,4 @@
-"""The tokenizer file format (`tokenizer.json`): constants, canonical bytes and atomic writes.
+"""The tokenizer file format (`tokenizer.json`): constants and canonical bytes.
 
 One JSON object, UTF-8, keys in this order:
 
@@ -16,9 +16,6 @@ line), so the SHA-256 of a saved file is the tokenizer's `fingerprint()`.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 FORMAT_NAME = "gptstack-tokenizer"
@@ -38,22 +35,3 @@ def canonical_bytes(data: dict[str, Any]) -> bytes:
         if key in data
     ]
     return ("{\n" + ",\n".join(lines) + "\n}\n").encode("utf-8")
-
-
-def write_atomic(path: str | os.PathLike[str], content: bytes) -> Path:
-    """Write `content` to `path` through a temporary file in the same folder and `os.replace`.
-
-    A crash never leaves a half-written file under `path`. Returns the path written.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

@@ -1,6 +1,6 @@
 """Suite `attention`: does batching the heads pay, and which attention kernel should we use?
 
-    data = run_attention([shape_esp32, shape_char, shape_gpt2], device="cuda", out=path)
+    data = run_attention([shape_esp32, shape_char, shape_gpt2], options=SuiteOptions(device="cuda", out=path))
 
 Op level (causal self-attention, q/k/v (B, nh, T, hs), forward): a Python loop over heads (one
 (B, 1, T, hs) attention each, what a per-head implementation does), the batched `manual`
@@ -17,7 +17,6 @@ the backend and not bf16 rounding accumulated over the layers.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -29,10 +28,11 @@ from gptstack.model import (
     register_attention_backend,
 )
 
-from ..harness import Settings, Variant, compare
+from ..harness import Variant, compare
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, random_tokens
 from .common import (
+    SuiteOptions,
     SuiteContext,
     check_close,
     dtype_name,
@@ -181,23 +181,16 @@ def run_attention(
     *,
     seq_len: int | None = None,
     dtype: str = "auto",
-    device: str | torch.device = "auto",
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    compile_backend: str = "inductor",
-    progress: bool = True,
-    command: list[str] | None = None,
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """Op-level and whole-model attention rows for each shape (B = shape.batch_size,
     T = seq_len or block_size)."""
-    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    options = options or SuiteOptions()
+    shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
     backends = _backends()
     params = {"shapes": [s.to_dict() for s in shapes], "seq_len": seq_len, "dtype": dtype,
               "backends": [b.label for b in backends]}
-    ctx = SuiteContext.create("attention", params, device=device, settings=settings, out=out,
-                              smoke=smoke, compile_backend=compile_backend, progress=progress,
-                              command=command)
+    ctx = SuiteContext.create("attention", params, options)
     _declare(ctx)
     dt = resolve_dtype(dtype, ctx.device)
     for shape in shapes:

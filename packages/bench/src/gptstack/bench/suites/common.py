@@ -1,18 +1,21 @@
-"""What every suite shares: the device, the settings, the progress line and the result file.
+"""What every suite shares: its options, the device, the progress line and the result file.
 
-    ctx = SuiteContext.create("train", params, device="auto", settings=Settings(), out=path)
+    options = SuiteOptions(device="cuda", out=path, smoke=False)   # the same for every suite
+    ctx = SuiteContext.create("train", params, options)
     ... ctx.result.add_row(...)
     data = ctx.finish()
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from gptstack.model import ModelError, resolve_device as resolve_model_device
 
 from ..environment import environment
 from ..errors import BenchError
@@ -25,14 +28,13 @@ TOLERANCES = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3}
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 
-def resolve_device(name: str) -> torch.device:
-    """'auto' (cuda if available), 'cuda' or 'cpu'; BenchError if CUDA is asked for but absent."""
-    if name not in ("auto", "cuda", "cpu"):
-        raise BenchError(f"device {name!r} is unknown: use auto, cuda or cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise BenchError("--device cuda but torch sees no CUDA GPU: use --device cpu")
-    use_cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
-    return torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+def resolve_device(name: str | torch.device) -> torch.device:
+    """'auto' (cuda if available), 'cuda' or 'cpu' (gptstack.model.resolve_device, the one
+    resolver); BenchError if CUDA is asked for but absent."""
+    try:
+        return resolve_model_device(name)
+    except ModelError as e:
+        raise BenchError(str(e)) from None
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -94,6 +96,31 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+@dataclass(frozen=True)
+class SuiteOptions:
+    """How every suite runs, whatever it measures: one object instead of the same keyword
+    arguments on six functions.
+
+    device: "auto", "cuda", "cpu" or a torch.device. settings: the harness settings (None: the
+    defaults, or Settings.smoke() when smoke). out: the result JSON (None: not written).
+    smoke: CI size (tiny models, a few repeats). compile_backend: torch.compile backend
+    (inductor; aot_eager/eager let a CPU exercise the compile path quickly). progress: the
+    progress line on stderr. command: the command line to record.
+    """
+
+    device: str | torch.device = "auto"
+    settings: Settings | None = None
+    out: str | os.PathLike | None = None
+    smoke: bool = False
+    compile_backend: str = "inductor"
+    progress: bool = True
+    command: list[str] | None = None
+
+    def on_cpu(self) -> SuiteOptions:
+        """The same options on the CPU (the engine and tokenizer suites)."""
+        return dataclasses.replace(self, device="cpu")
+
+
 @dataclass
 class SuiteContext:
     """The device, settings, progress line and result of one suite run."""
@@ -106,17 +133,17 @@ class SuiteContext:
     compile_backend: str
 
     @classmethod
-    def create(cls, suite: str, params: dict[str, Any], *, device: str | torch.device = "auto",
-               settings: Settings | None = None, out: str | os.PathLike | None = None,
-               smoke: bool = False, compile_backend: str = "inductor", progress: bool = True,
-               command: list[str] | None = None) -> SuiteContext:
-        dev = device if isinstance(device, torch.device) else resolve_device(device)
-        settings = settings or (Settings.smoke() if smoke else Settings())
-        check_compile_backend(compile_backend)
-        params = {**params, "smoke": smoke, "compile_backend": compile_backend}
+    def create(cls, suite: str, params: dict[str, Any],
+               options: SuiteOptions | None = None) -> SuiteContext:
+        o = options or SuiteOptions()
+        dev = resolve_device(o.device)
+        settings = o.settings or (Settings.smoke() if o.smoke else Settings())
+        check_compile_backend(o.compile_backend)
+        params = {**params, "smoke": o.smoke, "compile_backend": o.compile_backend}
         result = Result(suite, params=params, settings=settings.to_dict(),
-                        env=environment(dev, command), path=out)
-        return cls(dev, settings, Progress(suite, enabled=progress), result, smoke, compile_backend)
+                        env=environment(dev, o.command), path=o.out)
+        return cls(dev, settings, Progress(suite, enabled=o.progress), result, o.smoke,
+                   o.compile_backend)
 
     @property
     def cuda(self) -> bool:

@@ -1,7 +1,7 @@
 """Suite `engine`: how fast is the firmware's C engine on this host, next to PyTorch on the CPU?
 
     data = run_engine(shape_esp32, engines={"release": Path(".../build-release/gs-run")},
-                      artifact=None, out=path)
+                      artifact=None, options=SuiteOptions(out=path))
 
 Same model on both sides, batch 1, greedy: the int8 artifact runs in the C engine (`gs-run
 --json`; the release build on one thread, the openmp build on one and on all threads), and its
@@ -34,10 +34,10 @@ from gptstack.model import GPT, GPTConfig, generate
 
 from ..environment import threads_available
 from ..errors import BenchError
-from ..harness import Settings, Variant, compare
+from ..harness import Variant, compare
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape
-from .common import SuiteContext
+from .common import SuiteOptions, SuiteContext
 
 BPE_MIN_VOCAB = 257  # 256 byte tokens + at least one special token
 SUBPROCESS_TIMEOUT_S = 600
@@ -91,6 +91,7 @@ class EngineRun:
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.wall_s: list[float] = []
         self.tokens: list[int] = []
+        self.weight_bytes_per_token: int | None = None  # the engine's own count (gs-run --json)
 
     def __call__(self, _: Any) -> float:
         t0 = time.perf_counter()
@@ -102,6 +103,7 @@ class EngineRun:
                              f"{proc.stderr.strip()[-300:]}")
         out = json.loads(proc.stdout)
         self.tokens = out["tokens"]
+        self.weight_bytes_per_token = out.get("weight_bytes_per_token")
         return out["prompt_s"] + out["gen_s"]
 
 
@@ -120,15 +122,12 @@ def run_engine(
     unavailable: Mapping[str, str] | None = None,
     artifact: str | os.PathLike | None = None,
     tokens: int | None = None,
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    progress: bool = True,
-    command: list[str] | None = None,
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """C engine builds (variant name -> gs-run path; e.g. release, openmp) against PyTorch fp32
     on the CPU, batch 1. `unavailable` names builds that could not be made, with the reason."""
-    shape = shape.smoke() if smoke else shape
+    options = options or SuiteOptions()
+    shape = shape.smoke() if options.smoke else shape
     threads = threads_available()
     n_tok = tokens or (shape.block_size - 1)
     if not 1 <= n_tok <= shape.block_size - 1:
@@ -137,8 +136,7 @@ def run_engine(
     params = {"shape": shape.to_dict(), "tokens": n_tok, "batch": 1, "sampling": "greedy",
               "threads_available": threads, "engines": {k: str(v) for k, v in engines.items()},
               "unavailable": dict(unavailable or {})}
-    ctx = SuiteContext.create("engine", params, device="cpu", settings=settings, out=out,
-                              smoke=smoke, progress=progress, command=command)
+    ctx = SuiteContext.create("engine", params, options.on_cpu())
     _declare(ctx)
     torch_threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="gs-bench-engine-") as tmp:
@@ -194,6 +192,8 @@ def run_engine(
         run = runs.get(v.name)
         if run is not None and run.wall_s:
             metrics["process_wall_s"] = float(np.median(run.wall_s))
+        if run is not None and run.weight_bytes_per_token is not None:
+            metrics["weight_bytes_per_token"] = run.weight_bytes_per_token
         ids = run.tokens if run is not None else torch_out.get(v.name)
         if reference_tokens is not None and ids:
             metrics["greedy_match_vs_torch"] = _match(ids, reference_tokens)
@@ -215,11 +215,14 @@ def _declare(ctx: SuiteContext) -> None:
          Column("ms/token", "metrics.ms_per_token", "num"),
          Column("s per run (median, min–max)", "time_s", "time_s"),
          Column("× vs PyTorch 1 thread", "ratios.vs_torch_1t", "ratio"),
+         Column("weight bytes/token", "metrics.weight_bytes_per_token", "int"),
          Column("greedy tokens = PyTorch's", "metrics.greedy_match_vs_torch", "pct"),
          Column("note", "note")],
         about="The C engine computes in int8 (W8A8, FORMAT.md section 7); PyTorch runs the same "
               "weights dequantized to fp32. 'greedy tokens = PyTorch's' is the fraction of tokens "
               "before the first difference (int8 rounding changes near-ties; not a correctness "
-              "test: the firmware tests compare the engine with the numpy reference).")
+              "test: the firmware tests compare the engine with the numpy reference). 'weight "
+              "bytes/token' is the engine's count of artifact bytes read per generated token "
+              "(gs-run --stats), the flash traffic the board would see.")
     ctx.result.plot("bars", "engine", "C engine vs PyTorch: tokens/s", value="metrics.tokens_per_s",
                     label="group", series="name", log=False, ylabel="tokens/s")

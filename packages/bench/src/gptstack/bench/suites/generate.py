@@ -1,8 +1,8 @@
 """Suite `generate`: how fast does a model decode, and when does the KV cache start to pay?
 
-    data = run_generate([shape_esp32, shape_char, shape_gpt2], device="cuda", out=path)
+    data = run_generate([shape_esp32, shape_char, shape_gpt2], options=SuiteOptions(device="cuda", out=path))
 
-Decoders (gptstack.model.generate): naive (forward of the whole window per token, the
+Decoders (gptstack.model.decoding): naive (forward of the whole window per token, the
 reference), KV cache (prefill, then one token against a growing cache), static cache (fixed
 shapes, position as a tensor), static cache + CUDA graph (the decode step captured once and
 replayed), and optionally + torch.compile inside the graph (gpt-fast's recipe; compile time is
@@ -13,14 +13,17 @@ decode steps per second (every step reads every weight once for the whole batch;
 are not counted), compared with the measured device copy bandwidth (floors.py). The sweeps
 vary the prompt length (fixed short generation) and the generated length (fixed short prompt)
 at batch 1 to show where the cache starts to beat recomputation.
+
+On a CPU, given a thread policy (gptstack.tools.threads, passed in by `gptstack bench`), the
+"threads" rows time the KV-cache decoder at each batch with PyTorch's default threads and with
+the policy's, alternated in one process.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,10 +31,10 @@ import torch
 from gptstack.model import KVCacheDecoder, StaticCacheDecoder, generate
 
 from ..errors import BenchError
-from ..harness import Settings, Variant, compare, error_text
+from ..harness import Variant, compare, error_text
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, model_bytes, random_tokens
-from .common import SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
+from .common import SuiteOptions, SuiteContext, check_close, dtype_name, release_memory, resolve_dtype
 
 INPUT_SETS = 4  # rotating prompts per row
 SWEEP_NEW_FOR_PROMPTS = 16  # generated tokens in the prompt-length sweep
@@ -169,6 +172,56 @@ def _bench_point(ctx: SuiteContext, m: _Model, chosen: Sequence[Decoder], sectio
                                     check=checks[d.key]))
 
 
+# --- CPU threads: the policy against PyTorch's default ---------------------------------------
+
+ThreadPolicy = Callable[[int, int], int]  # (rows per forward call, parameters) -> threads
+
+
+def _thread_settings(default: int, policy: int) -> dict[str, int]:
+    return {f"PyTorch default ({default} thread{'s' * (default != 1)})": default,
+            f"thread policy ({policy} thread{'s' * (policy != 1)})": policy}
+
+
+def _thread_rows(ctx: SuiteContext, m: _Model, batches: Sequence[int], prompt_len: int,
+                 new_tokens: int, policy: ThreadPolicy, default: int) -> None:
+    """KV-cache decoding per batch, at PyTorch's default threads and at the policy's."""
+    n_params = sum(p.numel() for p in m.model.parameters())
+    for b in batches:
+        settings = _thread_settings(default, policy(b, n_params))
+        decoder = KVCacheDecoder(m.model)
+        prompts = [random_tokens((b, prompt_len), m.shape.vocab_size, ctx.device, m.gen)
+                   for _ in range(INPUT_SETS)]
+        variants = []
+        for name, threads in settings.items():
+            def fn(prompt, threads=threads, decoder=decoder):
+                torch.set_num_threads(threads)
+                return generate(m.model, prompt, new_tokens, mode="kv", temperature=0,
+                                decoder=decoder)
+
+            variants.append(Variant(name, fn, prompts))
+        group = f"{m.shape.name} B={b}"
+        ctx.progress.row(f"threads {group}")
+        cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+        torch.set_num_threads(default)
+        baseline = next(iter(settings))
+        for name, threads in settings.items():
+            params = {"model": m.shape.name, "batch": b, "prompt_len": prompt_len,
+                      "new_tokens": new_tokens, "threads": threads, "n_params": n_params,
+                      "decoder": "KV cache"}
+            if name not in cmp.measurements:
+                ctx.result.add_row(make_row(section="threads", group=group, name=name,
+                                            params=params, status="error",
+                                            note=cmp.failures.get(name, "did not run")))
+                continue
+            meas = cmp.measurements[name]
+            med = meas.stats["median"]
+            ctx.result.add_row(make_row(
+                section="threads", group=group, name=name, params=params, measurement=meas,
+                metrics={"tokens_per_s": b * new_tokens / med,
+                         "ms_per_token": med / new_tokens * 1e3},
+                ratios=ratio_entries(cmp, name, {"vs_default": baseline})))
+
+
 def _lengths_up_to(points: Sequence[int], limit: int) -> list[int]:
     """The distinct sweep lengths in 1..limit, ascending."""
     return sorted({p for p in points if 1 <= p <= limit})
@@ -184,30 +237,29 @@ def run_generate(
     sweep_prompt: Sequence[int] = (8, 32, 128, 512),
     sweep_new: Sequence[int] = (4, 16, 64),
     dtype: str = "auto",
-    device: str | torch.device = "auto",
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    compile_backend: str = "inductor",
-    progress: bool = True,
-    command: list[str] | None = None,
+    thread_policy: ThreadPolicy | None = None,
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """Decode throughput per model, batch and decoder, plus the cache-regime sweeps (batch 1).
-    prompt_len defaults to block_size/8, new_tokens to min(block_size/2, MAX_NEW)."""
+    prompt_len defaults to block_size/8, new_tokens to min(block_size/2, MAX_NEW).
+    thread_policy: on a CPU, also the "threads" rows (policy vs PyTorch's default threads)."""
+    options = options or SuiteOptions()
     unknown = [k for k in decoders if k not in DECODER_KEYS]
     if unknown or "naive" not in decoders:
         raise BenchError(f"decoders {list(decoders)}: need 'naive' (the reference) and only "
                          f"{', '.join(DECODER_KEYS)}")
     chosen = [d for d in DECODERS if d.key in decoders]
-    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
     params = {"shapes": [s.to_dict() for s in shapes], "batches": list(batches),
               "decoders": [d.name for d in chosen], "prompt_len": prompt_len,
               "new_tokens": new_tokens, "sweep_prompt": list(sweep_prompt),
               "sweep_new": list(sweep_new), "dtype": dtype, "sampling": "greedy"}
-    ctx = SuiteContext.create("generate", params, device=device, settings=settings, out=out,
-                              smoke=smoke, compile_backend=compile_backend, progress=progress,
-                              command=command)
+    ctx = SuiteContext.create("generate", params, options)
     _declare(ctx)
+    threads = thread_policy is not None and not ctx.cuda
+    if threads:
+        _declare_threads(ctx)
+    default_threads = torch.get_num_threads()
     dt = resolve_dtype(dtype, ctx.device)
     copy_bw = ctx.measure_floors().get("copy", {}).get("bytes_per_s")
     for shape in shapes:
@@ -239,9 +291,25 @@ def run_generate(
                     _bench_point(ctx, m, sweep, "sweep_new", shape.name, 1, SWEEP_PROMPT_FOR_NEW, n)
             m.decoders = {}
             release_memory(ctx.device)
+        if threads:
+            _thread_rows(ctx, m, batches, P, N, thread_policy, default_threads)
         del model, m
         release_memory(ctx.device)
     return ctx.finish()
+
+
+def _declare_threads(ctx: SuiteContext) -> None:
+    ctx.result.table(
+        "CPU threads: the thread policy against PyTorch's default", "threads",
+        [Column("model, batch", "group"), Column("threads", "name"),
+         Column("prompt", "params.prompt_len", "int"), Column("new", "params.new_tokens", "int"),
+         Column("tokens/s", "metrics.tokens_per_s", "int"),
+         Column("ms/call (median, min–max)", "time_s", "time_ms"),
+         Column("× vs default", "ratios.vs_default", "ratio"), Column("note", "note")],
+        about="KV-cache decoding, greedy, the two thread counts alternated call by call in one "
+              "process. PyTorch's default is one thread per core; the policy "
+              "(gptstack.tools.threads, what `gptstack sample` and `eval` use on a CPU) runs "
+              "small work on one thread.")
 
 
 def _declare(ctx: SuiteContext) -> None:

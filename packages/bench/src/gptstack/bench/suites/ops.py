@@ -1,6 +1,6 @@
 """Suite `ops`: how close is each op to the machine's floor, and does a kernel beat PyTorch?
 
-    data = run_ops([shape_char, shape_gpt2], device="cuda", out=path)
+    data = run_ops([shape_char, shape_gpt2], options=SuiteOptions(device="cuda", out=path))
 
 For every registered op (opregistry.py) at sizes from each model shape: eager PyTorch (the
 reference), torch.compile(reference), and every registered candidate (native kernels from
@@ -14,18 +14,18 @@ overhead is not counted; where capture fails the row is timed with CUDA events a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ..errors import BenchError
-from ..harness import Settings, Variant, compare, error_text
+from ..harness import Variant, compare, error_text
 from ..opregistry import Op, OpSize, load_native_candidates, registered_ops
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape
 from .common import (
+    SuiteOptions,
     SuiteContext,
     check_close,
     compile_callable,
@@ -120,15 +120,10 @@ def run_ops(
     seq_len: int | None = None,
     dtype: str = "auto",
     graph_inner: int = GRAPH_INNER,
-    device: str | torch.device = "auto",
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    compile_backend: str = "inductor",
-    progress: bool = True,
-    command: list[str] | None = None,
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """Every registered op (or those named in `ops`) at the sizes of each shape."""
+    options = options or SuiteOptions()
     native = load_native_candidates()
     registry = registered_ops()
     names = list(ops) if ops else list(registry)
@@ -137,15 +132,13 @@ def run_ops(
         raise BenchError(f"ops {unknown} are not registered; known: {', '.join(registry)}")
     if graph_inner < 1:
         raise BenchError(f"graph_inner is {graph_inner}: it must be >= 1")
-    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
     sizes = op_sizes(shapes, seq_len)
     params = {"ops": {n: {"about": registry[n].about, "candidates": list(registry[n].candidates)}
                       for n in names},
               "sizes": [s.to_dict() for s in sizes], "dtype": dtype, "graph_inner": graph_inner,
               "native": native}
-    ctx = SuiteContext.create("ops", params, device=device, settings=settings, out=out,
-                              smoke=smoke, compile_backend=compile_backend, progress=progress,
-                              command=command)
+    ctx = SuiteContext.create("ops", params, options)
     _declare(ctx)
     dt = resolve_dtype(dtype, ctx.device)
     floors = ctx.measure_floors()

@@ -1,6 +1,7 @@
 """Suite `tokenizer`: how long does BPE training take, and how fast does text encode?
 
-    data = run_tokenizer(data=Path("tinyshakespeare.txt"), vocab_size=512, out=path)
+    data = run_tokenizer(data=Path("tinyshakespeare.txt"), vocab_size=512,
+                         options=SuiteOptions(out=path))
 
 Training: gptstack's byte-level BPE trainer (`gptstack.tokenizer.train_bpe`, GPT-2 pattern) and
 HuggingFace `tokenizers`' BpeTrainer with the ByteLevel pre-tokenizer (GPT-2's regex, the 256
@@ -22,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError
-from ..harness import Settings, Variant, compare, error_text
+from ..harness import Variant, compare, error_text
 from ..results import Column, make_row, ratio_entries
-from .common import SuiteContext
+from .common import SuiteOptions, SuiteContext
 
 CHUNKS = 4  # rotating encode inputs
 SMOKE_CHARS = 100_000  # --smoke: the first 100k characters of the corpus
@@ -167,28 +168,24 @@ def run_tokenizer(
     data: str | os.PathLike | None = None,
     vocab_size: int = 512,
     pattern: str = "gpt2",
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    progress: bool = True,
-    command: list[str] | None = None,
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """Train-time and encode-speed rows on one corpus (default: Tiny Shakespeare in
     $GPTSTACK_DATA_DIR)."""
+    options = options or SuiteOptions()
     path = Path(data) if data is not None else default_corpus()
     if not path.is_file():
         raise BenchError(f"corpus {path} not found: pass --data FILE, or set GPTSTACK_DATA_DIR to "
                          f"a folder with tinyshakespeare.txt (`gptstack train` downloads it)")
     text = path.read_text(encoding="utf-8")
-    if smoke:
+    if options.smoke:
         text = text[:SMOKE_CHARS]
     if vocab_size <= 256:
         raise BenchError(f"vocab_size is {vocab_size}: byte-level BPE needs more than 256")
     params = {"data": str(path), "chars": len(text), "bytes": len(text.encode()),
               "vocab_size": vocab_size, "pattern": pattern, "chunks": CHUNKS,
               "threads_available": os.cpu_count()}
-    ctx = SuiteContext.create("tokenizer", params, device="cpu", settings=settings, out=out,
-                              smoke=smoke, progress=progress, command=command)
+    ctx = SuiteContext.create("tokenizer", params, options.on_cpu())
     _declare(ctx)
     trained = _train_rows(ctx, text, vocab_size, pattern)
     _encode_rows(ctx, text, trained)

@@ -1,7 +1,7 @@
 """Suite `train`: what makes a training step fast? The ladder, rung by rung, per preset.
 
     data = run_train([ModelShape("esp32", 512, 64, 6, 8, 256, batch_size=64, dropout=0.2)],
-                     device="cuda", out="benchmarks/results/train-h200-....json")
+                     options=SuiteOptions(device="cuda", out="benchmarks/results/train-....json"))
 
 A step is what `gptstack train` does per optimizer step with grad_accum micro-batches: forward
 (+ loss) and backward per micro-batch, clip the global grad norm to 1.0, AdamW step, zero grads
@@ -11,26 +11,30 @@ of a preset run alternately in one process (rung 1, rung 2, ..., rung 1, ...), a
 reported as a ratio to its parent rung and to fp32 eager (medians of per-round ratios).
 MFU = flops_per_token (GPT.flops_per_token: 6N + 12·L·C·T, PaLM appendix B) x tokens/s over the
 dense peak of the rung's math dtype from peaks.py, named in the row.
+
+On a CPU, given a thread policy (gptstack.tools.threads, passed in by `gptstack bench`), the
+"threads" rows time `thread_rung` (the step `gptstack train` runs on this CPU) with PyTorch's
+default threads and with the policy's, alternated in one process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from gptstack.model import split_decay_params
+from gptstack.model import TrainStep, compile_model, configure_adamw
+from gptstack.model.train_step import WARMUP_STEPS
 
 from ..errors import BenchError
-from ..harness import Comparison, Settings, Variant, compare, error_text
+from ..harness import Comparison, Variant, compare, error_text
 from ..peaks import peak_flops
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, random_tokens
-from .common import SuiteContext, compile_callable, release_memory
+from .common import SuiteOptions, SuiteContext, compile_callable, release_memory
 
 # Optimizer hyper-parameters of the presets (AdamW, weight decay 0.1, beta2 0.99 / 0.95); their
 # values do not change the work of a step, a small lr keeps warm-up steps from moving the loss.
@@ -48,10 +52,13 @@ class Rung:
     parent: str | None  # the rung this one adds to (its "vs previous" ratio)
     dtype: str  # "fp32" (TF32 off), "tf32" (fp32 with TF32 matmuls), "bf16" (autocast)
     fused: bool  # AdamW(fused=True)
-    compile: str | None  # None, "default" or "reduce-overhead" (torch.compile mode)
+    # None, "default" or "reduce-overhead" (torch.compile(model) mode), or "regional" (each
+    # block and the head compiled once: gptstack.model.compile_model)
+    compile: str | None
     step_graph: bool  # the whole step captured in one torch.cuda.CUDAGraph
     gpu_only: bool
     about: str
+    native: bool = False  # ops="gptstack", attention="gptstack": the kernels of gptstack.cuda_ops
 
 
 RUNGS: tuple[Rung, ...] = (
@@ -74,17 +81,23 @@ RUNGS: tuple[Rung, ...] = (
     Rung("graph", "+ whole-step CUDA graph", "compile", "bf16", True, "default", True, True,
          "compiled model; forward, backward, clip and AdamW(fused, capturable) captured in one "
          "torch.cuda.CUDAGraph, replayed each step"),
+    Rung("regional", "whole-step graph, regional compile", "graph", "bf16", True, "regional",
+         True, True, "as the whole-step graph, with each block and the head compiled once "
+         "(gptstack.model.compile_model 'regional': shorter start-up)"),
+    Rung("native", "+ gptstack.cuda_ops kernels", "regional", "bf16", True, "regional", True,
+         True, "ops='gptstack' (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss) "
+         "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops", native=True),
 )
 RUNG_KEYS = tuple(r.key for r in RUNGS)
 _BY_KEY = {r.key: r for r in RUNGS}
 BASELINE = "fp32"
 # The settings of `gptstack train` on CUDA today (tools/runtime.py, tools/train.py,
-# tools/train_step.py): bf16 autocast, TF32 allowed, torch.compile(model) default mode, and the
-# whole step (forward, backward, clip 1.0, fused capturable AdamW) replayed as one CUDA graph.
-TRAIN_DEFAULT = "graph"  # on CUDA; on a CPU `gptstack train` runs fp32 eager (no compile, no graph)
-TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + torch.compile(model) default mode + the "
-                      "whole step (clip 1.0, fused capturable AdamW) as one CUDA graph "
-                      "(tools/runtime.py, tools/train.py, tools/train_step.py)")
+# gptstack.model.TrainStep): bf16 autocast, TF32 allowed, regional torch.compile, and the whole
+# step (forward, backward, clip 1.0, fused capturable AdamW) replayed as one CUDA graph.
+TRAIN_DEFAULT = "regional"  # on CUDA; on a CPU `gptstack train` runs eager (no compile, no graph)
+TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
+                      "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
+                      "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep)")
 
 
 def _set_tf32(allowed: bool) -> None:
@@ -93,88 +106,49 @@ def _set_tf32(allowed: bool) -> None:
 
 
 class RungStep:
-    """One rung's model copy, optimizer and step function: step(batch) with batch a list of
-    grad_accum (x, y) pairs of (B, T) int64 tokens. `first_loss` is the loss of the first step
-    it ever ran (from the shared initial weights)."""
+    """One rung: a copy of the shared initial model, its optimizer and the real training step
+    (gptstack.model.TrainStep, what `gptstack train` runs) configured as the rung says.
+    `step(batch)` runs one optimizer step on grad_accum (x, y) pairs of (B, T) int64 tokens;
+    `first_loss` is the loss of the first step it ran (from the shared initial weights)."""
 
-    def __init__(self, rung: Rung, base: torch.nn.Module, device: torch.device, backend: str,
-                 example: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(self, rung: Rung, base: torch.nn.Module, device: torch.device,
+                 backend: str) -> None:
         self.rung, self.device = rung, device
-        self.model = copy.deepcopy(base).to(device).train()
-        decay, no_decay = split_decay_params(self.model)
-        groups = [{"params": decay, "weight_decay": WEIGHT_DECAY},
-                  {"params": no_decay, "weight_decay": 0.0}]
-        extra = {"fused": True} if rung.fused else {}
-        if rung.step_graph:
-            extra["capturable"] = True  # step count on the device: no host sync inside the graph
-        self.opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, **extra)
-        self.params = [p for g in groups for p in g["params"]]
-        self.fwd: Callable = self.model
-        if rung.compile is not None:
-            self.fwd = compile_callable(self.model, backend, None if rung.compile == "default"
-                                        else rung.compile)
+        if rung.native:  # same weights, the native kernels
+            self.model = type(base)(dataclasses.replace(base.config, ops="gptstack",
+                                                        attention="gptstack"))
+            self.model.load_state_dict(base.state_dict())
+            self.model = self.model.to(device).train()
+        else:
+            self.model = copy.deepcopy(base).to(device).train()
+        # step_graph needs the capturable (and so fused) AdamW: step count and lr on the device
+        self.opt = configure_adamw(self.model, WEIGHT_DECAY, LR, BETAS, device.type,
+                                   capturable=rung.step_graph, fused=rung.fused)
+        fwd: Callable = self.model
+        if rung.compile == "regional":
+            kwargs = {} if backend == "inductor" else {"backend": backend}
+            fwd = compile_model(self.model, "regional", dynamic=False, **kwargs)
+        elif rung.compile is not None:
+            fwd = compile_callable(self.model, backend,
+                                   None if rung.compile == "default" else rung.compile)
+        self.train_step = TrainStep(fwd, self.model.parameters(), self.opt, device=device,
+                                    bf16=rung.dtype == "bf16", grad_clip=GRAD_CLIP,
+                                    cuda_graph=rung.step_graph,
+                                    cudagraph_mark_step=rung.compile == "reduce-overhead")
         self.first_loss: float | None = None
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._static = [(x.clone(), y.clone()) for x, y in example] if rung.step_graph else []
-        self._static_loss: torch.Tensor | None = None
 
-    def _autocast(self, cache_enabled: bool = True):
-        if self.rung.dtype != "bf16":
-            return contextlib.nullcontext()
-        # Captured graphs need cache_enabled=False (torch.cuda.graphs docs: autocast caching
-        # of cast weights is not graph safe).
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=cache_enabled)
-
-    def _body(self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]],
-              cache: bool) -> torch.Tensor:
-        loss = None
-        for x, y in batch:
-            with self._autocast(cache):
-                _, loss = self.fwd(x, y)
-            (loss / len(batch)).backward()
-        torch.nn.utils.clip_grad_norm_(self.params, GRAD_CLIP)
-        self.opt.step()
-        return loss
+    def first_steps(self, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """The rung's first step(s) alone: compilation, and for graph rungs the eager warm-up
+        steps and the capture, so that timed rounds only replay."""
+        for _ in range(WARMUP_STEPS + 1 if self.rung.step_graph else 1):
+            loss = self.step(batch)
+            if self.first_loss is None:
+                self.first_loss = loss.item()
 
     def step(self, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         if self.device.type == "cuda":
             _set_tf32(self.rung.dtype != "fp32")
-        if self.rung.step_graph:
-            return self._graph_step(batch)
-        if self.rung.compile == "reduce-overhead":
-            torch.compiler.cudagraph_mark_step_begin()
-        loss = self._body(batch, cache=True)
-        self.opt.zero_grad(set_to_none=True)
-        if self.first_loss is None:
-            self.first_loss = loss.item()
-        return loss
-
-    def _graph_step(self, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        if self._graph is None:
-            self._capture()
-        for (sx, sy), (x, y) in zip(self._static, batch):
-            sx.copy_(x)
-            sy.copy_(y)
-        self._graph.replay()
-        return self._static_loss
-
-    def _capture(self) -> None:
-        # PyTorch's whole-network capture recipe (torch.cuda.graphs docs): warm up on a side
-        # stream, grads set to None, then capture forward + backward + optimizer step.
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                self.opt.zero_grad(set_to_none=True)
-                loss = self._body(self._static, cache=False)
-                if self.first_loss is None:
-                    self.first_loss = loss.item()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        self.opt.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._static_loss = self._body(self._static, cache=False)
-        self._graph = graph
+        return self.train_step.step(batch, LR)
 
 
 def _ancestor_measured(rung: Rung, measured: set[str]) -> str | None:
@@ -219,8 +193,8 @@ def _build_rungs(ctx: SuiteContext, base: torch.nn.Module, rungs: Sequence[Rung]
                 torch.cuda.synchronize(ctx.device)
                 torch.cuda.reset_peak_memory_stats(ctx.device)
                 before = torch.cuda.memory_allocated(ctx.device)
-            step = RungStep(rung, base, ctx.device, ctx.compile_backend, inputs[0])
-            step.step(inputs[0])
+            step = RungStep(rung, base, ctx.device, ctx.compile_backend)
+            step.first_steps(inputs[0])
             peak = None
             if ctx.cuda:
                 torch.cuda.synchronize(ctx.device)
@@ -301,37 +275,97 @@ def _summarize(ctx: SuiteContext, shape: ModelShape) -> None:
     ctx.result.save()
 
 
+# --- CPU threads: the policy against PyTorch's default ---------------------------------------
+
+ThreadPolicy = Callable[[int, int], int]  # (rows per forward call, parameters) -> threads
+
+
+def _thread_rows(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module, inputs: list,
+                 rung: Rung, policy: ThreadPolicy, default: int, params: dict) -> None:
+    """One training step of `rung` at PyTorch's default threads and at the policy's."""
+    rows = shape.batch_size * params["seq_len"]
+    chosen = policy(rows, base.num_params())
+    settings = {f"PyTorch default ({default} thread{'s' * (default != 1)})": default,
+                f"thread policy ({chosen} thread{'s' * (chosen != 1)})": chosen}
+    variants = []
+    for name, threads in settings.items():
+        torch.set_num_threads(threads)
+        step = RungStep(rung, base, ctx.device, ctx.compile_backend)
+        step.first_steps(inputs[0])
+
+        def fn(batch, step=step, threads=threads):
+            torch.set_num_threads(threads)
+            return step.step(batch)
+
+        variants.append(Variant(name, fn, inputs))
+    ctx.progress.row(f"threads {shape.name}")
+    cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+    torch.set_num_threads(default)
+    tokens = rows * params["grad_accum"]
+    baseline = next(iter(settings))
+    for name, threads in settings.items():
+        row_params = {**params, "threads": threads, "rung": rung.name}
+        if name not in cmp.measurements:
+            ctx.result.add_row(make_row(section="threads", group=shape.name, name=name,
+                                        params=row_params, status="error",
+                                        note=cmp.failures.get(name, "did not run")))
+            continue
+        m = cmp.measurements[name]
+        med = m.stats["median"]
+        ctx.result.add_row(make_row(
+            section="threads", group=shape.name, name=name, params=row_params, measurement=m,
+            metrics={"ms_per_step": med * 1e3, "tokens_per_s": tokens / med},
+            ratios=ratio_entries(cmp, name, {"vs_default": baseline})))
+
+
+def _declare_threads(ctx: SuiteContext, rung: Rung) -> None:
+    ctx.result.table(
+        "CPU threads: the thread policy against PyTorch's default", "threads",
+        [Column("preset", "group"), Column("threads", "name"), Column("B", "params.batch", "int"),
+         Column("T", "params.seq_len", "int"),
+         Column("ms/step (median, min–max)", "time_s", "time_ms"),
+         Column("tokens/s", "metrics.tokens_per_s", "int"),
+         Column("× vs default", "ratios.vs_default", "ratio"), Column("note", "note")],
+        about=f"The '{rung.name}' step (what `gptstack train` runs on this CPU), the two thread "
+              "counts alternated step by step in one process. PyTorch's default is one thread "
+              "per core; the policy (gptstack.tools.threads) also caps it at the cgroup CPU "
+              "quota and runs small work on one thread.")
+
+
 def run_train(
     shapes: Sequence[ModelShape],
     *,
     rungs: Sequence[str] = RUNG_KEYS,
     seq_len: int | None = None,
     grad_accum: int = 1,
-    device: str | torch.device = "auto",
-    settings: Settings | None = None,
-    out: str | os.PathLike | None = None,
-    smoke: bool = False,
-    compile_backend: str = "inductor",
-    progress: bool = True,
-    command: list[str] | None = None,
+    thread_policy: ThreadPolicy | None = None,
+    thread_rung: str = "fp32",
+    options: SuiteOptions | None = None,
 ) -> dict[str, Any]:
     """Run the ladder for each shape (batch = shape.batch_size, T = seq_len or block_size);
-    returns the result dict (also written to `out` as it goes)."""
+    returns the result dict (also written to `out` as it goes). thread_policy: on a CPU, also
+    the "threads" rows of `thread_rung` (policy vs PyTorch's default threads)."""
+    options = options or SuiteOptions()
     unknown = [k for k in rungs if k not in RUNG_KEYS]
     if unknown or not rungs:
         raise BenchError(f"rungs {unknown or '(none)'}: choose from {', '.join(RUNG_KEYS)}")
     if grad_accum < 1:
         raise BenchError(f"grad_accum is {grad_accum}: it must be >= 1")
     chosen = [r for r in RUNGS if r.key in rungs]
-    shapes = [s.smoke() for s in shapes] if smoke else list(shapes)
+    shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
     params = {"shapes": [s.to_dict() for s in shapes], "rungs": [asdict(r) for r in chosen],
               "seq_len": seq_len, "grad_accum": grad_accum, "lr": LR, "betas": list(BETAS),
               "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
               "train_default": {"rung": _rung_name(TRAIN_DEFAULT), "what": TRAIN_DEFAULT_TEXT}}
-    ctx = SuiteContext.create("train", params, device=device, settings=settings, out=out,
-                              smoke=smoke, compile_backend=compile_backend, progress=progress,
-                              command=command)
+    ctx = SuiteContext.create("train", params, options)
     _declare(ctx)
+    threads = thread_policy is not None and not ctx.cuda
+    if threads:
+        if thread_rung not in RUNG_KEYS or _BY_KEY[thread_rung].gpu_only:
+            raise BenchError(f"thread_rung {thread_rung!r}: choose a CPU rung of "
+                             f"{', '.join(r.key for r in RUNGS if not r.gpu_only)}")
+        _declare_threads(ctx, _BY_KEY[thread_rung])
+    default_threads = torch.get_num_threads()
     if not ctx.cuda:
         ctx.result.note("CPU run: TF32 and the CUDA-graph rungs are GPU only (skipped rows); no "
                         "MFU (no peak table for CPUs).")
@@ -350,6 +384,11 @@ def run_train(
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
         _ladder_rows(ctx, shape, chosen, cmp, built, info, not_run, row_params, T, grad_accum)
         _summarize(ctx, shape)
+        if threads:
+            del built
+            _thread_rows(ctx, shape, base, inputs, _BY_KEY[thread_rung], thread_policy,
+                         default_threads, row_params)
+            built = None
         del built, base
         torch._dynamo.reset()  # fresh compile caches per preset (recompile limits)
         release_memory(ctx.device)

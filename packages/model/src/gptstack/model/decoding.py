@@ -1,6 +1,8 @@
-"""Autoregressive generation: naive (the reference), KV cache, and static KV cache + CUDA graph.
+"""Autoregressive generation: naive (the reference), KV cache, static KV cache, and the graph
+decoder (graph_decoding.py: static cache, sampling on the GPU, many tokens per CUDA-graph replay).
 
-    generate(model, idx, n, mode="naive" | "kv" | "static", temperature=, top_k=, top_p=, seed=)
+    generate(model, idx, n, mode="naive" | "kv" | "static" | "graph", temperature=, top_k=,
+             top_p=, seed=, window="slide" | "halve", vocab_limit=)
 
 naive   recomputes the whole window (the last block_size tokens) every step: O(T) tokens of work
         per new token. It is the reference the other modes are tested against.
@@ -10,14 +12,22 @@ static  the same with a preallocated StaticKVCache and the position as a tensor,
         in a torch.cuda.CUDAGraph and replayed (gpt-fast pattern, STYLE.md section 3). On CPU the
         same static path runs eagerly.
 
-Sliding past block_size: our positions are learned and absolute, so when the context outgrows
-block_size the window shifts and every cached row's position changes. To produce exactly what
-naive produces, the cached modes then re-prefill the last block_size tokens every step, which
-costs as much as naive (a full block_size forward per token). The cache only saves work while the
-sequence fits in block_size.
+graph   graph_decoding.GraphDecoder: the fastest on a GPU (the default of `gptstack sample`).
 
-All modes draw from the same sampling.py with one generator per call, so the same seed gives the
-same tokens, and greedy (temperature=0) output is identical across modes.
+Past block_size our learned absolute positions make every cached row stale once the window
+moves. Two window policies, the same in every mode:
+slide   (default) the window is always the last block_size tokens: after it fills, each token
+        re-runs a whole block_size window (naive's cost).
+halve   the C engine's rule (FORMAT.md section 8): when the window is full, keep its last T/2
+        tokens, re-run them at positions 0 .., continue from there; one half-window re-run every
+        T/2 tokens. PyTorch then writes the same text as the chip past T.
+
+vocab_limit: ids >= vocab_limit are never drawn (gpt2-124m pads 50257 ids to 50304 rows; the
+padded rows have logits too, and an untrained model samples them).
+
+All modes draw from the same sampling.py, so greedy (temperature=0) output is identical across
+modes, and the same seed gives the same tokens in naive, kv and static (one generator per call);
+the graph decoder draws from its own generator (same seed, same text, other draws).
 """
 
 from __future__ import annotations
@@ -30,14 +40,13 @@ from torch import Tensor, nn
 
 from .errors import ModelError
 from .gpt import GPT
+from .graph_decoding import WINDOWS, GraphDecoder, window_length
+from .graphs import capture
 from .io import unwrap
 from .kv_cache import KVCache, StaticKVCache
 from .sampling import check_sampling, make_generator, sample
 
-MODES = ("naive", "kv", "static")
-# Eager runs of the decode step on a side stream before capture (PyTorch's CUDA graph recipe:
-# lazy init, cuBLAS workspaces and autotuning must happen outside the captured region).
-GRAPH_WARMUP_STEPS = 3
+MODES = ("naive", "kv", "static", "graph")
 
 
 class KVCacheDecoder:
@@ -131,16 +140,7 @@ class StaticCacheDecoder:
     def _capture(self) -> None:
         # Warm-up and capture rerun the current step: they write the same k/v at the same
         # position, so the cache is unchanged by them.
-        side = torch.cuda.Stream(device=self._token.device)
-        side.wait_stream(torch.cuda.current_stream(self._token.device))
-        with torch.cuda.stream(side):
-            for _ in range(GRAPH_WARMUP_STEPS):
-                self._step()
-        torch.cuda.current_stream(self._token.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._graph_logits = self._step()
-        self._graph = graph
+        self._graph, self._graph_logits = capture(self._step, self._token.device)
 
 
 def _require_gpt(model: nn.Module, mode: str) -> GPT:
@@ -181,12 +181,15 @@ def stream(
     top_p: float | None = None,
     seed: int | None = None,
     cuda_graph: bool = False,
-    decoder: KVCacheDecoder | StaticCacheDecoder | None = None,
+    decoder: KVCacheDecoder | StaticCacheDecoder | GraphDecoder | None = None,
+    window: str = "slide",
+    vocab_limit: int | None = None,
 ) -> Iterator[Tensor]:
     """An iterator yielding each new token as a (B,) int64 tensor, as soon as it is sampled.
 
-    idx: (B, T) int64 prompt on the model's device (T may exceed block_size: the window slides).
-    decoder: a KVCacheDecoder / StaticCacheDecoder to reuse (its mode must equal `mode`).
+    idx: (B, T) int64 prompt on the model's device (T may exceed block_size: the window moves
+    as `window` says). decoder: a KVCacheDecoder / StaticCacheDecoder / GraphDecoder to reuse
+    (its mode must equal `mode`). vocab_limit: never draw ids >= vocab_limit.
     The model runs in eval mode, without autograd, while the iterator runs (restored afterwards).
     Arguments are checked here, before the first token: ModelError on a bad prompt, mode or
     sampling setting.
@@ -198,11 +201,18 @@ def stream(
         raise ModelError(f"generation mode {mode!r} is unknown; choose one of {list(MODES)}")
     if cuda_graph and mode != "static":
         raise ModelError(f"cuda_graph=True needs mode='static', got mode={mode!r}")
+    if window not in WINDOWS:
+        raise ModelError(f"window {window!r} is unknown; choose one of {list(WINDOWS)}")
+    if vocab_limit is not None and not 1 <= vocab_limit <= module.config.vocab_size:
+        raise ModelError(f"vocab_limit is {vocab_limit!r}: it must be in 1 .. "
+                         f"{module.config.vocab_size} (the model's vocab_size)")
     if decoder is None:
         if mode == "kv":
             decoder = KVCacheDecoder(module)
         elif mode == "static":
             decoder = StaticCacheDecoder(module, idx.size(0), cuda_graph=cuda_graph)
+        elif mode == "graph":
+            decoder = GraphDecoder(module, idx.size(0))
     elif decoder.mode != mode:
         raise ModelError(
             f"decoder is a {type(decoder).__name__} (mode {decoder.mode!r}) but mode={mode!r}; "
@@ -215,14 +225,21 @@ def stream(
             "cuda_graph=True but the decoder passed in was built with cuda_graph=False; "
             "build it with StaticCacheDecoder(model, batch_size, cuda_graph=True)"
         )
+    if mode == "graph":
+        chunks = decoder.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k,
+                                  top_p=top_p, seed=seed, window=window,
+                                  vocab_limit=vocab_limit)
+        return (col.to(idx.device) for chunk in chunks for col in chunk.unbind(1))
     generator = make_generator(seed, idx.device)
 
     def pick(logits: Tensor) -> Tensor:  # (B, V) -> (B,)
+        if vocab_limit is not None:
+            logits = logits[:, :vocab_limit]
         return sample(
             logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
         )
 
-    return _run(module, decoder, idx, max_new_tokens, pick)
+    return _run(module, decoder, idx, max_new_tokens, pick, window)
 
 
 @torch.no_grad()  # on a generator function, torch applies no_grad around each resume only
@@ -232,28 +249,40 @@ def _run(
     idx: Tensor,
     max_new_tokens: int,
     pick: Callable[[Tensor], Tensor],
+    window: str,
 ) -> Iterator[Tensor]:
     was_training = module.training
     module.eval()  # no dropout while generating
     try:
         if decoder is None:
-            yield from _stream_naive(module, idx, max_new_tokens, pick)
+            yield from _stream_naive(module, idx, max_new_tokens, pick, window)
         else:
-            yield from _stream_cached(decoder, module.block_size, idx, max_new_tokens, pick)
+            yield from _stream_cached(decoder, module.block_size, idx, max_new_tokens, pick,
+                                      window)
     finally:
         module.train(was_training)
 
 
+def _next_window(window: Tensor, token: Tensor, block_size: int, policy: str) -> Tensor:
+    """The window (B, <= T) after feeding token (B,): slide keeps the last T ids; halve, when the
+    window is full, keeps its last T/2 and appends (FORMAT.md section 8)."""
+    if policy == "halve" and window.size(1) == block_size:
+        window = window[:, -(block_size // 2):]
+    return torch.cat([window, token[:, None]], dim=1)[:, -block_size:]
+
+
 def _stream_naive(
-    model: nn.Module, idx: Tensor, max_new_tokens: int, pick: Callable[[Tensor], Tensor]
+    model: nn.Module, idx: Tensor, max_new_tokens: int, pick: Callable[[Tensor], Tensor],
+    policy: str,
 ) -> Iterator[Tensor]:
-    """The reference: run the whole window (last block_size tokens) for every new token."""
-    window = idx[:, -model.block_size :]  # (B, T <= block_size)
+    """The reference: run the whole window for every new token."""
+    T = model.block_size
+    window = idx[:, -window_length(idx.size(1), T, policy):]  # (B, <= block_size)
     for _ in range(max_new_tokens):
         logits, _ = model(window, last_only=True)  # (B, 1, V)
         token = pick(logits[:, -1])  # (B,)
         yield token
-        window = torch.cat([window, token[:, None]], dim=1)[:, -model.block_size :]
+        window = _next_window(window, token, T, policy)
 
 
 def _stream_cached(
@@ -262,11 +291,11 @@ def _stream_cached(
     idx: Tensor,
     max_new_tokens: int,
     pick: Callable[[Tensor], Tensor],
+    policy: str,
 ) -> Iterator[Tensor]:
-    """Prefill once, then decode one token per step while the sequence fits in block_size;
-    past it, re-prefill the slid window every step (see the module docstring)."""
-    window = idx[:, -block_size:]  # (B, T <= block_size)
-    length = idx.size(1)  # tokens in the whole sequence so far
+    """Prefill once, then decode one token per step while the window has room; once it is
+    full, re-prefill the window as the policy moves it (see the module docstring)."""
+    window = idx[:, -window_length(idx.size(1), block_size, policy):]  # (B, <= block_size)
     if max_new_tokens == 0:
         return
     logits = decoder.prefill(window)  # (B, V)
@@ -275,12 +304,12 @@ def _stream_cached(
         yield token
         if step == max_new_tokens - 1:
             return
-        length += 1
-        window = torch.cat([window, token[:, None]], dim=1)[:, -block_size:]
-        if length <= block_size:
-            logits = decoder.decode(token, length - 1)  # the new token sits at position length-1
+        full = window.size(1) == block_size
+        window = _next_window(window, token, block_size, policy)
+        if not full:
+            logits = decoder.decode(token, window.size(1) - 1)  # the new token's position
         else:
-            logits = decoder.prefill(window)  # positions slid: every cached row is stale
+            logits = decoder.prefill(window)  # the window moved: every cached row is stale
 
 
 def generate(model: nn.Module, idx: Tensor, max_new_tokens: int, **options: Any) -> Tensor:

@@ -1,10 +1,12 @@
-/* ssd1306_sim.c - a model of the SSD1306 that decodes the I2C byte stream into display RAM and
- * display state, and renders what the glass shows.
+/* panel_sim.c - a model of the SSD1306 and of the SH1106 that decodes the I2C byte stream into
+ * display RAM and display state, and renders what the glass shows.
  *
- * It is written from the datasheet (SSD1306 Rev 1.1, sections 8.1.5 and 9-10), not from
- * lib/oled: it accepts any valid stream (Co = 1 single-byte control, page / vertical /
- * horizontal addressing, commands split across transactions), so a test that decodes what
- * lib/oled sent and gets the framebuffer back checks both the bytes and their order.
+ * It is written from the datasheets (SSD1306 Rev 1.1, sections 8.1.5 and 9-10; SH1106 V2.3,
+ * its command table), not from lib/oled: it accepts any valid stream (Co = 1 single-byte
+ * control, page / vertical / horizontal addressing on the SSD1306, commands split across
+ * transactions) and rejects a command the simulated controller does not have, so a test that
+ * decodes what lib/oled sent and gets the framebuffer back checks the bytes, their order and
+ * that each controller got its own commands.
  */
 #include "gs_sim.h"
 
@@ -24,25 +26,49 @@ static void protocol_error(gs_sim_panel *p, const char *what, unsigned value)
     }
 }
 
-void gs_sim_panel_reset(gs_sim_panel *p, uint8_t i2c_addr)
+void gs_sim_panel_reset(gs_sim_panel *p, uint8_t i2c_addr, uint8_t controller)
 {
     memset(p, 0, sizeof(*p));
     p->i2c_addr = i2c_addr;
-    /* Reset values: section 10 command descriptions and Table 9-1 "(RESET)" entries. */
+    p->controller = controller;
+    /* Reset values: SSD1306 section 10 command descriptions and Table 9-1 "(RESET)" entries;
+     * the SH1106's power-on values where they differ (its DC-DC converter is on, 8Bh). */
     p->mode = MODE_PAGE;
     p->col_end = OLED_WIDTH - 1;
     p->page_end = OLED_PAGES - 1;
-    p->contrast = 0x7F;
+    p->contrast = controller == OLED_SH1106 ? 0x80 : 0x7F;
     p->mux = 63;
     p->com_pins = 0x12;
-    p->clock = 0x80;
+    p->clock = controller == OLED_SH1106 ? 0x50 : 0x80;
     p->precharge = 0x22;
-    p->vcomh = 0x20;
+    p->vcomh = controller == OLED_SH1106 ? 0x35 : 0x20;
+    p->charge_pump = controller == OLED_SH1106 ? 1 : 0;
+}
+
+/* SH1106 command table: parameter bytes after the first byte; -1: not an SH1106 command. */
+static int sh1106_parameter_count(uint8_t c)
+{
+    if (c <= 0x1F || (c >= 0x30 && c <= 0x33) || (c >= 0x40 && c <= 0x7F) ||
+        (c >= 0xB0 && c <= 0xB7)) {
+        return 0; /* column nibbles, pump voltage, start line, page address */
+    }
+    switch (c) {
+    case 0x81: case 0xA8: case 0xAD: case 0xD3: case 0xD5: case 0xD9: case 0xDA: case 0xDB:
+        return 1;
+    case 0xA0: case 0xA1: case 0xA4: case 0xA5: case 0xA6: case 0xA7: case 0xAE: case 0xAF:
+    case 0xC0: case 0xC8: case 0xE0: case 0xE3: case 0xEE:
+        return 0;
+    default:
+        return -1; /* 20h-22h, 8Dh, scrolling ...: SSD1306 only */
+    }
 }
 
 /* Parameter bytes that follow each command's first byte (Table 9-1); -1: not a command. */
-static int parameter_count(uint8_t c)
+static int parameter_count(const gs_sim_panel *p, uint8_t c)
 {
+    if (p->controller == OLED_SH1106) {
+        return sh1106_parameter_count(c);
+    }
     if (c <= 0x1F || (c >= 0x40 && c <= 0x7F) || (c >= 0xB0 && c <= 0xB7)) {
         return 0; /* column nibble, start line, page start */
     }
@@ -73,8 +99,11 @@ static void execute(gs_sim_panel *p)
         p->page_mode_col_start = (uint8_t)((p->page_mode_col_start & 0xF0) | c);
         p->col = p->page_mode_col_start;
     } else if (c <= 0x1F) {                             /* 10.1.2 higher column nibble */
-        p->page_mode_col_start = (uint8_t)((p->page_mode_col_start & 0x0F) | ((c & 0x07) << 4));
+        /* 3 bits on the SSD1306 (128 columns), 4 on the SH1106 (132) */
+        const uint8_t high = (uint8_t)(c & (p->controller == OLED_SH1106 ? 0x0F : 0x07));
+        p->page_mode_col_start = (uint8_t)((p->page_mode_col_start & 0x0F) | (high << 4));
         p->col = p->page_mode_col_start;
+    } else if (c >= 0x30 && c <= 0x33) {                /* SH1106 pump voltage: no effect here */
     } else if (c >= 0x40 && c <= 0x7F) {                /* 10.1.6 display start line */
         p->start_line = (uint8_t)(c & 0x3F);
     } else if (c >= 0xB0 && c <= 0xB7) {                /* 10.1.13 page start (page mode) */
@@ -100,6 +129,7 @@ static void execute(gs_sim_panel *p)
             break;
         case 0x81: p->contrast = a[0]; break;           /* 10.1.7 */
         case 0x8D: p->charge_pump = (uint8_t)((a[0] >> 2) & 1); break; /* charge pump note */
+        case 0xAD: p->charge_pump = (uint8_t)(a[0] & 1); break;  /* SH1106 DC-DC: 8Bh on */
         case 0xA0: case 0xA1: p->seg_remap = (uint8_t)(c & 1); break;  /* 10.1.8 */
         case 0xA4: case 0xA5: p->entire_on = (uint8_t)(c & 1); break;  /* 10.1.9 */
         case 0xA6: case 0xA7: p->inverse = (uint8_t)(c & 1); break;    /* 10.1.10 */
@@ -137,7 +167,7 @@ static void command_byte(gs_sim_panel *p, uint8_t byte)
         }
         return;
     }
-    params = parameter_count(byte);
+    params = parameter_count(p, byte);
     if (params < 0) {
         protocol_error(p, "unknown command", byte);
         return;
@@ -158,7 +188,18 @@ static void data_byte(gs_sim_panel *p, uint8_t byte)
         protocol_error(p, "data while a command waits for parameters", p->cmd[0]);
         p->cmd_need = 0;
     }
-    p->gddram[(size_t)p->page * OLED_WIDTH + p->col] = byte;
+    if (p->controller == OLED_SH1106) {
+        /* page mode only; the column counts up to the last RAM column: a write past it is a
+         * stream no SH1106 driver should send */
+        if (p->col >= GS_SIM_RAM_COLS) {
+            protocol_error(p, "data past the last RAM column", p->col);
+            return;
+        }
+        p->gddram[(size_t)p->page * GS_SIM_RAM_COLS + p->col] = byte;
+        p->col++;
+        return;
+    }
+    p->gddram[(size_t)p->page * GS_SIM_RAM_COLS + p->col] = byte;
     if (p->mode == MODE_PAGE) {
         p->col = p->col >= OLED_WIDTH - 1 ? p->page_mode_col_start : (uint8_t)(p->col + 1);
     } else if (p->mode == MODE_HORIZONTAL) {
@@ -239,9 +280,11 @@ oled_transport gs_sim_transport(gs_sim_panel *panel)
  * sequential COM pin configuration on this glass interleaves the lines (10.1.18: line d lands
  * on row 2d for d < 32, row 2(d - 32) + 1 otherwise). Display line d shows RAM row
  * (d + start line + offset) mod 64 (10.1.6, 10.1.15). Column x shows RAM column x with A1h,
- * 127 - x without (10.1.8). */
+ * 127 - x without (10.1.8); on the SH1106, whose 1.3" glass is wired to the middle 128 of its
+ * 132 segments, x + 2 with A1h and 129 - x without. */
 void gs_sim_panel_view(const gs_sim_panel *p, uint8_t view[OLED_FB_BYTES])
 {
+    const int first = p->controller == OLED_SH1106 ? OLED_SH1106_COLUMN_OFFSET : 0;
     int x, y, line, ram_row, ram_col, lit;
 
     memset(view, 0, OLED_FB_BYTES);
@@ -258,8 +301,9 @@ void gs_sim_panel_view(const gs_sim_panel *p, uint8_t view[OLED_FB_BYTES])
         }
         ram_row = (line + p->start_line + p->offset) % OLED_HEIGHT;
         for (x = 0; x < OLED_WIDTH; x++) {
-            ram_col = p->seg_remap ? x : OLED_WIDTH - 1 - x;
-            lit = oled_get_pixel(p->gddram, ram_col, ram_row); /* GDDRAM is in page layout */
+            ram_col = p->seg_remap ? first + x : first + OLED_WIDTH - 1 - x;
+            lit = (p->gddram[(size_t)(ram_row / 8) * GS_SIM_RAM_COLS + (size_t)ram_col] >>
+                   (ram_row % 8)) & 1; /* page layout */
             if (p->entire_on) {
                 lit = 1;
             } else if (p->inverse) {

@@ -1,0 +1,93 @@
+"""Decoding speed through `gptstack sample`'s own code path, every decoder side by side.
+
+    python3 benchmarks/sample_speed.py --ckpt RUN [--ckpt RUN2 ...] --out DIR [--tokens 500]
+
+Loads each checkpoint once and calls gptstack.tools.sample.sample() -- exactly what the CLI runs
+-- for each configuration, alternating the configurations over several rounds (MEASURING.md rule
+2), and records steady-state tokens/s and start-up per configuration (medians over rounds) as
+one JSON per checkpoint: `sample-speed-<run>.json`. The first round of each configuration pays
+its graph capture / compilation; later rounds reuse nothing (each call builds its decoder), so
+start-up is measured every round. Greedy text is compared with naive's in fp32 only (bf16
+weights are another function).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from gptstack.tools.checkpoint import load_checkpoint
+from gptstack.tools.sample import sample
+
+CONFIGS = {  # name -> sample() options
+    "naive": {"mode": "naive", "dtype": "fp32"},
+    "kv": {"mode": "kv", "dtype": "fp32"},
+    "static": {"mode": "static", "dtype": "fp32"},
+    "graph fp32": {"mode": "graph", "dtype": "fp32"},
+    "graph bf16": {"mode": "graph", "dtype": "bf16"},
+    "graph bf16 + compile": {"mode": "graph", "dtype": "bf16", "compile": True},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", type=Path, action="append", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokens", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = args.configs.split(",")
+    for run in args.ckpt:
+        rows = {n: {"tokens_per_s": [], "startup_s": [], "text": None} for n in names}
+        for r in range(args.rounds):
+            for n in names:
+                # sample() casts the model to the configuration's dtype: load it fresh
+                ckpt = load_checkpoint(run, device="cuda")
+                try:
+                    res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None,
+                                 **CONFIGS[n])
+                    if r == 0:
+                        rows[n]["greedy_text"] = sample(ckpt, "ROMEO:", tokens=100,
+                                                        temperature=0, out=None,
+                                                        **CONFIGS[n]).text
+                except Exception as e:  # a failing configuration is a result, not a crash
+                    rows[n]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                    print(f"{run.name} {n}: {rows[n]['error']}", flush=True)
+                    continue
+                rows[n]["tokens_per_s"].append(res.tokens_per_s)
+                rows[n]["startup_s"].append(res.startup_s)
+                print(f"{run.name:18s} {n:22s} round {r}: {res.tokens_per_s:10,.0f} tok/s, "
+                      f"start-up {res.startup_s:.3f} s", flush=True)
+        ref = rows.get("naive", {}).get("greedy_text")
+        summary = {}
+        for n, row in rows.items():
+            if not row["tokens_per_s"]:
+                summary[n] = row
+                continue
+            summary[n] = {"tokens_per_s_median": statistics.median(row["tokens_per_s"]),
+                          "startup_s_median": statistics.median(row["startup_s"]),
+                          "startup_s_first": row["startup_s"][0],
+                          "greedy_equals_naive": (row.get("greedy_text") == ref
+                                                  if ref is not None
+                                                  and CONFIGS[n]["dtype"] == "fp32"
+                                                  else None), **row}
+            print(f"{run.name:18s} {n:22s} {summary[n]['tokens_per_s_median']:10,.0f} tok/s  "
+                  f"start-up {summary[n]['startup_s_median']:.3f} s (first "
+                  f"{summary[n]['startup_s_first']:.2f} s)  greedy==naive "
+                  f"{summary[n]['greedy_equals_naive']}")
+        (args.out / f"sample-speed-{run.name}.json").write_text(json.dumps({
+            "kind": "sample-speed", "run": str(run), "tokens": args.tokens,
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "configs": summary},
+            indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The graph decoder and the window policies against the naive reference.
+
+On a CPU the graph decoder runs its steps eagerly (the same code the CUDA graphs capture); the
+CUDA tests check the captured replays against the same reference on the lent GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gptstack.model import GraphDecoder, ModelError, generate, window_length
+from gptstack.model.decoding import MODES
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def simulate_halve(n_tokens: int, T: int) -> int:
+    """FORMAT.md section 8 spelled out: feed ids one by one, halving the window when full."""
+    window = 0
+    for _ in range(n_tokens):
+        if window == T:
+            window = T // 2
+        window += 1
+    return window
+
+
+@pytest.mark.parametrize("T", [2, 5, 16, 64])
+def test_window_length_follows_the_chip_rule(T):
+    for n in range(1, 5 * T):
+        assert window_length(n, T, "halve") == simulate_halve(n, T)
+        assert window_length(n, T, "slide") == min(n, T)
+
+
+@pytest.mark.parametrize("window", ["slide", "halve"])
+@pytest.mark.parametrize("prompt_len", [1, 7, 16, 37])
+def test_every_mode_writes_naives_greedy_text(make_gpt, random_tokens, window, prompt_len):
+    """Greedy decoding past block_size (16) several times, prompts shorter and longer than it."""
+    model = make_gpt(21, scramble=0.3)
+    idx = random_tokens(21, 2, prompt_len, model.config.vocab_size)
+    expected = generate(model, idx, 45, temperature=0, window=window)
+    for mode in MODES[1:]:
+        got = generate(model, idx, 45, mode=mode, temperature=0, window=window)
+        assert torch.equal(got, expected), mode
+
+
+def test_the_window_policies_differ_past_the_context(make_gpt, random_tokens):
+    model = make_gpt(22, scramble=0.5)
+    idx = random_tokens(22, 1, 3, model.config.vocab_size)
+    slide = generate(model, idx, 40, temperature=0, window="slide")
+    halve = generate(model, idx, 40, temperature=0, window="halve")
+    T = model.config.block_size
+    assert torch.equal(slide[:, : T + 1], halve[:, : T + 1])  # same until the window is full
+    assert not torch.equal(slide, halve)
+
+
+def test_sampled_text_is_seeded_and_halve_agrees_across_cached_modes(make_gpt, random_tokens):
+    model = make_gpt(23, scramble=0.3)
+    idx = random_tokens(23, 3, 5, model.config.vocab_size)
+    ref = generate(model, idx, 40, seed=4, top_k=6, window="halve")
+    for mode in ("kv", "static"):
+        assert torch.equal(generate(model, idx, 40, mode=mode, seed=4, top_k=6, window="halve"),
+                           ref)
+    a = generate(model, idx, 40, mode="graph", seed=4, top_k=6, top_p=0.9)
+    b = generate(model, idx, 40, mode="graph", seed=4, top_k=6, top_p=0.9)
+    c = generate(model, idx, 40, mode="graph", seed=5, top_k=6, top_p=0.9)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_padded_ids_are_never_drawn(make_gpt, random_tokens, mode):
+    """A padded vocabulary's extra rows have logits too; make them the likeliest and check that
+    vocab_limit keeps every draw below the limit (and that without it they are drawn)."""
+    model = make_gpt(24, vocab_size=40)
+    limit = 33
+    with torch.no_grad():
+        model.wte.weight[limit:] = 3.0 * model.wte.weight[:limit].abs().max()
+    idx = random_tokens(24, 2, 4, limit)
+    free = generate(model, idx, 30, mode=mode, seed=1, temperature=1.0)
+    assert (free[:, 4:] >= limit).any()
+    for temperature in (0.0, 1.0):
+        out = generate(model, idx, 30, mode=mode, seed=1, temperature=temperature,
+                       vocab_limit=limit)
+        assert (out[:, 4:] < limit).all()
+
+
+def test_graph_decoder_chunks_and_argument_errors(make_gpt, random_tokens):
+    model = make_gpt(25, scramble=0.3)
+    decoder = GraphDecoder(model, batch_size=2, chunk=8)
+    idx = random_tokens(25, 2, 3, model.config.vocab_size)
+    chunks = list(decoder.generate(idx, 50, temperature=0))
+    assert sum(c.size(1) for c in chunks) == 50
+    assert all(c.shape[0] == 2 and 1 <= c.size(1) <= 8 and c.device.type == "cpu"
+               for c in chunks)
+    expected = generate(model, idx, 50, temperature=0)
+    assert torch.equal(torch.cat(chunks, dim=1), expected[:, 3:])
+    assert list(decoder.generate(idx, 0)) == []
+    with pytest.raises(ModelError, match="chunk"):
+        GraphDecoder(model, 2, chunk=0)
+    with pytest.raises(ModelError, match=r"\(2, T >= 1\)"):
+        decoder.generate(idx[:1], 5)
+    with pytest.raises(ModelError, match="window 'wrap' is unknown"):
+        decoder.generate(idx, 5, window="wrap")
+    with pytest.raises(ModelError, match="vocab_limit"):
+        generate(model, idx, 5, vocab_limit=model.config.vocab_size + 1)
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelError, match="needs the model on a CUDA device"):
+            GraphDecoder(model, 2, cuda_graph=True)
+
+
+@needs_cuda
+@pytest.mark.parametrize("window", ["slide", "halve"])
+@pytest.mark.parametrize("compile", [False, True])
+def test_captured_graph_decoder_matches_naive_on_cuda(make_gpt, random_tokens, window, compile):
+    model = make_gpt(26, scramble=0.3, block_size=32).cuda()
+    idx = random_tokens(26, 2, 5, model.config.vocab_size).cuda()
+    expected = generate(model, idx, 100, temperature=0, window=window)
+    decoder = GraphDecoder(model, batch_size=2, chunk=16, compile=compile)
+    got = torch.cat(list(decoder.generate(idx, 100, temperature=0, window=window)), dim=1)
+    assert torch.equal(got, expected[:, 5:].cpu())
+    assert decoder._graphs  # it really replayed graphs
+    a = torch.cat(list(decoder.generate(idx, 60, seed=3, top_k=5, window=window)), dim=1)
+    b = torch.cat(list(decoder.generate(idx, 60, seed=3, top_k=5, window=window)), dim=1)
+    assert torch.equal(a, b)
