@@ -113,9 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=c.cmd_export)
 
     from .bench_cli import add_bench_parser
+    from .data_cli import add_data_parser
     from .firmware_cli import add_firmware_parser
 
     add_bench_parser(sub)
+    add_data_parser(sub)
     add_firmware_parser(sub)
     return parser
 
