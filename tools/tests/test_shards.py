@@ -6,10 +6,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from gptstack.tokenizer import CharTokenizer, gpt2_tokenizer, train_bpe
 from gptstack.tools.checkpoint import load_checkpoint
 from gptstack.tools.cli import main
@@ -26,10 +22,13 @@ from gptstack.tools.shards import (
     write_shard,
 )
 from gptstack.tools.train import train
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 tokens_st = st.lists(st.integers(0, 65535), max_size=600).map(lambda v: np.array(v, np.uint16))
-FILES = settings(max_examples=60, deadline=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture])
+FILES = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @FILES
@@ -70,12 +69,15 @@ def test_a_cut_or_extended_file_is_detected(tmp_path, tokens, data):
         read_shard(path)
 
 
-@pytest.mark.parametrize("problem,words", [
-    ({0: 12345}, "bad magic 12345"),
-    ({1: 2}, "version 2"),
-    ({2: 11}, "count mismatch, the header says 11 tokens"),
-    ({77: 5}, "header word 77 is 5"),
-])
+@pytest.mark.parametrize(
+    "problem,words",
+    [
+        ({0: 12345}, "bad magic 12345"),
+        ({1: 2}, "version 2"),
+        ({2: 11}, "count mismatch, the header says 11 tokens"),
+        ({77: 5}, "header word 77 is 5"),
+    ],
+)
 def test_each_header_check_says_what_failed(tmp_path, problem, words):
     path = write_shard(tmp_path / "x.bin", np.arange(10, dtype=np.uint16))
     header = np.fromfile(path, dtype="<i4", count=256)
@@ -108,12 +110,17 @@ def test_a_stream_indexes_like_the_concatenated_shards(tmp_path, sizes, data):
 
 
 @FILES
-@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=5),
-       B=st.integers(1, 3), T=st.integers(1, 8))
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=5),
+    B=st.integers(1, 3),
+    T=st.integers(1, 8),
+)
 def test_training_blocks_read_each_shard_in_order_once_per_epoch(tmp_path, sizes, B, T):
     stream, parts = _stream(tmp_path, sizes)
     # reference: whole B*T+1 blocks of each shard in turn, none across a shard's end
-    blocks = [p[j * B * T : (j + 1) * B * T + 1] for p in parts for j in range((len(p) - 1) // (B * T))]
+    blocks = [
+        p[j * B * T : (j + 1) * B * T + 1] for p in parts for j in range((len(p) - 1) // (B * T))
+    ]
     if not blocks:
         with pytest.raises(DataError, match="B x T"):
             stream.block(0, B, T)
@@ -155,16 +162,34 @@ def test_pieces_encode_as_the_whole_text(text, size, bpe_tokenizers):
 @pytest.fixture(scope="module")
 def bpe_tokenizers(shakespeare_text):
     sample = shakespeare_text[:20_000]
-    return [gpt2_tokenizer(), train_bpe(sample, 300, pattern="gpt4"),
-            train_bpe(sample, 300, pattern="gpt2")]
+    return [
+        gpt2_tokenizer(),
+        train_bpe(sample, 300, pattern="gpt4"),
+        train_bpe(sample, 300, pattern="gpt2"),
+    ]
 
 
 @pytest.fixture
 def shard_dir(tmp_path, small_corpus):
     """small_corpus as shards of at most 20,000 characters (tokens) each, via the CLI."""
     out = tmp_path / "shards"
-    assert main(["data", "shard", "--data", str(small_corpus), "--tokenizer", "char", "-o",
-                 str(out), "--shard-tokens", "20000"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "shard",
+                "--data",
+                str(small_corpus),
+                "--tokenizer",
+                "char",
+                "-o",
+                str(out),
+                "--shard-tokens",
+                "20000",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -180,16 +205,35 @@ def test_data_shard_writes_the_tokens_of_the_text_path(shard_dir, small_corpus, 
     assert sharded.bits_per_char(1.0) == pytest.approx(text_path.bits_per_char(1.0))
     capsys.readouterr()
     # a second run into the same folder would mix old and new shards: refused in one line
-    assert main(["data", "shard", "--data", str(small_corpus), "--tokenizer", "char", "-o",
-                 str(shard_dir)]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "shard",
+                "--data",
+                str(small_corpus),
+                "--tokenizer",
+                "char",
+                "-o",
+                str(shard_dir),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "already holds .bin shards" in err and len(err.strip().splitlines()) == 1
 
 
-def test_training_on_shards_learns_and_its_checkpoint_evaluates(tmp_path, shard_dir):
-    torch.set_num_threads(1)
-    cfg = apply_overrides(load_preset("smoke"), [f"data.path={shard_dir}", "train.max_steps=12",
-                                                 "train.log_interval=1", "train.eval_interval=6"])
+def test_training_on_shards_learns_and_its_checkpoint_evaluates(tmp_path, shard_dir, one_thread):
+    cfg = apply_overrides(
+        load_preset("smoke"),
+        [
+            f"data.path={shard_dir}",
+            "train.max_steps=12",
+            "train.log_interval=1",
+            "train.eval_interval=6",
+        ],
+    )
     result = train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     loss = {r["step"]: r["loss"] for r in records if r["event"] == "train"}
@@ -201,8 +245,12 @@ def test_training_on_shards_learns_and_its_checkpoint_evaluates(tmp_path, shard_
 def test_a_damaged_shard_stops_training_with_one_line(shard_dir, tmp_path, capsys):
     bad = shard_dir / "small_train_000001.bin"
     bad.write_bytes(bad.read_bytes()[:-3])
-    assert main(["train", "--preset", "smoke", "--data", str(shard_dir), "--out",
-                 str(tmp_path / "run")]) == 2
+    assert (
+        main(
+            ["train", "--preset", "smoke", "--data", str(shard_dir), "--out", str(tmp_path / "run")]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"shard {bad}: count mismatch" in err and len(err.strip().splitlines()) == 1
 

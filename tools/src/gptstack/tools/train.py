@@ -6,6 +6,10 @@ the same step `gptstack bench train` measures). Every `eval_interval` steps: tra
 val bits/char, the checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
 to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step, saves `last/` and returns.
 Resuming from `last/` continues exactly: the batch of a step depends only on (seed, step).
+
+Under torchrun (train_dist.py) the same loop runs in every process: distributed.py and
+parallel.py hold what differs (each rank's share of the micro-batches, DDP/FSDP2, rank 0 alone
+printing and writing); the lines that call them are marked `# [dist]`. One process is this path.
 """
 
 from __future__ import annotations
@@ -24,13 +28,16 @@ from tqdm import tqdm
 from gptstack.model import GPT, GPTConfig, TrainStep, load_safetensors
 from gptstack.tokenizer import load_tokenizer
 
-from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
+from .checkpoint import read_meta, resolve_checkpoint
 from .config import RunConfig, gpt_config
-from .data import Corpus, batch_rng, get_batch, prepare_corpus
+from .data import Corpus, prepare_corpus
+from .distributed import World, restore_rng, rng_state, seed_ranks
 from .errors import CheckpointError
 from .evaluate import estimate_loss
+from .parallel import distributed_runtime, wrap_model
 from .runtime import Runtime, resolve_runtime
 from .schedule import get_lr, total_steps
+from .shards import train_batch
 
 
 @dataclass
@@ -55,10 +62,15 @@ def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
 
 
 class _StopOnInterrupt:
-    """First Ctrl-C asks the loop to stop after the current step; a second one aborts."""
+    """First Ctrl-C asks the loop to stop after the current step; a second one aborts.
 
-    def __init__(self) -> None:
+    With several processes a Ctrl-C is only `pending` until the ranks agree at the next logged
+    step (every rank must stop after the same step)."""
+
+    def __init__(self, distributed: bool = False) -> None:
         self.requested = False
+        self.pending = False
+        self.distributed = distributed
 
     def __enter__(self):
         self._previous = signal.getsignal(signal.SIGINT)
@@ -69,9 +81,12 @@ class _StopOnInterrupt:
         return self
 
     def _handle(self, signum, frame):
-        if self.requested:
+        if self.requested or self.pending:
             raise KeyboardInterrupt
-        self.requested = True
+        if self.distributed:
+            self.pending = True
+        else:
+            self.requested = True
 
     def __exit__(self, *exc):
         if self._previous is not None:
@@ -90,23 +105,33 @@ class _Metrics:
         self.file.close()
 
 
-def _restore(ckpt: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str, Any]:
+class _NoMetrics:
+    """metrics.jsonl of ranks other than 0: nothing is written."""
+
+    def write(self, **record: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _read_train_state(ckpt: Path) -> dict[str, Any]:
     state_path = ckpt / "train_state.pt"
     if not state_path.is_file():
         raise CheckpointError(
             f"{ckpt} has no train_state.pt, so it cannot be resumed exactly (best/ checkpoints "
             "carry weights only): resume from the run directory or its last/"
         )
-    load_safetensors(model, ckpt / "model.safetensors")
-    state = torch.load(state_path, map_location="cpu", weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
+    return torch.load(state_path, map_location="cpu", weights_only=True)
+
+
+def _restore(ckpt: Path, state: dict[str, Any], replicas, optimizer, runtime: Runtime,
+             seed: int) -> None:
+    replicas.load_optimizer(ckpt, state, optimizer)  # [dist] whole or DCP shards, any world size
     if runtime.cuda_graph:  # loaded rates may be CPU tensors or floats: back to device tensors
         for group in optimizer.param_groups:
             group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=runtime.device)
-    torch.set_rng_state(state["torch_rng"])
-    if runtime.device_type == "cuda" and state.get("cuda_rng") is not None:
-        torch.cuda.set_rng_state(state["cuda_rng"], runtime.device)
-    return state
+    restore_rng(state, replicas.world, runtime.device, seed)  # [dist] each rank's own stream
 
 
 def train(
@@ -118,17 +143,21 @@ def train(
     stop_at: int | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    world: World | None = None,
 ) -> TrainResult:
     """Train `cfg` into `run_dir` (or continue the run saved in `resume`).
 
     `stop_at` stops after that many steps as Ctrl-C would (saving last/), so a long schedule can be
-    run in stages on machines with a time limit and resumed exactly.
+    run in stages on machines with a time limit and resumed exactly. `world`: this process's
+    rank among several (train_dist.py); None is one process.
     """
+    world = world or World()  # [dist]
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    runtime = resolve_runtime(cfg.train)
+    runtime = distributed_runtime(resolve_runtime(cfg.train), world, cfg.train.cuda_graph)  # [dist]
     t, T = cfg.train, cfg.model.block_size
     max_steps = total_steps(t, runtime.device_type)
+    micro_batches = world.micro_batches(t.grad_accum)  # [dist] this rank's share of each step
 
     tokenizer, ckpt = None, None
     if resume is not None:
@@ -136,22 +165,30 @@ def train(
         read_meta(ckpt)
         tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     if corpus is None:
-        corpus = prepare_corpus(cfg, tokenizer)
+        with world.main_first():  # [dist] rank 0 fills the token cache, the others read it
+            corpus = prepare_corpus(cfg, tokenizer)
     torch.manual_seed(t.seed)
     mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
-    model = GPT(mcfg).to(runtime.device)
+    model = GPT(mcfg)
+    state = _read_train_state(ckpt) if resume is not None else None
+    if state is not None:
+        load_safetensors(model, ckpt / "model.safetensors")
+    replicas = wrap_model(model, world, runtime, t.parallel)  # [dist] to device: as is, DDP, FSDP2
+    seed_ranks(world, t.seed)  # [dist]
     optimizer = model.configure_optimizer(t.weight_decay, t.lr, (t.beta1, t.beta2),
                                           runtime.device_type, capturable=runtime.cuda_graph)
 
     start, best_val, best_bpc, elapsed0 = 0, math.inf, math.inf, 0.0
-    if resume is not None:
-        state = _restore(ckpt, model, optimizer, runtime)
+    if state is not None:
+        _restore(ckpt, state, replicas, optimizer, runtime, t.seed)
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
-    fwd = torch.compile(model) if runtime.compile else model
+    fwd = replicas.fwd
     train_step = TrainStep(fwd, model.parameters(), optimizer, device=runtime.device,
                            bf16=runtime.dtype == "bf16", grad_clip=t.grad_clip,
-                           cuda_graph=runtime.cuda_graph)
+                           cuda_graph=runtime.cuda_graph, no_sync=replicas.no_sync)
+    if not world.is_main:  # [dist] rank 0 alone prints
+        progress, log = False, _quiet
 
     tokens_per_step = t.batch_size * t.grad_accum * T
     flops_per_token = model.flops_per_token()
@@ -161,15 +198,19 @@ def train(
         f"({corpus.tokenizer.kind} tokenizer, vocab {corpus.tokenizer.vocab_size})")
     if runtime.peak is not None:
         log(f"MFU peak: {runtime.peak.label}")
+    if world.size > 1:
+        log(world.describe(t.parallel, t.grad_accum))  # [dist]
 
-    metrics = _Metrics(run_dir / "metrics.jsonl")
+    metrics = _Metrics(run_dir / "metrics.jsonl") if world.is_main else _NoMetrics()  # [dist]
     metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
-                  device=runtime.describe(), n_params=model.num_params(), time=time.time())
+                  device=runtime.describe(), n_params=model.num_params(), time=time.time(),
+                  world_size=world.size)
 
     def evaluate(step: int) -> float:
         nonlocal best_val, best_bpc
         losses = estimate_loss(fwd, corpus, batch_size=t.batch_size, block_size=T,
-                               batches=t.eval_batches, seed=t.seed, runtime=runtime)
+                               batches=t.eval_batches, seed=t.seed, runtime=runtime,
+                               world=world)  # [dist] each rank scores its share
         val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
         metrics.write(event="eval", step=step, train_loss=losses["train"], val_loss=val,
                       val_bpc=bpc, lr=get_lr(step, t, max_steps), time=time.time())
@@ -177,26 +218,27 @@ def train(
         improved = val < best_val
         if improved:
             best_val, best_bpc = val, bpc
-            save_checkpoint(run_dir / "best", model=model, tokenizer=corpus.tokenizer, meta=meta)
+            replicas.save(run_dir / "best", tokenizer=corpus.tokenizer, meta=meta)  # [dist] rank 0
         save_last(step, meta)
-        bar.write(f"step {step:>6}: train {losses['train']:.4f}  val {val:.4f}  "
-                  f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}")
+        say(f"step {step:>6}: train {losses['train']:.4f}  val {val:.4f}  "
+            f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}")
         return val
 
     def save_last(step: int, meta: dict[str, Any]) -> None:
-        state = {"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                 "cuda_rng": torch.cuda.get_rng_state(runtime.device) if runtime.device_type == "cuda" else None,
+        state = {"step": step, **rng_state(world, runtime.device),  # [dist] every rank's stream
                  "best_val_loss": float(best_val), "best_val_bpc": float(best_bpc),
                  "elapsed_s": elapsed0 + time.perf_counter() - t0}
-        save_checkpoint(run_dir / "last", model=model, tokenizer=corpus.tokenizer, meta=meta,
-                        train_state=state)
+        # [dist] the optimizer state goes in whole (train_state.pt) or as FSDP2's DCP shards
+        replicas.save(run_dir / "last", tokenizer=corpus.tokenizer, meta=meta, train_state=state,
+                      optimizer=optimizer)
 
     t0 = time.perf_counter()
     last_val, step = math.nan, start
     bar = tqdm(total=max_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=not progress, smoothing=0.1)
+    say = bar.write if world.is_main else _quiet  # [dist] rank 0 alone prints
     interval_t, interval_steps = time.perf_counter(), 0
-    with _StopOnInterrupt() as stop:
+    with _StopOnInterrupt(distributed=world.size > 1) as stop:
         try:
             for step in range(start, max_steps):
                 if step % t.eval_interval == 0 and not (resume is not None and step == start):
@@ -204,17 +246,20 @@ def train(
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
                 model.train()
-                batches = [runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
-                                                        batch_rng(t.seed, step, micro)))
-                           for micro in range(t.grad_accum)]
+                batches = [runtime.to_device(*train_batch(corpus, t.batch_size, T, t.seed, step,
+                                                          micro, t.grad_accum))
+                           for micro in micro_batches]  # [dist] this rank's global indices
                 loss = train_step.step(batches, lr)
                 interval_steps += 1
                 if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:
-                    loss_value = loss.item()  # synchronizes the device
+                    # [dist] the mean over ranks, and whether any rank was asked to stop
+                    loss_sum, stops = world.sum([loss, float(stop.pending)])  # syncs the device
+                    loss_value, stop.requested = loss_sum / world.size, stop.requested or stops > 0
                     now = time.perf_counter()
                     tok_s = interval_steps * tokens_per_step / (now - interval_t)
                     interval_t, interval_steps = now, 0
-                    mfu = flops_per_token * tok_s / runtime.peak.flops if runtime.peak else None
+                    mfu = (flops_per_token * tok_s / (runtime.peak.flops * world.size)  # [dist]
+                           if runtime.peak else None)
                     metrics.write(event="train", step=step + 1, loss=loss_value, lr=lr,
                                   tokens_per_s=tok_s, mfu=mfu, time=time.time())
                     post = {"loss": f"{loss_value:.4f}", "tok/s": f"{tok_s:,.0f}"}
@@ -230,7 +275,7 @@ def train(
             else:
                 step = max_steps
             if stop.requested and step < max_steps:
-                bar.write(f"stopped: saving {run_dir / 'last'} at step {step} (continue with --resume {run_dir})")
+                say(f"stopped: saving {run_dir / 'last'} at step {step} (continue with --resume {run_dir})")
                 save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
             else:
                 last_val = evaluate(step)
@@ -240,7 +285,12 @@ def train(
                           interrupted=stop.requested)
             metrics.close()
     wall = time.perf_counter() - t0
+    world.barrier()  # [dist] rank 0 has written its last checkpoint
     return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested)
+
+
+def _quiet(message: str) -> None:
+    """The log of ranks other than 0."""
 
 
 def checkpoint_meta(
