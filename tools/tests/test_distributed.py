@@ -150,6 +150,8 @@ def test_launcher_checks_the_config_before_starting_torchrun(capsys):
         == 2
     )
     assert "--rdzv-endpoint" in capsys.readouterr().err
+    assert main(["train", "--preset", "smoke", "--nnodes", "2"]) == 2  # not one process, silently
+    assert "--nproc-per-node N" in capsys.readouterr().err
 
 
 def test_several_processes_drop_the_whole_step_cuda_graph():

@@ -54,11 +54,22 @@ def under_torchrun() -> bool:
 
 
 def launch_requested(args) -> bool:
-    return getattr(args, "nproc_per_node", None) is not None and not under_torchrun()
+    """Any launch flag, outside torchrun (inside it, the flags were meant for the launcher)."""
+    flags = (
+        getattr(args, "nproc_per_node", None) is not None,
+        getattr(args, "nnodes", 1) != 1,
+        getattr(args, "rdzv_endpoint", None) is not None,
+    )
+    return any(flags) and not under_torchrun()
 
 
 def torchrun_command(args, worker_args: list[str]) -> list[str]:
     """The torchrun command line for these launch flags and the training flags to pass on."""
+    if args.nproc_per_node is None:
+        raise ConfigError(
+            "--nnodes and --rdzv-endpoint start torchrun: say how many processes "
+            "each node runs with --nproc-per-node N (its number of GPUs)"
+        )
     if args.nproc_per_node < 1 or args.nnodes < 1:
         raise ConfigError(
             f"--nproc-per-node {args.nproc_per_node} and --nnodes {args.nnodes} must be at least 1"
@@ -108,9 +119,9 @@ def launch_torchrun(args, cfg, run_dir: Path) -> int:
     """Run torchrun until it ends; its status, or a one-line error on failure."""
     from .distributed import check_divisible
 
+    cmd = torchrun_command(args, worker_args(args.argv))
     world_size = args.nproc_per_node * args.nnodes
     check_divisible(cfg.train.grad_accum, world_size)
-    cmd = torchrun_command(args, worker_args(args.argv))
     print(f"starting {world_size} processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd)
     # Ctrl-C reaches torchrun directly (same process group): it passes it to its processes, which
