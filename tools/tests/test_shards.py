@@ -6,7 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from gptstack.tokenizer import CharTokenizer, gpt2_tokenizer, train_bpe
+import regex
+from gptstack.tokenizer import PATTERNS, CharTokenizer, gpt2_tokenizer, train_bpe
 from gptstack.tools.checkpoint import load_checkpoint
 from gptstack.tools.cli import main
 from gptstack.tools.config import apply_overrides, load_preset
@@ -22,7 +23,7 @@ from gptstack.tools.shards import (
     write_shard,
 )
 from gptstack.tools.train import train
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 tokens_st = st.lists(st.integers(0, 65535), max_size=600).map(lambda v: np.array(v, np.uint16))
@@ -147,14 +148,20 @@ def test_ranks_read_disjoint_blocks(tmp_path, world_size, grad_accum):
     assert len(set(everything)) == len(everything)  # no block read twice, by any two ranks
 
 
-TEXT = st.text(alphabet="ab Z9é.,'\n\t\r", max_size=80)
+TEXT = st.text(alphabet="ab Z9é.,'s\n\t\r ", max_size=80)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(text=TEXT, size=st.integers(1, 12))
+@example(text="\n\n9", size=1)  # GPT-2: "\n", "\n", "9" whole; "\n\n" alone is one token
+@example(text="a\n  9 b", size=2)  # a cut before the spaces would split "\n " differently
 def test_pieces_encode_as_the_whole_text(text, size, bpe_tokenizers):
     pieces = list(text_pieces(text, size))
     assert "".join(pieces) == text
+    for pattern in PATTERNS.values():  # no pre-token crosses a cut or changes at one
+        assert [t for p in pieces for t in regex.findall(pattern, p)] == regex.findall(
+            pattern, text
+        )
     for tok in [CharTokenizer.from_text(text + "x"), *bpe_tokenizers]:
         assert [i for p in pieces for i in tok.encode(p)] == tok.encode(text)
 

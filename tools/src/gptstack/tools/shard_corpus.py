@@ -61,9 +61,12 @@ def is_shard_folder(path: str | Path) -> bool:
 
 
 def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
-    """`text` in pieces of about `size` characters, cut only after a newline that a non-space
-    character follows: no pre-tokenization pattern (GPT-2's, GPT-4's) joins across such a
-    point, so encoding the pieces gives the tokens of encoding the whole."""
+    """`text` in pieces of about `size` characters, cut only before a space that follows a
+    letter. There GPT-2's and GPT-4's pre-tokenization patterns always end a token (a letter run
+    ends at a space) and none looks ahead across the cut; whitespace before a cut would not be
+    safe (GPT-2 splits two newlines before a digit into two tokens, but two newlines at the end
+    of a piece into one). So the pieces encode to the tokens of the whole text. A text without
+    such a space stays one piece."""
     start = 0
     while start < len(text):
         cut = _safe_cut(text, start + size)
@@ -72,10 +75,10 @@ def text_pieces(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
 
 
 def _safe_cut(text: str, at: int) -> int:
-    i = text.find("\n", max(0, at - 1))
-    while i != -1 and i + 1 < len(text) and text[i + 1].isspace():
-        i = text.find("\n", i + 1)
-    return len(text) if i == -1 or i + 1 >= len(text) else i + 1
+    i = text.find(" ", max(1, at))
+    while i != -1 and not text[i - 1].isalpha():
+        i = text.find(" ", i + 1)
+    return len(text) if i == -1 else i
 
 
 def shard_tokenizer(spec: str, text: str) -> Tokenizer:
