@@ -231,6 +231,7 @@ def _assert_same_optimizer(a, b):
             assert torch.equal(value, sb["state"][k][name]), (k, name)
 
 
+@pytest.mark.slow  # importing torch.distributed.checkpoint alone takes seconds
 def test_optimizer_shards_round_trip_in_one_process(tmp_path):
     model, opt = _trained(1)
     save_optimizer_shards(model, opt, tmp_path / "optimizer")
@@ -243,6 +244,7 @@ def test_optimizer_shards_round_trip_in_one_process(tmp_path):
     assert all(torch.equal(before[k], v) for k, v in twin.state_dict().items())
 
 
+@pytest.mark.slow  # importing torch.distributed.checkpoint alone takes seconds
 def test_a_whole_optimizer_state_loads_by_parameter_name(tmp_path):
     model, opt = _trained(2)
     twin, twin_opt = _fresh_like(model)
