@@ -231,6 +231,7 @@ def test_data_shard_writes_the_tokens_of_the_text_path(shard_dir, small_corpus, 
     assert "already holds .bin shards" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_training_on_shards_learns_and_its_checkpoint_evaluates(tmp_path, shard_dir, one_thread):
     cfg = apply_overrides(
         load_preset("smoke"),
