@@ -22,16 +22,19 @@ def batches(random_tokens, seed: int, steps: int, accum: int, B: int, T: int, V:
 
 
 def reference_step(model, opt, batch, lr, clip):
-    """The step as nanoGPT writes it: zero, accumulate loss/accum gradients, clip, step."""
+    """The step as nanoGPT writes it: zero, accumulate loss/accum gradients, clip, step; returns
+    the mean micro-batch loss."""
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
+    losses = []
     for x, y in batch:
         _, loss = model(x, y)
         (loss / len(batch)).backward()
+        losses.append(loss.detach())
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     opt.step()
-    return loss.detach()
+    return sum(losses[1:], losses[0]) / len(batch)
 
 
 @pytest.mark.parametrize("accum,clip", [(1, 1.0), (3, 0.05)])
@@ -52,6 +55,42 @@ def test_eager_step_equals_the_hand_written_step(accum, clip, tiny_config, rando
         assert torch.equal(loss, ref)
     for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
         assert torch.equal(p, q), name
+
+
+@pytest.mark.parametrize("accum", [1, 4])
+def test_no_sync_wraps_every_micro_batch_but_the_last(accum, tiny_config, random_tokens):
+    """The data-parallel hook: no_sync() is entered around each micro-batch's forward and
+    backward except the last one's (so DDP reduces gradients once, on the last backward), and
+    the step computes what it computes without the hook."""
+    torch.manual_seed(5)
+    cfg = tiny_config(dropout=0.0)
+    model = GPT(cfg)
+    twin = copy.deepcopy(model)
+    opt = configure_adamw(model, 0.1, 3e-3, (0.9, 0.95), "cpu")
+    twin_opt = configure_adamw(twin, 0.1, 3e-3, (0.9, 0.95), "cpu")
+    events = []
+
+    class Recorder:  # stands in for DDP.no_sync: records when it is entered and left
+        def __enter__(self):
+            events.append("enter")
+
+        def __exit__(self, *exc):
+            events.append("exit")
+
+    def fwd(x, y):
+        events.append("forward")
+        return model(x, y)
+
+    step = TrainStep(fwd, model.parameters(), opt, device=torch.device("cpu"), bf16=False,
+                     grad_clip=1.0, no_sync=Recorder)
+    plain = TrainStep(twin, twin.parameters(), twin_opt, device=torch.device("cpu"), bf16=False,
+                      grad_clip=1.0)
+    for batch in batches(random_tokens, 9, 2, accum, 2, 8, cfg.vocab_size):
+        events.clear()
+        assert torch.equal(step.step(batch, 1e-3), plain.step(batch, 1e-3))
+        assert events == ["enter", "forward", "exit"] * (accum - 1) + ["forward"]
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
 
 
 def test_cuda_graph_needs_a_gpu(tiny_config):

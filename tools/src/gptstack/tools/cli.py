@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import commands as c
     from .config import preset_names
     from .defaults import SAMPLING
+    from .launch import add_launch_arguments
 
     parser = argparse.ArgumentParser(
         prog="gptstack",
@@ -119,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--config", type=Path, help="a TOML file with [model] [tokenizer] [data] [train]")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting, e.g. --set train.max_steps=100 (repeatable)")
-    p.add_argument("--data", type=Path, help="train on this text file instead of the preset's dataset")
+    p.add_argument("--data", type=Path, help="train on this text file (or folder of .bin shards: "
+                   "gptstack data shard) instead of the preset's dataset")
     p.add_argument("--out", type=Path, help="run directory (default: the --resume directory, else "
                    "runs/PRESET; refused if it holds checkpoints, unless --resume or --overwrite)")
     p.add_argument("--resume", type=Path, metavar="DIR",
@@ -129,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-at", type=int, metavar="STEP",
                    help="stop after this step, saving last/ (resume later with --resume)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_launch_arguments(p)
     p.set_defaults(func=c.cmd_train)
 
     p = sub.add_parser("sample", help="generate text from a checkpoint")
@@ -191,9 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=c.cmd_export)
 
     from .bench_cli import add_bench_parser
+    from .data_cli import add_data_parser
     from .firmware_cli import add_firmware_parser
 
     add_bench_parser(sub)
+    add_data_parser(sub)
     add_firmware_parser(sub)
     _accept_debug_everywhere(parser)
     return parser
@@ -202,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # gptstack train --nproc-per-node
     try:
         code = args.func(args)
     except Exception as e:

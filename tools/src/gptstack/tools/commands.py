@@ -99,6 +99,7 @@ def run_config_from_args(args):
 
 def cmd_train(args) -> int:
     from .checkpoint import resolve_checkpoint
+    from .launch import launch_requested, launch_torchrun
     from .run_dir import check_run_dir
 
     cfg = run_config_from_args(args)
@@ -107,13 +108,22 @@ def cmd_train(args) -> int:
     else:
         run_dir = args.out or Path("runs") / cfg.name
     check_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)  # before torch loads
+    if launch_requested(args):  # --nproc-per-node: torchrun runs this command in each process
+        return launch_torchrun(args, cfg, run_dir)
 
+    from .distributed import init_world, shutdown_world
     from .plot import plot_run
     from .summary import write_run_summary
     from .train import train
 
-    result = train(cfg, run_dir, resume=args.resume, overwrite=args.overwrite,
-                   stop_at=args.stop_at, progress=not args.no_progress)
+    world = init_world(cfg.train)  # under torchrun: this process's rank; else one process
+    try:
+        result = train(cfg, run_dir, resume=args.resume, overwrite=args.overwrite,
+                       stop_at=args.stop_at, progress=not args.no_progress, world=world)
+    finally:
+        shutdown_world()
+    if not world.is_main:
+        return 0
     plot = plot_run(run_dir)
     summary, recorded = write_run_summary(run_dir)
     rate = recorded["tokens_per_s_median"]

@@ -64,7 +64,7 @@ class TokenizerSection:
 @dataclass
 class DataSection:
     dataset: str = "tinyshakespeare"  # a named dataset (gptstack.tools.datasets)
-    path: str = ""  # a text file instead of the named dataset (--data FILE)
+    path: str = ""  # a text file, or a folder of .bin token shards, instead of the named dataset
     val_fraction: float = 0.1  # the last 10% of the text is the validation split
 
 
@@ -103,6 +103,13 @@ class TrainSection:
     # auto (on CUDA) | true | false: capture forward + backward + clip + AdamW as one CUDA graph
     # and replay it each step (6.8x faster steps for esp32 on an H200; train_step.py)
     cuda_graph: str = "auto"
+    # With more than one process (torchrun): ddp (a full replica per GPU, gradients all-reduced)
+    # | fsdp (FSDP2: parameters, gradients and optimizer state sharded; for gpt2-124m and larger)
+    parallel: str = "ddp"
+    # Seconds a collective may wait for the other ranks before the process group gives up (a
+    # dead or hung rank then ends the run instead of hanging it); must exceed the longest pause
+    # of one rank alone, e.g. rank 0 writing a checkpoint. NCCL's default is also 10 minutes.
+    dist_timeout_s: float = 600.0
 
 
 @dataclass
@@ -144,6 +151,7 @@ CHOICES = {
     ("train", "dtype"): ("auto", "bf16", "fp32"),
     ("train", "compile"): ("auto", "regional", "full", "true", "false"),
     ("train", "cuda_graph"): ("auto", "true", "false"),
+    ("train", "parallel"): ("ddp", "fsdp"),
 }
 
 
@@ -233,6 +241,7 @@ def validate(cfg: RunConfig, *, source: str) -> None:
         (t.early_stop_evals >= 0, f"train.early_stop_evals must be >= 0, got {t.early_stop_evals}"),
         (t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
          "train.eval_interval, eval_batches and log_interval must be >= 1"),
+        (t.dist_timeout_s > 0, f"train.dist_timeout_s must be > 0, got {t.dist_timeout_s}"),
     ]
     for ok, message in rules:
         if not ok:

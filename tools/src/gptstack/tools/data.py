@@ -108,7 +108,12 @@ def _encode_cached(text: str, tokenizer: Tokenizer, key: str) -> np.ndarray:
 def prepare_corpus(
     cfg: RunConfig, tokenizer: Tokenizer | None = None, *, progress=None
 ) -> Corpus:
-    """Read, split and tokenize the configured corpus (building the tokenizer unless given)."""
+    """Read, split and tokenize the configured corpus (building the tokenizer unless given).
+    A folder as data.path is a shard folder, read as written (shard_corpus.py)."""
+    from .shard_corpus import is_shard_folder, load_shard_corpus
+
+    if is_shard_folder(cfg.data.path):
+        return load_shard_corpus(cfg, tokenizer)
     name, text = corpus_text(cfg)
     train_text, val_text = split_text(text, cfg.data.val_fraction)
     if tokenizer is None:

@@ -53,18 +53,29 @@ class LossEstimator:
     forwards only. On CUDA with `cuda_graph`, the forward over one static batch is captured once
     and replayed for every batch (copying each batch in on the device): evaluating the small
     presets is then no longer launch-bound (issue 11).
+
+    world (distributed.World): rank r of W scores the batches r, r + W, ... and the sums are
+    all-reduced, so every rank returns the one-process number, W times faster. Every rank runs
+    the same number of forwards (a sharded model gathers its weights in each), the last round
+    padded with a batch whose loss is not counted.
     """
 
     def __init__(self, model, corpus: Corpus, *, batch_size: int, block_size: int,
-                 batches: int, seed: int, runtime: Runtime, cuda_graph: bool = False) -> None:
+                 batches: int, seed: int, runtime: Runtime, cuda_graph: bool = False,
+                 world=None) -> None:
         self.model, self.runtime, self.cuda_graph = model, runtime, cuda_graph
-        self.splits: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.world, self.batches = world, batches
+        rank, size = (world.rank, world.size) if world is not None else (0, 1)
+        rounds = range(rank, -(-batches // size) * size, size)  # padded to a multiple of size
+        # split -> (x, y, counted) of this rank's batches
+        self.splits: dict[str, list[tuple[torch.Tensor, torch.Tensor, bool]]] = {}
         for split_id, (split, tokens) in enumerate((("train", corpus.train),
                                                     ("val", corpus.val))):
             self.splits[split] = [
-                tuple(runtime.to_device(*get_batch(tokens, batch_size, block_size,
-                                                   batch_rng(seed, EVAL_STREAM, split_id, i))))
-                for i in range(batches)]
+                (*runtime.to_device(*get_batch(tokens, batch_size, block_size,
+                                               batch_rng(seed, EVAL_STREAM, split_id,
+                                                         i % batches))), i < batches)
+                for i in rounds]
         self._graph = None
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
         self._static_loss: torch.Tensor | None = None
@@ -94,18 +105,24 @@ class LossEstimator:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = {}
+            totals = []
             with _bar(sum(len(b) for b in self.splits.values()), desc, progress) as bar:
-                for split, batches in self.splits.items():
+                for batches in self.splits.values():
                     total = torch.zeros((), device=self.runtime.device)
-                    for x, y in batches:
-                        total += (self._replayed_loss(x, y) if self.cuda_graph
-                                  else self._loss(x, y))
+                    for x, y, counted in batches:
+                        loss = self._replayed_loss(x, y) if self.cuda_graph else self._loss(x, y)
+                        if counted:
+                            total += loss
                         bar.update(1)
                         if should_stop is not None and should_stop():
                             raise EvalInterrupted
-                    out[split] = total.item() / len(batches)  # the one host sync per split
-            return out
+                    totals.append(total)
+            if self.world is not None and self.world.size > 1:
+                sums = self.world.sum(totals)  # [dist] every rank's share
+            else:
+                sums = [t.item() for t in totals]  # the one host sync per split
+            return {split: float(s) / self.batches
+                    for split, s in zip(self.splits, sums, strict=True)}
         finally:
             self.model.train(was_training)
 
