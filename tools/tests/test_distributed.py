@@ -42,6 +42,7 @@ from gptstack.tools.train import train
 # The smoke preset at 4 micro-batches of 4 sequences per step: 2 per rank with 2 processes, so
 # the gradient sync is skipped on one micro-batch of each step (no_sync).
 SETTINGS = [
+    "train.dtype=fp32",  # float32 on every CPU (auto picks bf16 where the CPU has it): exact sums
     "train.grad_accum=4",
     "train.batch_size=4",
     "train.max_steps=12",
@@ -99,7 +100,9 @@ def reference(tmp_path_factory, shakespeare_text):
     root = tmp_path_factory.mktemp("reference")
     data = root / "small.txt"
     data.write_text(shakespeare_text[:60_000], encoding="utf-8")
-    before = torch.get_num_threads()
+    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    # one thread, as in each torchrun process; the variable keeps train()'s thread policy there
+    os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     try:
         run_in_process(data, root / "run", stop_at=6)
@@ -107,6 +110,10 @@ def reference(tmp_path_factory, shakespeare_text):
         run_in_process(data, root / "run", resume=root / "run")
     finally:
         torch.set_num_threads(before)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
     return data, root / "run", root / "at6"
 
 
