@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from gptstack.model import GPT, GPTConfig, configure_adamw
 from gptstack.tools.checkpoint import (
     load_checkpoint,
@@ -192,6 +193,7 @@ def test_evaluation_shares_add_up_to_the_one_process_loss(world_size, batches, t
     model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16))
     runtime = Runtime(torch.device("cpu"), "fp32", False, None)
     kw = {"batch_size": 2, "block_size": 8, "batches": batches, "seed": 5, "runtime": runtime}
+
     def estimate_loss(model, corpus, world=None, **kw):
         return LossEstimator(model, corpus, world=world, **kw)()
 

@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+
 from gptstack.tools import parallel as parallel_mod
 from gptstack.tools import train as train_mod
 from gptstack.tools.cli import main

@@ -1,4 +1,4 @@
-"""The .bin token shard codec (llm.c / modded-nanogpt format), shard folders and training on them."""
+"""The .bin token shard codec (llm.c / modded-nanogpt format), shard folders, training on them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import json
 import numpy as np
 import pytest
 import regex
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
 from gptstack.tokenizer import PATTERNS, CharTokenizer, gpt2_tokenizer, train_bpe
 from gptstack.tools.checkpoint import load_checkpoint
 from gptstack.tools.cli import main
@@ -23,8 +26,6 @@ from gptstack.tools.shards import (
     write_shard,
 )
 from gptstack.tools.train import train
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
 
 tokens_st = st.lists(st.integers(0, 65535), max_size=600).map(lambda v: np.array(v, np.uint16))
 FILES = settings(

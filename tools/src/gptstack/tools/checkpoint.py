@@ -34,6 +34,7 @@ from .errors import CheckpointError
 
 if TYPE_CHECKING:
     import torch
+
     from gptstack.model import GPT
 
 FORMAT = "gptstack-checkpoint"
@@ -128,7 +129,8 @@ def resolve_checkpoint(path: Path, *, prefer: str = "best") -> Path:
             return old
     if not path.exists():
         raise CheckpointError(
-            f"checkpoint {path} does not exist: train one with `gptstack train --preset smoke --out RUN`"
+            f"checkpoint {path} does not exist: train one with "
+            "`gptstack train --preset smoke --out RUN`"
             " and pass RUN or RUN/best"
         )
     raise CheckpointError(
@@ -172,8 +174,9 @@ def load_checkpoint(path: Path, *, device: str | torch.device = "cpu") -> Checkp
 OPTIMIZER_SHARDS = "optimizer"  # the DCP folder's name inside a checkpoint
 
 
-def save_optimizer_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                          folder: Path) -> None:
+def save_optimizer_shards(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path
+) -> None:
     """Every rank writes its shard of the optimizer state to `folder` (a collective call)."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -184,8 +187,9 @@ def save_optimizer_shards(model: torch.nn.Module, optimizer: torch.optim.Optimiz
         dcp.save(state, checkpoint_id=str(folder), no_dist=not dist.is_initialized())
 
 
-def load_optimizer_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                          folder: Path) -> None:
+def load_optimizer_shards(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path
+) -> None:
     """Fill `optimizer` from DCP shards written by any number of ranks: sharded (FSDP2) or whole
     (DDP, one process). Collective when a process group is up; plain file reads without one."""
     import torch.distributed as dist
@@ -196,8 +200,10 @@ def load_optimizer_shards(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     )
 
     if not (folder / ".metadata").is_file():
-        raise CheckpointError(f"{folder} holds no optimizer shards (.metadata is missing): "
-                              "resume from a complete last/ checkpoint")
+        raise CheckpointError(
+            f"{folder} holds no optimizer shards (.metadata is missing): "
+            "resume from a complete last/ checkpoint"
+        )
     _materialize_state(optimizer)
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}  # the shapes to read into
     with _single_process_is_meant():
@@ -205,29 +211,38 @@ def load_optimizer_shards(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
-def load_whole_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                               saved: dict[str, Any]) -> None:
+def load_whole_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, Any]
+) -> None:
     """Load a single-process `optimizer.state_dict()` (train_state.pt) into the optimizer of a
     sharded model: every rank holds the whole state and keeps its own shard of it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     _materialize_state(optimizer)
-    set_optimizer_state_dict(model, optimizer, optimizer_state_by_name(saved, model, optimizer),
-                             options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(
+        model,
+        optimizer,
+        optimizer_state_by_name(saved, model, optimizer),
+        options=StateDictOptions(full_state_dict=True),
+    )
     for group in optimizer.param_groups:  # that path flattens the betas tuple into a list
         group["betas"] = tuple(group["betas"])
 
 
-def optimizer_state_by_name(saved: dict[str, Any], model: torch.nn.Module,
-                            optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def optimizer_state_by_name(
+    saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """`optimizer.state_dict()` keys parameters by position in its param groups; the loaders of
     torch.distributed.checkpoint.state_dict key them by name. Positions follow `optimizer`, built
     by the same policy (optimizer.py) in the same order as the saving run's."""
     names = {id(p): name for name, p in model.named_parameters()}  # a tied weight: its first name
     order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
-    return {"state": {order[i]: s for i, s in saved["state"].items()},
-            "param_groups": [{**g, "params": [order[i] for i in g["params"]]}
-                             for g in saved["param_groups"]]}
+    return {
+        "state": {order[i]: s for i, s in saved["state"].items()},
+        "param_groups": [
+            {**g, "params": [order[i] for i in g["params"]]} for g in saved["param_groups"]
+        ],
+    }
 
 
 @contextlib.contextmanager

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gptstack.model import compile_model
-from gptstack.model import GPT
 from torch import nn
+
+from gptstack.model import GPT, compile_model
 
 from .checkpoint import (
     OPTIMIZER_SHARDS,
@@ -148,7 +148,9 @@ def wrap_model(model: GPT, world: World, runtime: Runtime, parallel: str) -> Par
 
         model.to(runtime.device)
         if runtime.compile:  # on the inner module: regional (blocks, head) or whole, in place
-            compile_model(model, runtime.compile) if runtime.compile == "regional" else model.compile()
+            compile_model(
+                model, runtime.compile
+            ) if runtime.compile == "regional" else model.compile()
         ids = [runtime.device.index] if runtime.device.type == "cuda" else None
         ddp = DDP(model, device_ids=ids)  # every replica starts from rank 0's weights
         return ParallelModel(model, ddp, ddp.no_sync, "ddp", world)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from gptstack.tokenizer import (
     CharTokenizer,
     Tokenizer,

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
 from gptstack.tokenizer import atomic_path
 
 from .data import batch_rng, get_batch

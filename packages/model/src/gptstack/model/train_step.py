@@ -51,11 +51,19 @@ class TrainStep:
     micro-batch but the last (DDP's `no_sync`), or None.
     """
 
-    def __init__(self, fwd: Callable, params: Sequence[torch.nn.Parameter],
-                 optimizer: torch.optim.Optimizer, *, device: torch.device, bf16: bool,
-                 grad_clip: float, cuda_graph: bool = False,
-                 cudagraph_mark_step: bool = False,
-                 no_sync: Callable[[], AbstractContextManager] | None = None) -> None:
+    def __init__(
+        self,
+        fwd: Callable,
+        params: Sequence[torch.nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        *,
+        device: torch.device,
+        bf16: bool,
+        grad_clip: float,
+        cuda_graph: bool = False,
+        cudagraph_mark_step: bool = False,
+        no_sync: Callable[[], AbstractContextManager] | None = None,
+    ) -> None:
         if cuda_graph and device.type != "cuda":
             raise ValueError(f"cuda_graph=True needs a CUDA device, got {device}")
         self.fwd, self.params, self.optimizer = fwd, list(params), optimizer
@@ -120,5 +128,6 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         # The warm-up steps ran on real batches already: capture without more warm-up calls,
         # which would be extra optimizer steps.
-        self.graph, self.static_loss = capture(lambda: self._body(self.static), self.device,
-                                               warmup=0)
+        self.graph, self.static_loss = capture(
+            lambda: self._body(self.static), self.device, warmup=0
+        )
