@@ -33,12 +33,20 @@ def build_step(name: str, device: torch.device, cuda_graph: bool):
     model = GPT(shape.config()).to(device)
     opt = model.configure_optimizer(0.1, 1e-4, (0.9, 0.95), "cuda", capturable=cuda_graph)
     fwd = compile_model(model, os.environ.get("COMPILE", "regional"))
-    step = TrainStep(fwd, model.parameters(), opt, grad_clip=1.0, bf16=True, device=device,
-                     cuda_graph=cuda_graph)
+    step = TrainStep(
+        fwd, model.parameters(), opt, grad_clip=1.0, bf16=True, device=device, cuda_graph=cuda_graph
+    )
     g = torch.Generator().manual_seed(1)
     B, T, V = shape.batch_size, shape.block_size, shape.vocab_size
-    batches = [[(torch.randint(0, V, (B, T), generator=g).to(device),
-                 torch.randint(0, V, (B, T), generator=g).to(device))] for _ in range(4)]
+    batches = [
+        [
+            (
+                torch.randint(0, V, (B, T), generator=g).to(device),
+                torch.randint(0, V, (B, T), generator=g).to(device),
+            )
+        ]
+        for _ in range(4)
+    ]
     return step, batches, shape
 
 
@@ -75,31 +83,55 @@ def main() -> None:
             dev_us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
             if dev_us <= 0 or e.key.startswith("ProfilerStep"):
                 continue
-            rows.append({"name": e.key, "calls_per_step": e.count / args.steps,
-                         "gpu_us_per_step": dev_us / args.steps})
+            rows.append(
+                {
+                    "name": e.key,
+                    "calls_per_step": e.count / args.steps,
+                    "gpu_us_per_step": dev_us / args.steps,
+                }
+            )
         rows.sort(key=lambda r: -r["gpu_us_per_step"])
-        kernels = [r for r in rows if not r["name"].startswith(("aten::", "cuda", "Torch",
-                                                                   "CompiledFunction", "##"))]
+        kernels = [
+            r
+            for r in rows
+            if not r["name"].startswith(("aten::", "cuda", "Torch", "CompiledFunction", "##"))
+        ]
         total_us = sum(r["gpu_us_per_step"] for r in kernels)
         n_kernels = sum(r["calls_per_step"] for r in kernels)
-        summary[name] = {"shape": shape.to_dict(), "ms_per_step_graph": ms,
-                         "startup_s": startup, "kernels_per_step": n_kernels,
-                         "kernel_us_per_step": total_us, "top": kernels[:40]}
+        summary[name] = {
+            "shape": shape.to_dict(),
+            "ms_per_step_graph": ms,
+            "startup_s": startup,
+            "kernels_per_step": n_kernels,
+            "kernel_us_per_step": total_us,
+            "top": kernels[:40],
+        }
         trace = args.out / f"trace-{name}.json"
         prof.export_chrome_trace(str(trace))
         with open(trace, "rb") as f, gzip.open(f"{trace}.gz", "wb") as g:
             shutil.copyfileobj(f, g)
         trace.unlink()
-        print(f"== {name}: {ms:.3f} ms/step (graph replay), {n_kernels:.0f} kernels/step, "
-              f"{total_us / 1e3:.3f} ms of kernel time, start-up {startup:.1f} s")
+        print(
+            f"== {name}: {ms:.3f} ms/step (graph replay), {n_kernels:.0f} kernels/step, "
+            f"{total_us / 1e3:.3f} ms of kernel time, start-up {startup:.1f} s"
+        )
         for r in kernels[:25]:
-            print(f"  {r['gpu_us_per_step']:9.1f} us  x{r['calls_per_step']:5.1f}  {r['name'][:110]}")
+            print(
+                f"  {r['gpu_us_per_step']:9.1f} us  x{r['calls_per_step']:5.1f}  {r['name'][:110]}"
+            )
         del step, batches
         torch._dynamo.reset()
         torch.cuda.empty_cache()
-    (args.out / "profile-step.json").write_text(json.dumps(
-        {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "presets": summary},
-        indent=1))
+    (args.out / "profile-step.json").write_text(
+        json.dumps(
+            {
+                "torch": torch.__version__,
+                "device": torch.cuda.get_device_name(),
+                "presets": summary,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

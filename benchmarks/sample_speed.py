@@ -51,42 +51,59 @@ def main() -> None:
                 # sample() casts the model to the configuration's dtype: load it fresh
                 ckpt = load_checkpoint(run, device="cuda")
                 try:
-                    res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None,
-                                 **CONFIGS[n])
+                    res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **CONFIGS[n])
                     if r == 0:
-                        rows[n]["greedy_text"] = sample(ckpt, "ROMEO:", tokens=100,
-                                                        temperature=0, out=None,
-                                                        **CONFIGS[n]).text
+                        rows[n]["greedy_text"] = sample(
+                            ckpt, "ROMEO:", tokens=100, temperature=0, out=None, **CONFIGS[n]
+                        ).text
                 except Exception as e:  # a failing configuration is a result, not a crash
                     rows[n]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
                     print(f"{run.name} {n}: {rows[n]['error']}", flush=True)
                     continue
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
-                print(f"{run.name:18s} {n:22s} round {r}: {res.tokens_per_s:10,.0f} tok/s, "
-                      f"start-up {res.startup_s:.3f} s", flush=True)
+                print(
+                    f"{run.name:18s} {n:22s} round {r}: {res.tokens_per_s:10,.0f} tok/s, "
+                    f"start-up {res.startup_s:.3f} s",
+                    flush=True,
+                )
         ref = rows.get("naive", {}).get("greedy_text")
         summary = {}
         for n, row in rows.items():
             if not row["tokens_per_s"]:
                 summary[n] = row
                 continue
-            summary[n] = {"tokens_per_s_median": statistics.median(row["tokens_per_s"]),
-                          "startup_s_median": statistics.median(row["startup_s"]),
-                          "startup_s_first": row["startup_s"][0],
-                          "greedy_equals_naive": (row.get("greedy_text") == ref
-                                                  if ref is not None
-                                                  and CONFIGS[n]["dtype"] == "fp32"
-                                                  else None), **row}
-            print(f"{run.name:18s} {n:22s} {summary[n]['tokens_per_s_median']:10,.0f} tok/s  "
-                  f"start-up {summary[n]['startup_s_median']:.3f} s (first "
-                  f"{summary[n]['startup_s_first']:.2f} s)  greedy==naive "
-                  f"{summary[n]['greedy_equals_naive']}")
-        (args.out / f"sample-speed-{run.name}.json").write_text(json.dumps({
-            "kind": "sample-speed", "run": str(run), "tokens": args.tokens,
-            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "configs": summary},
-            indent=1))
+            summary[n] = {
+                "tokens_per_s_median": statistics.median(row["tokens_per_s"]),
+                "startup_s_median": statistics.median(row["startup_s"]),
+                "startup_s_first": row["startup_s"][0],
+                "greedy_equals_naive": (
+                    row.get("greedy_text") == ref
+                    if ref is not None and CONFIGS[n]["dtype"] == "fp32"
+                    else None
+                ),
+                **row,
+            }
+            print(
+                f"{run.name:18s} {n:22s} {summary[n]['tokens_per_s_median']:10,.0f} tok/s  "
+                f"start-up {summary[n]['startup_s_median']:.3f} s (first "
+                f"{summary[n]['startup_s_first']:.2f} s)  greedy==naive "
+                f"{summary[n]['greedy_equals_naive']}"
+            )
+        (args.out / f"sample-speed-{run.name}.json").write_text(
+            json.dumps(
+                {
+                    "kind": "sample-speed",
+                    "run": str(run),
+                    "tokens": args.tokens,
+                    "device": torch.cuda.get_device_name(),
+                    "torch": torch.__version__,
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "configs": summary,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ corpus."""
 from pathlib import Path
 
 import pytest
+import torch
 
 FIRMWARE = Path(__file__).resolve().parents[2] / "firmware" / "esp32"
 
@@ -32,3 +33,16 @@ def small_corpus(tmp_path, shakespeare_text):
     path = tmp_path / "small.txt"
     path.write_text(shakespeare_text[:60_000], encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """One intra-op thread while the test runs, as each of torchrun's processes gets
+    (OMP_NUM_THREADS=1): on a shared 2-core machine, two threads per process only contend. The
+    variable is set too, so the thread policy of train() (threads.py) keeps that one thread in
+    this process and in every process the test starts: the same reduction order everywhere."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

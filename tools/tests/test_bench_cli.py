@@ -17,8 +17,16 @@ from gptstack.tools.firmware_host import build_host
 
 REPO = Path(__file__).resolve().parents[2]
 FEW_ROUNDS = Settings(warmup=1, min_repeats=3, min_repeats_slow=2, max_repeats=3, budget_s=0.0)
-ESP32 = ModelShape("esp32", vocab_size=512, block_size=64, n_layer=6, n_head=8, n_embd=256,
-                   batch_size=64, dropout=0.2)
+ESP32 = ModelShape(
+    "esp32",
+    vocab_size=512,
+    block_size=64,
+    n_layer=6,
+    n_head=8,
+    n_embd=256,
+    batch_size=64,
+    dropout=0.2,
+)
 
 
 def test_preset_shapes_follow_the_toml_files():
@@ -26,7 +34,11 @@ def test_preset_shapes_follow_the_toml_files():
     gpt2 = preset_shape("gpt2-124m")
     m, pad = cfg.model, cfg.tokenizer.pad_vocab_to
     assert (gpt2.n_layer, gpt2.n_head, gpt2.n_embd, gpt2.block_size) == (
-        m.n_layer, m.n_head, m.n_embd, m.block_size)
+        m.n_layer,
+        m.n_head,
+        m.n_embd,
+        m.block_size,
+    )
     assert (gpt2.batch_size, gpt2.dropout, gpt2.bias) == (cfg.train.batch_size, m.dropout, m.bias)
     assert cfg.tokenizer.kind == "gpt2" and pad > 1  # the padding below is exercised
     assert gpt2.vocab_size % pad == 0 and GPT2_VOCAB <= gpt2.vocab_size < GPT2_VOCAB + pad
@@ -34,8 +46,9 @@ def test_preset_shapes_follow_the_toml_files():
 
 
 def test_user_mistakes_give_one_line_and_status_2(tmp_path, capsys):
-    code = cli.main(["bench", "tokenizer", "--data", str(tmp_path / "none.txt"),
-                     "--out", str(tmp_path)])
+    code = cli.main(
+        ["bench", "tokenizer", "--data", str(tmp_path / "none.txt"), "--out", str(tmp_path)]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "none.txt" in err and len(err.strip().splitlines()) == 1
     code = cli.main(["bench", "report", "--results", str(tmp_path / "nothing")])
@@ -45,13 +58,41 @@ def test_user_mistakes_give_one_line_and_status_2(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_suite_then_report_and_summary_commands(tmp_path, capsys):
     results = tmp_path / "results"
-    assert cli.main(["bench", "attention", "--device", "cpu", "--smoke", "--preset", "esp32",
-                     "--out", str(results), "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "bench",
+                "attention",
+                "--device",
+                "cpu",
+                "--smoke",
+                "--preset",
+                "esp32",
+                "--out",
+                str(results),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     files = sorted(results.glob("attention-cpu-*.json"))
     assert len(files) == 1 and load_result(files[0])["suite"] == "attention"
     readme = tmp_path / "README.md"
-    assert cli.main(["bench", "report", "--results", str(results), "--readme", str(readme),
-                     "--plots", str(tmp_path / "plots")]) == 0
+    assert (
+        cli.main(
+            [
+                "bench",
+                "report",
+                "--results",
+                str(results),
+                "--readme",
+                str(readme),
+                "--plots",
+                str(tmp_path / "plots"),
+            ]
+        )
+        == 0
+    )
     assert files[0].name in readme.read_text()
     capsys.readouterr()
     assert cli.main(["bench", "summary", "--short", str(files[0])]) == 0
@@ -73,20 +114,25 @@ def test_engine_suite_rows(tmp_path):
     if binary is None:
         pytest.skip("the C engine could not be built here (cmake or a compiler missing)")
     out = tmp_path / "engine.json"
-    run_engine(ESP32, engines={"release": binary}, unavailable={"openmp": "not built here"},
-               options=SuiteOptions(settings=FEW_ROUNDS, out=out, smoke=True, progress=False))
+    run_engine(
+        ESP32,
+        engines={"release": binary},
+        unavailable={"openmp": "not built here"},
+        options=SuiteOptions(settings=FEW_ROUNDS, out=out, smoke=True, progress=False),
+    )
     data = load_result(out)
     ok = [r for r in data["rows"] if r["section"] == "engine" and r["status"] == "ok"]
-    assert {r["name"] for r in ok} >= {"C engine release (1 thread)",
-                                       "PyTorch fp32 eager, KV cache (1 thread)"}
+    assert {r["name"] for r in ok} >= {
+        "C engine release (1 thread)",
+        "PyTorch fp32 eager, KV cache (1 thread)",
+    }
     c = next(r for r in ok if r["name"].startswith("C engine"))
     assert c["timing"] == "self" and c["ratios"]["vs_torch_1t"]["n"] == len(c["samples_s"])
     assert c["metrics"]["weight_bytes_per_token"] > 0  # gs-run's counter, recorded
     assert any(r["status"] == "skipped" and r["note"] == "not built here" for r in data["rows"])
 
 
-@pytest.mark.parametrize("script", sorted((REPO / "benchmarks").glob("*.sh")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("script", sorted((REPO / "benchmarks").glob("*.sh")), ids=lambda p: p.name)
 def test_gpu_scripts_parse(script):
     bash = shutil.which("bash")
     if bash is None:

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+
 from gptstack.tools import bench_cli
 from gptstack.tools.cli import build_parser, main
 
@@ -12,14 +13,27 @@ NOT_HERE = {("firmware",)}
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "gptstack.tools.cli", *args],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gptstack.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def test_help_lists_every_subcommand():
     out = run_cli("--help").stdout
-    for cmd in ("pipeline", "tokenizer", "train", "sample", "eval", "plot", "export", "bench",
-                "firmware"):
+    for cmd in (
+        "pipeline",
+        "tokenizer",
+        "train",
+        "sample",
+        "eval",
+        "plot",
+        "export",
+        "bench",
+        "firmware",
+    ):
         assert cmd in out
     commands = {path[0] for path, _ in _parsers(build_parser()) if path}
     assert "quantize" not in commands  # one command writes the artifact: export
@@ -35,9 +49,14 @@ def test_version_names_every_package():
         assert f"{member} {version(f'gptstack-{member}')}" in proc.stdout
 
 
-@pytest.mark.parametrize("args", [["--debug", "train", "--preset", "nope"],
-                                  ["train", "--preset", "nope", "--debug"],
-                                  ["tokenizer", "decode", "--tokenizer", "gpt2", "--debug", "-1"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--debug", "train", "--preset", "nope"],
+        ["train", "--preset", "nope", "--debug"],
+        ["tokenizer", "decode", "--tokenizer", "gpt2", "--debug", "-1"],
+    ],
+)
 def test_debug_is_accepted_before_and_after_the_subcommand(args, capsys):
     assert main(args) == 2
     assert "Traceback" in capsys.readouterr().err
@@ -63,8 +82,9 @@ def test_every_option_has_help_and_shows_its_default():
         if any(path[: len(p)] == p for p in NOT_HERE):
             continue
         for action in parser._actions:
-            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction,
-                                   argparse._VersionAction)):
+            if isinstance(
+                action, (argparse._HelpAction, argparse._SubParsersAction, argparse._VersionAction)
+            ):
                 continue
             name = " ".join(path) + " " + (action.option_strings or [action.dest])[-1]
             text = action.help or ""
@@ -72,7 +92,9 @@ def test_every_option_has_help_and_shows_its_default():
                 missing.append(f"{name}: no help")
                 continue
             default = action.default
-            if default in (None, False, [], argparse.SUPPRESS) or isinstance(action, argparse._StoreTrueAction):
+            if default in (None, False, [], argparse.SUPPRESS) or isinstance(
+                action, argparse._StoreTrueAction
+            ):
                 continue
             shown = "%(default)" in text or str(default) in text
             if not shown:
@@ -87,19 +109,22 @@ def test_bench_help_describes_the_suites_not_the_module():
     assert "".join(bench_cli.__doc__.split()[-12:]) not in out
 
 
-@pytest.mark.parametrize("args, words", [
-    (["train", "--preset", "smoke", "--data", "/nonexistent/x.txt"], "does not exist"),
-    (["train", "--preset", "nope"], "unknown preset"),
-    (["train", "--preset", "smoke", "--set", "train.bogus=1"], "unknown key"),
-    (["train"], "--preset"),
-    (["sample", "--ckpt", "/nonexistent/run"], "does not exist"),
-    (["eval", "--ckpt", "/nonexistent/run"], "does not exist"),
-    (["eval", "--ckpt", "/nonexistent/run", "--val-windows", "some"], "--val-windows"),
-    (["export", "--ckpt", "/nonexistent/run", "-o", "m.gsm"], "does not exist"),
-    (["plot", "/nonexistent/run"], "metrics.jsonl"),
-    (["pipeline", "--resume", "runs/none"], "no pipeline run"),
-    (["pipeline", "--preset", "nope"], "unknown preset"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["train", "--preset", "smoke", "--data", "/nonexistent/x.txt"], "does not exist"),
+        (["train", "--preset", "nope"], "unknown preset"),
+        (["train", "--preset", "smoke", "--set", "train.bogus=1"], "unknown key"),
+        (["train"], "--preset"),
+        (["sample", "--ckpt", "/nonexistent/run"], "does not exist"),
+        (["eval", "--ckpt", "/nonexistent/run"], "does not exist"),
+        (["eval", "--ckpt", "/nonexistent/run", "--val-windows", "some"], "--val-windows"),
+        (["export", "--ckpt", "/nonexistent/run", "-o", "m.gsm"], "does not exist"),
+        (["plot", "/nonexistent/run"], "metrics.jsonl"),
+        (["pipeline", "--resume", "runs/none"], "no pipeline run"),
+        (["pipeline", "--preset", "nope"], "unknown preset"),
+    ],
+)
 def test_user_mistakes_give_one_line_and_status_2(args, words, capsys, working_dir):
     code = main(args)
     err = capsys.readouterr().err
@@ -120,18 +145,28 @@ NO_TORCH_CHECK = (
 )
 
 
-@pytest.mark.parametrize("args", [
-    ["--help"], ["--version"], ["train", "--help"],
-    ["tokenizer", "encode", "--tokenizer", "gpt2", "To be"],
-    ["tokenizer", "decode", "--tokenizer", "gpt2", "99999999"],
-    ["train", "--preset", "nope"],
-    ["sample", "--ckpt", "/nonexistent/run"],
-    ["export", "--ckpt", "/nonexistent/run", "-o", "x.gsm"],
-    ["pipeline", "--resume", "/nonexistent/run"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--version"],
+        ["train", "--help"],
+        ["tokenizer", "encode", "--tokenizer", "gpt2", "To be"],
+        ["tokenizer", "decode", "--tokenizer", "gpt2", "99999999"],
+        ["train", "--preset", "nope"],
+        ["sample", "--ckpt", "/nonexistent/run"],
+        ["export", "--ckpt", "/nonexistent/run", "-o", "x.gsm"],
+        ["pipeline", "--resume", "/nonexistent/run"],
+    ],
+)
 def test_commands_that_need_no_torch_never_import_it(args, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", NO_TORCH_CHECK, *args], capture_output=True,
-                          text=True, cwd=tmp_path, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_TORCH_CHECK, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
     code, imported = proc.stderr.strip().splitlines()[-1].split()
     assert code in ("0", "2") and imported == "False", proc.stderr
 
@@ -139,14 +174,31 @@ def test_commands_that_need_no_torch_never_import_it(args, tmp_path):
 def test_empty_data_file(tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    assert main(["train", "--preset", "smoke", "--data", str(empty), "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(["train", "--preset", "smoke", "--data", str(empty), "--out", str(tmp_path / "r")])
+        == 2
+    )
     assert "empty" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 
 def test_tokenizer_train_encode_decode(tmp_path, small_corpus, capsys):
     out = tmp_path / "tok.json"
-    assert main(["tokenizer", "train", "--data", str(small_corpus), "--vocab-size", "300", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "tokenizer",
+                "train",
+                "--data",
+                str(small_corpus),
+                "--vocab-size",
+                "300",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = capsys.readouterr().out
     assert "bytes/token" in report and out.is_file()
     assert json.loads(out.read_text())  # a readable tokenizer file

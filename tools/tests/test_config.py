@@ -21,10 +21,24 @@ def test_every_preset_loads_and_names_itself():
 
 def test_preset_values_are_the_documented_models():
     esp = load_preset("esp32")
-    assert (esp.model.n_layer, esp.model.n_embd, esp.model.n_head, esp.model.block_size) == (6, 256, 8, 64)
-    assert (esp.tokenizer.kind, esp.tokenizer.vocab_size, esp.train.max_steps) == ("bpe", 512, 50000)
+    assert (esp.model.n_layer, esp.model.n_embd, esp.model.n_head, esp.model.block_size) == (
+        6,
+        256,
+        8,
+        64,
+    )
+    assert (esp.tokenizer.kind, esp.tokenizer.vocab_size, esp.train.max_steps) == (
+        "bpe",
+        512,
+        50000,
+    )
     ch = load_preset("shakespeare-char")
-    assert (ch.model.n_layer, ch.model.n_head, ch.model.n_embd, ch.model.block_size) == (6, 6, 384, 256)
+    assert (ch.model.n_layer, ch.model.n_head, ch.model.n_embd, ch.model.block_size) == (
+        6,
+        6,
+        384,
+        256,
+    )
     assert (ch.train.batch_size, ch.train.max_steps, ch.model.dropout) == (64, 5000, 0.2)
     g = load_preset("gpt2-124m")
     tokens_per_step = g.train.batch_size * g.train.grad_accum * g.model.block_size
@@ -32,23 +46,32 @@ def test_preset_values_are_the_documented_models():
 
 
 def test_set_parses_by_field_type():
-    cfg = apply_overrides(load_preset("smoke"), [
-        "train.lr=3e-4", "train.max_steps=7", "model.bias=false", "model.attention=manual",
-        "train.eval_interval=1e1",
-    ])
+    cfg = apply_overrides(
+        load_preset("smoke"),
+        [
+            "train.lr=3e-4",
+            "train.max_steps=7",
+            "model.bias=false",
+            "model.attention=manual",
+            "train.eval_interval=1e1",
+        ],
+    )
     assert cfg.train.lr == 3e-4 and cfg.train.max_steps == 7 and cfg.model.bias is False
     assert cfg.model.attention == "manual" and cfg.train.eval_interval == 10
 
 
-@pytest.mark.parametrize("item, words", [
-    ("train.nope=1", ["unknown key train.nope", "max_steps"]),
-    ("nope.lr=1", ["unknown section", "train"]),
-    ("train.lr", ["section.key=value"]),
-    ("train.max_steps=many", ["not a valid int"]),
-    ("model.attention=flash", ["choose one of", "sdpa"]),
-    ("model.n_head=5", ["divisible"]),
-    ("model.block_size=1", ["block_size"]),
-])
+@pytest.mark.parametrize(
+    "item, words",
+    [
+        ("train.nope=1", ["unknown key train.nope", "max_steps"]),
+        ("nope.lr=1", ["unknown section", "train"]),
+        ("train.lr", ["section.key=value"]),
+        ("train.max_steps=many", ["not a valid int"]),
+        ("model.attention=flash", ["choose one of", "sdpa"]),
+        ("model.n_head=5", ["divisible"]),
+        ("model.block_size=1", ["block_size"]),
+    ],
+)
 def test_bad_overrides_name_the_problem(item, words):
     with pytest.raises(ConfigError) as e:
         apply_overrides(load_preset("smoke"), [item])
@@ -62,7 +85,9 @@ def test_config_file_round_trip(tmp_path):
     for section in ("model", "tokenizer", "data", "train"):
         lines.append(f"[{section}]")
         for k, v in cfg.to_dict()[section].items():
-            lines.append(f"{k} = {v!r}".replace("True", "true").replace("False", "false").replace("'", '"'))
+            lines.append(
+                f"{k} = {v!r}".replace("True", "true").replace("False", "false").replace("'", '"')
+            )
     path = tmp_path / "c.toml"
     path.write_text("\n".join(lines))
     tomllib.loads(path.read_text())

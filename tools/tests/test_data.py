@@ -36,7 +36,9 @@ def test_wrong_checksum_is_rejected(tmp_path, monkeypatch):
         resolve_dataset("tinyshakespeare")
 
 
-@pytest.mark.parametrize("content, words", [(b"", "empty"), (b"   \n", "empty"), (b"\xff\xfe\xfa", "UTF-8")])
+@pytest.mark.parametrize(
+    "content, words", [(b"", "empty"), (b"   \n", "empty"), (b"\xff\xfe\xfa", "UTF-8")]
+)
 def test_bad_data_files(tmp_path, content, words):
     path = tmp_path / "d.txt"
     path.write_bytes(content)
@@ -64,7 +66,9 @@ def test_corpus_split_cache_and_batches(small_corpus):
 
 
 def test_bpe_tokenizer_is_trained_on_the_train_split_only(small_corpus):
-    cfg = apply_overrides(load_preset("esp32"), [f"data.path={small_corpus}", "tokenizer.vocab_size=300"])
+    cfg = apply_overrides(
+        load_preset("esp32"), [f"data.path={small_corpus}", "tokenizer.vocab_size=300"]
+    )
     corpus = prepare_corpus(cfg)
     assert corpus.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size == 300
     bpc = corpus.bits_per_char(np.log(2.0))  # 1 bit per token

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from gptstack.quant import ModelSpec, synthetic_artifact, synthetic_tables
 from gptstack.tools import firmware_cli, firmware_flash, firmware_host
 from gptstack.tools.cli import main

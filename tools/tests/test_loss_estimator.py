@@ -13,8 +13,9 @@ from gptstack.tools.train import model_config
 
 
 def setup(small_corpus, device: str):
-    cfg = apply_overrides(load_preset("smoke"), [f"data.path={small_corpus}",
-                                                 f"train.device={device}"])
+    cfg = apply_overrides(
+        load_preset("smoke"), [f"data.path={small_corpus}", f"train.device={device}"]
+    )
     corpus = prepare_corpus(cfg)
     runtime = resolve_runtime(cfg.train)
     torch.manual_seed(0)
@@ -29,9 +30,14 @@ def plain_loop(model, corpus, cfg, runtime, batches):
         for split_id, (split, tokens) in enumerate((("train", corpus.train), ("val", corpus.val))):
             losses = []
             for i in range(batches):
-                x, y = runtime.to_device(*get_batch(tokens, cfg.train.batch_size,
-                                                    cfg.model.block_size,
-                                                    batch_rng(cfg.train.seed, EVAL_STREAM, split_id, i)))
+                x, y = runtime.to_device(
+                    *get_batch(
+                        tokens,
+                        cfg.train.batch_size,
+                        cfg.model.block_size,
+                        batch_rng(cfg.train.seed, EVAL_STREAM, split_id, i),
+                    )
+                )
                 with runtime.autocast():
                     losses.append(model(x, y)[1].item())
             out[split] = sum(losses) / batches
@@ -41,9 +47,15 @@ def plain_loop(model, corpus, cfg, runtime, batches):
 def test_estimate_equals_the_plain_loop(small_corpus):
     cfg, corpus, runtime, model = setup(small_corpus, "cpu")
     model.train()
-    est = LossEstimator(model, corpus, batch_size=cfg.train.batch_size,
-                        block_size=cfg.model.block_size, batches=5, seed=cfg.train.seed,
-                        runtime=runtime)
+    est = LossEstimator(
+        model,
+        corpus,
+        batch_size=cfg.train.batch_size,
+        block_size=cfg.model.block_size,
+        batches=5,
+        seed=cfg.train.seed,
+        runtime=runtime,
+    )
     got = est()
     assert model.training  # restored
     ref = plain_loop(model, corpus, cfg, runtime, 5)
@@ -54,8 +66,13 @@ def test_estimate_equals_the_plain_loop(small_corpus):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_captured_estimate_equals_the_eager_one_on_cuda(small_corpus):
     cfg, corpus, runtime, model = setup(small_corpus, "cuda")
-    kwargs = dict(batch_size=cfg.train.batch_size, block_size=cfg.model.block_size, batches=6,
-                  seed=cfg.train.seed, runtime=runtime)
+    kwargs = dict(
+        batch_size=cfg.train.batch_size,
+        block_size=cfg.model.block_size,
+        batches=6,
+        seed=cfg.train.seed,
+        runtime=runtime,
+    )
     eager = LossEstimator(model, corpus, **kwargs)()
     graphed = LossEstimator(model, corpus, cuda_graph=True, **kwargs)
     assert graphed() == pytest.approx(eager, rel=1e-5)

@@ -4,6 +4,7 @@ train over a finished one, and replacing it only when told."""
 import json
 
 import pytest
+
 from gptstack.tools.cli import main
 
 

@@ -5,6 +5,8 @@ import json
 import shutil
 
 import pytest
+
+from gptstack.tools import parallel as parallel_mod
 from gptstack.tools import train as train_mod
 from gptstack.tools.cli import main
 from gptstack.tools.config import apply_overrides, load_preset
@@ -76,7 +78,7 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(
     def disk_full(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(train_mod, "save_checkpoint", disk_full)
+    monkeypatch.setattr(parallel_mod, "save_checkpoint", disk_full)  # what train saves through
     run = tmp_path / "new" / "run"
     with pytest.raises(OSError, match="disk full"):
         train(smoke_cfg(small_corpus, "train.max_steps=4"), run, progress=False, log=quiet)

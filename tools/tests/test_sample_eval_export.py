@@ -38,21 +38,41 @@ def test_sample_streams_the_prompt_and_new_text(run_dir):
 
 
 def test_prompt_with_an_unknown_character_is_one_line_error(run_dir, capsys):
-    assert main(["sample", "--ckpt", str(run_dir), "--prompt", "hello \u263a", "--tokens", "3"]) == 2
+    assert (
+        main(["sample", "--ckpt", str(run_dir), "--prompt", "hello \u263a", "--tokens", "3"]) == 2
+    )
     err = capsys.readouterr().err
     assert "\u263a" in err and "Traceback" not in err
 
 
 def test_eval_reports_consistent_numbers(run_dir, tmp_path, capsys):
     out = tmp_path / "eval.json"
-    assert main(["eval", "--ckpt", str(run_dir), "--samples", "2", "--sample-tokens", "60",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--ckpt",
+                str(run_dir),
+                "--samples",
+                "2",
+                "--sample-tokens",
+                "60",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())["float"]
     assert r["perplexity"] == pytest.approx(2.718281828 ** r["val_loss"], rel=1e-9)
     # char tokenizer: one token per character, so bits/char = loss / ln 2
     assert r["val_bits_per_char"] == pytest.approx(r["val_loss"] / 0.6931471805599453)
     g = r["generated"]
-    assert 0 <= g["real_word_fraction"] <= 1 and 0 <= g["copied_8gram_fraction"] <= 1 and g["words"] > 0
+    assert (
+        0 <= g["real_word_fraction"] <= 1
+        and 0 <= g["copied_8gram_fraction"] <= 1
+        and g["words"] > 0
+    )
     assert "val bits/char" in capsys.readouterr().out
 
 
@@ -81,8 +101,13 @@ def test_export_refuses_a_model_that_does_not_fit(run_dir, tmp_path, capsys):
     save_file(w, str(big / "model.safetensors"))
     meta["model"]["block_size"] = T
     (big / "config.json").write_text(json.dumps(meta))
-    assert main(["export", "--ckpt", str(big), "--target", "esp32s3", "-o", str(tmp_path / "x.gsm")]) == 2
+    assert (
+        main(["export", "--ckpt", str(big), "--target", "esp32s3", "-o", str(tmp_path / "x.gsm")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "does not fit" in err and "block_size" in err and "more than" in err
     assert not (tmp_path / "x.gsm").exists()
-    assert main(["export", "--ckpt", str(big), "--target", "host", "-o", str(tmp_path / "x.gsm")]) == 0
+    assert (
+        main(["export", "--ckpt", str(big), "--target", "host", "-o", str(tmp_path / "x.gsm")]) == 0
+    )

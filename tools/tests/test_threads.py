@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+
 from gptstack.tools.threads import (
     SMALL_WORK_MACS,
     CpuBudget,

@@ -24,7 +24,9 @@ def train_losses(run_dir):
 
 
 def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus):
-    cfg = smoke_cfg(small_corpus, "train.max_steps=60", "train.eval_interval=20", "train.log_interval=1")
+    cfg = smoke_cfg(
+        small_corpus, "train.max_steps=60", "train.eval_interval=20", "train.log_interval=1"
+    )
     result = train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
     run = tmp_path / "run"
     assert result.step == 60 and not result.interrupted
@@ -33,8 +35,9 @@ def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus)
     assert (run / "last" / "train_state.pt").is_file()
     losses = train_losses(run)
     assert losses[60] < losses[1] - 0.5  # it learns something in 60 steps
-    evals = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()
-             if '"eval"' in l]
+    evals = [
+        json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if '"eval"' in l
+    ]
     assert [e["step"] for e in evals] == [0, 20, 40, 60]
     assert result.best_val_loss == min(e["val_loss"] for e in evals)
     meta = json.loads((run / "best" / "config.json").read_text())
@@ -50,14 +53,23 @@ def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus)
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, small_corpus):
     # dropout > 0 so the RNG state must be restored too; eval_interval doesn't divide the stop step
-    extra = ["train.max_steps=24", "train.log_interval=1", "train.eval_interval=10", "model.dropout=0.1"]
+    extra = [
+        "train.max_steps=24",
+        "train.log_interval=1",
+        "train.eval_interval=10",
+        "model.dropout=0.1",
+    ]
     full = tmp_path / "full"
     train(smoke_cfg(small_corpus, *extra), full, progress=False, log=lambda s: None)
     staged = tmp_path / "staged"
-    first = train(smoke_cfg(small_corpus, *extra), staged, stop_at=13, progress=False, log=lambda s: None)
+    first = train(
+        smoke_cfg(small_corpus, *extra), staged, stop_at=13, progress=False, log=lambda s: None
+    )
     assert first.interrupted and first.step == 13
     assert json.loads((staged / "last" / "config.json").read_text())["step"] == 13
-    second = train(smoke_cfg(small_corpus, *extra), staged, resume=staged, progress=False, log=lambda s: None)
+    second = train(
+        smoke_cfg(small_corpus, *extra), staged, resume=staged, progress=False, log=lambda s: None
+    )
     assert second.step == 24 and not second.interrupted
     a, b = train_losses(full), train_losses(staged)
     assert [a[s] for s in range(14, 25)] == [b[s] for s in range(14, 25)]  # exact, not approx
@@ -66,8 +78,15 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, small_corpus)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(tmp_path, small_corpus, monkeypatch):
-    train(smoke_cfg(small_corpus, "train.max_steps=10"), tmp_path / "run", progress=False, log=lambda s: None)
+def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(
+    tmp_path, small_corpus, monkeypatch
+):
+    train(
+        smoke_cfg(small_corpus, "train.max_steps=10"),
+        tmp_path / "run",
+        progress=False,
+        log=lambda s: None,
+    )
     last = tmp_path / "run" / "last"
     before = load_checkpoint(last)
     ref = {k: v.clone() for k, v in before.model.state_dict().items()}
@@ -85,13 +104,22 @@ def test_a_failed_checkpoint_write_leaves_the_previous_one_loadable(tmp_path, sm
 
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_checkpoint_files_follow_the_umask(tmp_path, small_corpus, umask):
-    train(smoke_cfg(small_corpus, "train.max_steps=2"), tmp_path / "run", progress=False,
-          log=lambda s: None)
+    train(
+        smoke_cfg(small_corpus, "train.max_steps=2"),
+        tmp_path / "run",
+        progress=False,
+        log=lambda s: None,
+    )
     ckpt = load_checkpoint(tmp_path / "run" / "last")
     previous = os.umask(umask)
     try:
-        out = save_checkpoint(tmp_path / "copy", model=ckpt.model, tokenizer=ckpt.tokenizer,
-                              meta=ckpt.meta, train_state={"step": 2})
+        out = save_checkpoint(
+            tmp_path / "copy",
+            model=ckpt.model,
+            tokenizer=ckpt.tokenizer,
+            meta=ckpt.meta,
+            train_state={"step": 2},
+        )
     finally:
         os.umask(previous)
     assert out.stat().st_mode & 0o777 == 0o777 & ~umask
@@ -101,9 +129,16 @@ def test_checkpoint_files_follow_the_umask(tmp_path, small_corpus, umask):
 
 
 def test_a_crash_between_the_two_renames_is_recovered(tmp_path, small_corpus):
-    train(smoke_cfg(small_corpus, "train.max_steps=5"), tmp_path / "run", progress=False, log=lambda s: None)
+    train(
+        smoke_cfg(small_corpus, "train.max_steps=5"),
+        tmp_path / "run",
+        progress=False,
+        log=lambda s: None,
+    )
     run = tmp_path / "run"
-    os.rename(run / "last", run / ".last.old")  # as if the process died right after the first rename
+    os.rename(
+        run / "last", run / ".last.old"
+    )  # as if the process died right after the first rename
     assert resolve_checkpoint(run, prefer="last") == run / ".last.old"
     load_checkpoint(run / ".last.old")
 
@@ -113,9 +148,28 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path, small_corpus):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gptstack.tools.cli", "train", "--preset", "smoke", "--data", str(small_corpus),
-         "--out", str(run), "--set", "train.max_steps=100000", "--set", "train.log_interval=1",
-         "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "gptstack.tools.cli",
+            "train",
+            "--preset",
+            "smoke",
+            "--data",
+            str(small_corpus),
+            "--out",
+            str(run),
+            "--set",
+            "train.max_steps=100000",
+            "--set",
+            "train.log_interval=1",
+            "--no-progress",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         metrics = run / "metrics.jsonl"
@@ -143,8 +197,9 @@ def test_early_stop_after_n_evaluations_without_a_better_val(tmp_path, small_cor
         return {"train": val, "val": val}
 
     monkeypatch.setattr(train_mod.LossEstimator, "__call__", fake_estimate)
-    cfg = smoke_cfg(small_corpus, "train.max_steps=60", "train.eval_interval=5",
-                    "train.early_stop_evals=3")
+    cfg = smoke_cfg(
+        small_corpus, "train.max_steps=60", "train.eval_interval=5", "train.early_stop_evals=3"
+    )
     result = train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
     assert result.early_stopped and not result.interrupted
     assert result.step == 20 and result.best_val_loss == 2.0  # evaluations at 0, 5, 10, 15, 20

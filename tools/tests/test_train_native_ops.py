@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from gptstack.tools.config import apply_overrides, load_preset
 from gptstack.tools.errors import ConfigError
 from gptstack.tools.train import train
@@ -19,9 +20,17 @@ def _losses(run_dir):
 def test_smoke_training_losses_match_torch_ops(tmp_path, small_corpus):
     runs = {}
     for ops in ("torch", "gptstack"):
-        cfg = apply_overrides(load_preset("smoke"), [
-            f"data.path={small_corpus}", "train.max_steps=12", "train.log_interval=1",
-            "train.eval_interval=12", "train.device=cpu", f"model.ops={ops}"])
+        cfg = apply_overrides(
+            load_preset("smoke"),
+            [
+                f"data.path={small_corpus}",
+                "train.max_steps=12",
+                "train.log_interval=1",
+                "train.eval_interval=12",
+                "train.device=cpu",
+                f"model.ops={ops}",
+            ],
+        )
         train(cfg, tmp_path / ops, progress=False, log=lambda s: None)
         runs[ops] = _losses(tmp_path / ops)
         meta = json.loads((tmp_path / ops / "last" / "config.json").read_text())

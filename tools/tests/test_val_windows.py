@@ -2,6 +2,9 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gptstack.tools.errors import ConfigError
 from gptstack.tools.val_windows import (
     CPU_VAL_WINDOWS,
@@ -10,8 +13,6 @@ from gptstack.tools.val_windows import (
     resolve_val_windows,
     window_chunks,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 @given(n_windows=st.integers(1, 5000), count=st.one_of(st.none(), st.integers(1, 6000)))

@@ -27,8 +27,16 @@ ARTIFACT = Path(__file__).resolve().parents[2] / "firmware" / "esp32" / "data" /
 def chip():
     art = read_artifact(ARTIFACT)
     s = art.spec
-    model = GPT(GPTConfig(vocab_size=s.vocab_size, block_size=s.block_size, n_layer=s.n_layer,
-                          n_head=s.n_head, n_embd=s.n_embd, bias=s.bias))
+    model = GPT(
+        GPTConfig(
+            vocab_size=s.vocab_size,
+            block_size=s.block_size,
+            n_layer=s.n_layer,
+            n_head=s.n_head,
+            n_embd=s.n_embd,
+            bias=s.bias,
+        )
+    )
     state = {n: torch.from_numpy(np.ascontiguousarray(art.dequantized(n))) for n in art.names}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= set(GPT.tied_parameters)
@@ -60,6 +68,6 @@ def test_halve_follows_the_chip_past_the_context(chip, prompt_len):
     idx = torch.tensor([prompt])
     for mode in ("kv", "graph"):  # naive == kv under both policies: packages/model tests
         halve = generate(model, idx, n, mode=mode, temperature=0, window="halve")
-        assert halve[0, len(prompt):].tolist() == ref, mode
+        assert halve[0, len(prompt) :].tolist() == ref, mode
     slide = generate(model, idx, n, mode="kv", temperature=0, window="slide")
-    assert slide[0, len(prompt):].tolist() != ref  # the default policy is not the chip's
+    assert slide[0, len(prompt) :].tolist() != ref  # the default policy is not the chip's

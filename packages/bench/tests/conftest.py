@@ -17,10 +17,27 @@ from gptstack.bench import ModelShape, Settings, SuiteOptions
 REPO = Path(__file__).resolve().parents[3]
 # A handful of rounds: enough to exercise alternation, rotation and ratios, no timing claims.
 TEST_SETTINGS = Settings(warmup=1, min_repeats=3, min_repeats_slow=2, max_repeats=3, budget_s=0.0)
-ESP32 = ModelShape("esp32", vocab_size=512, block_size=64, n_layer=6, n_head=8, n_embd=256,
-                   batch_size=64, dropout=0.2)
-CHAR = ModelShape("shakespeare-char", vocab_size=65, block_size=256, n_layer=6, n_head=6,
-                  n_embd=384, batch_size=64, dropout=0.2, bias=False)
+ESP32 = ModelShape(
+    "esp32",
+    vocab_size=512,
+    block_size=64,
+    n_layer=6,
+    n_head=8,
+    n_embd=256,
+    batch_size=64,
+    dropout=0.2,
+)
+CHAR = ModelShape(
+    "shakespeare-char",
+    vocab_size=65,
+    block_size=256,
+    n_layer=6,
+    n_head=6,
+    n_embd=384,
+    batch_size=64,
+    dropout=0.2,
+    bias=False,
+)
 
 
 def one_thread_for_small_work(rows: int, n_params: int) -> int:
@@ -61,14 +78,31 @@ def suite_results(results_dir) -> dict[str, Path]:
 
     def options(name: str, **changes) -> SuiteOptions:
         out[name] = results_dir / f"{name}-cpu-test.json"
-        return SuiteOptions(device="cpu", settings=TEST_SETTINGS, out=out[name], smoke=True,
-                            progress=False, command=["pytest", "bench"], **changes)
+        return SuiteOptions(
+            device="cpu",
+            settings=TEST_SETTINGS,
+            out=out[name],
+            smoke=True,
+            progress=False,
+            command=["pytest", "bench"],
+            **changes,
+        )
 
-    run_train([ESP32, CHAR], rungs=["fp32", "bf16", "fused", "compile", "graph"],
-              thread_policy=one_thread_for_small_work, thread_rung="bf16",
-              options=options("train", compile_backend="aot_eager"))
-    run_generate([ESP32], batches=(1, 2), sweep_prompt=(8,), sweep_new=(8,),
-                 thread_policy=one_thread_for_small_work, options=options("generate"))
+    run_train(
+        [ESP32, CHAR],
+        rungs=["fp32", "bf16", "fused", "compile", "graph"],
+        thread_policy=one_thread_for_small_work,
+        thread_rung="bf16",
+        options=options("train", compile_backend="aot_eager"),
+    )
+    run_generate(
+        [ESP32],
+        batches=(1, 2),
+        sweep_prompt=(8,),
+        sweep_new=(8,),
+        thread_policy=one_thread_for_small_work,
+        options=options("generate"),
+    )
     run_attention([ESP32, CHAR], options=options("attention"))
     run_ops([CHAR], options=options("ops", compile_backend="eager"))
     data_file = Path(os.environ.get("GPTSTACK_DATA_DIR", "")) / "tinyshakespeare.txt"

@@ -12,15 +12,18 @@ CPU = torch.device("cpu")
 def recorder(log, name):
     def fn(x):
         log.append((name, x))
+
     return fn
 
 
 def test_variants_alternate_round_by_round_after_warm_up():
     log = []
     variants = [Variant("A", recorder(log, "A"), [0]), Variant("B", recorder(log, "B"), [0])]
-    cmp = compare(variants, Settings(warmup=2, min_repeats=5, min_repeats_slow=1, max_repeats=5,
-                           budget_s=0),
-                  device=CPU)
+    cmp = compare(
+        variants,
+        Settings(warmup=2, min_repeats=5, min_repeats_slow=1, max_repeats=5, budget_s=0),
+        device=CPU,
+    )
     assert [n for n, _ in log[:4]] == ["A", "A", "B", "B"]  # each warms up before any timing
     assert [n for n, _ in log[4:]] == ["A", "B"] * 5
     assert cmp.rounds == 5 and {len(m.samples) for m in cmp.measurements.values()} == {5}
@@ -28,9 +31,11 @@ def test_variants_alternate_round_by_round_after_warm_up():
 
 def test_inputs_rotate_between_samples():
     log = []
-    cmp = compare([Variant("A", recorder(log, "A"), ["x", "y", "z"])],
-                  Settings(warmup=0, min_repeats=7, min_repeats_slow=1, max_repeats=7,
-                           budget_s=0), device=CPU)
+    cmp = compare(
+        [Variant("A", recorder(log, "A"), ["x", "y", "z"])],
+        Settings(warmup=0, min_repeats=7, min_repeats_slow=1, max_repeats=7, budget_s=0),
+        device=CPU,
+    )
     assert [x for _, x in log] == ["x", "y", "z", "x", "y", "z", "x"]
     assert cmp.measurements["A"].timing == "cpu"
 
@@ -40,16 +45,30 @@ def test_stop_rules():
         return [Variant("A", lambda _: None, [0])]
 
     # budget spent at once: exactly min_repeats rounds
-    assert compare(make(), Settings(warmup=0, min_repeats=4, max_repeats=50, budget_s=0),
-                   device=CPU).rounds == 4
+    assert (
+        compare(
+            make(), Settings(warmup=0, min_repeats=4, max_repeats=50, budget_s=0), device=CPU
+        ).rounds
+        == 4
+    )
     # endless budget: max_repeats caps
-    assert compare(make(), Settings(warmup=0, min_repeats=2, min_repeats_slow=1, max_repeats=6,
-                                    budget_s=1e9),
-                   device=CPU).rounds == 6
+    assert (
+        compare(
+            make(),
+            Settings(warmup=0, min_repeats=2, min_repeats_slow=1, max_repeats=6, budget_s=1e9),
+            device=CPU,
+        ).rounds
+        == 6
+    )
     # a variant over slow_s per call needs only min_repeats_slow rounds (self-timed here)
     slow = [Variant("S", lambda _: 2.0, [0], timing="self")]
-    cmp = compare(slow, Settings(warmup=0, min_repeats=10, min_repeats_slow=3, max_repeats=20,
-                                 budget_s=0, slow_s=1.0), device=CPU)
+    cmp = compare(
+        slow,
+        Settings(
+            warmup=0, min_repeats=10, min_repeats_slow=3, max_repeats=20, budget_s=0, slow_s=1.0
+        ),
+        device=CPU,
+    )
     assert cmp.rounds == 3 and cmp.measurements["S"].samples == [2.0, 2.0, 2.0]
 
 
@@ -64,10 +83,15 @@ def test_a_failing_variant_is_reported_and_the_others_carry_on():
     def broken(_):
         raise ValueError("cannot compile")
 
-    cmp = compare([Variant("ok", lambda _: None, [0]), Variant("flaky", flaky, [0]),
-                   Variant("broken", broken, [0])],
-                  Settings(warmup=1, min_repeats=4, min_repeats_slow=1, max_repeats=4,
-                           budget_s=0), device=CPU)
+    cmp = compare(
+        [
+            Variant("ok", lambda _: None, [0]),
+            Variant("flaky", flaky, [0]),
+            Variant("broken", broken, [0]),
+        ],
+        Settings(warmup=1, min_repeats=4, min_repeats_slow=1, max_repeats=4, budget_s=0),
+        device=CPU,
+    )
     assert set(cmp.measurements) == {"ok"}
     assert len(cmp.measurements["ok"].samples) == 4
     assert cmp.failures["broken"].startswith("ValueError: cannot compile")

@@ -115,9 +115,17 @@ def test_text_summary_lists_every_suite(suite_results):
 def test_other_json_is_listed_and_training_runs_tabled(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    run = {"kind": "training-run", "run": "esp32", "device": "NVIDIA H200", "n_params": 4_900_000,
-           "steps": 1234, "tokens_per_s_median": 305504.5, "mfu_median": 0.0094,
-           "wall_time_s": 257.19, "best_val_loss": 2.791}
+    run = {
+        "kind": "training-run",
+        "run": "esp32",
+        "device": "NVIDIA H200",
+        "n_params": 4_900_000,
+        "steps": 1234,
+        "tokens_per_s_median": 305504.5,
+        "mfu_median": 0.0094,
+        "wall_time_s": 257.19,
+        "best_val_loss": 2.791,
+    }
     (results / "run-esp32.json").write_text(json.dumps(run))
     (results / "eval-esp32.json").write_text(json.dumps({"command": "gptstack eval --ckpt x"}))
     (results / "broken.json").write_text("{")

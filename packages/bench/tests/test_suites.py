@@ -25,8 +25,12 @@ pytestmark = pytest.mark.slow  # the session fixture runs every suite once (~40 
 
 
 def rows(data, section=None, status=None):
-    return [r for r in data["rows"] if (section is None or r["section"] == section)
-            and (status is None or r["status"] == status)]
+    return [
+        r
+        for r in data["rows"]
+        if (section is None or r["section"] == section)
+        and (status is None or r["status"] == status)
+    ]
 
 
 def test_every_result_file_passes_the_schema(suite_results):
@@ -63,7 +67,12 @@ def test_train_ladder_rows(suite_results):
 
 def test_generate_sections_and_checks(suite_results):
     data = load_result(suite_results["generate"])
-    assert {r["section"] for r in data["rows"]} == {"decode", "sweep_prompt", "sweep_new", "threads"}
+    assert {r["section"] for r in data["rows"]} == {
+        "decode",
+        "sweep_prompt",
+        "sweep_new",
+        "threads",
+    }
     for r in rows(data, status="ok"):
         if r["section"] == "threads":
             continue
@@ -82,12 +91,17 @@ def test_thread_rows_put_the_policy_beside_the_default(suite_results, suite, thr
     assert groups and all(r["status"] == "ok" for r in threads)
     for group in groups:
         default, policy = [r for r in threads if r["group"] == group]
-        assert default["name"].startswith("PyTorch default") and "vs_default" not in default["ratios"]
+        assert (
+            default["name"].startswith("PyTorch default") and "vs_default" not in default["ratios"]
+        )
         assert policy["name"].startswith("thread policy")
         assert policy["ratios"]["vs_default"]["n"] == len(policy["samples_s"])
         assert default["params"]["threads"] == torch.get_num_threads()
-        rows_per_call = (policy["params"]["batch"] if suite == "generate"
-                         else policy["params"]["batch"] * policy["params"]["seq_len"])
+        rows_per_call = (
+            policy["params"]["batch"]
+            if suite == "generate"
+            else policy["params"]["batch"] * policy["params"]["seq_len"]
+        )
         expected = thread_policy(rows_per_call, policy["params"]["n_params"])
         assert policy["params"]["threads"] == expected
 
@@ -131,17 +145,30 @@ def test_tokenizer_rows(suite_results):
 
 def test_a_registered_candidate_is_timed_and_checked(tmp_path, bench_settings):
     op = get_op("gelu_tanh")
-    register_op("bench_test_double", lambda x: 2 * x, make_inputs=op.make_inputs,
-                bytes_moved=op.bytes_moved, flops=lambda i: i[0].numel(), replace=True)
+    register_op(
+        "bench_test_double",
+        lambda x: 2 * x,
+        make_inputs=op.make_inputs,
+        bytes_moved=op.bytes_moved,
+        flops=lambda i: i[0].numel(),
+        replace=True,
+    )
     add_candidate("bench_test_double", "right", lambda x: x + x)
     add_candidate("bench_test_double", "wrong", lambda x: x * 2.001)
     with pytest.raises(BenchError, match="already has"):
         add_candidate("bench_test_double", "eager", torch.neg)
     shape = ModelShape("tiny", 64, 16, 1, 2, 16, batch_size=2)
-    data = run_ops([shape], ops=["bench_test_double"],
-                   options=SuiteOptions(device="cpu", compile_backend="eager",
-                                        settings=bench_settings, progress=False,
-                                        out=tmp_path / "ops.json"))
+    data = run_ops(
+        [shape],
+        ops=["bench_test_double"],
+        options=SuiteOptions(
+            device="cpu",
+            compile_backend="eager",
+            settings=bench_settings,
+            progress=False,
+            out=tmp_path / "ops.json",
+        ),
+    )
     by_name = {r["name"]: r for r in data["rows"]}
     assert set(by_name) == {"eager", "torch.compile", "right", "wrong"}
     assert by_name["right"]["check"]["ok"] and not by_name["wrong"]["check"]["ok"]
@@ -150,5 +177,10 @@ def test_a_registered_candidate_is_timed_and_checked(tmp_path, bench_settings):
     assert by_name["eager"]["ratios"] == {}
     assert "bench_test_double" in registered_ops()
     with pytest.raises(BenchError, match="already registered"):
-        register_op("bench_test_double", torch.neg, make_inputs=op.make_inputs,
-                    bytes_moved=op.bytes_moved, flops=op.flops)
+        register_op(
+            "bench_test_double",
+            torch.neg,
+            make_inputs=op.make_inputs,
+            bytes_moved=op.bytes_moved,
+            flops=op.flops,
+        )

@@ -2,9 +2,8 @@
 
 import pytest
 
-from gptstack.model import GPTConfig, ModelConfigError, ModelError
+from gptstack.model import GPTConfig, ModelConfigError, ModelError, register_attention_backend
 from gptstack.model import attention as attention_module
-from gptstack.model import register_attention_backend
 
 GOOD = dict(vocab_size=65, block_size=32, n_layer=2, n_head=4, n_embd=64)
 
@@ -71,8 +70,10 @@ def test_config_and_errors_import_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from gptstack.model import GPTConfig, ModelError; "
-            "from gptstack.model.config import GPTConfig as C; assert GPTConfig is C; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; from gptstack.model import GPTConfig, ModelError; "
+        "from gptstack.model.config import GPTConfig as C; assert GPTConfig is C; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

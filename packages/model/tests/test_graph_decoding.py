@@ -59,8 +59,9 @@ def test_sampled_text_is_seeded_and_halve_agrees_across_cached_modes(make_gpt, r
     idx = random_tokens(23, 3, 5, model.config.vocab_size)
     ref = generate(model, idx, 40, seed=4, top_k=6, window="halve")
     for mode in ("kv", "static"):
-        assert torch.equal(generate(model, idx, 40, mode=mode, seed=4, top_k=6, window="halve"),
-                           ref)
+        assert torch.equal(
+            generate(model, idx, 40, mode=mode, seed=4, top_k=6, window="halve"), ref
+        )
     a = generate(model, idx, 40, mode="graph", seed=4, top_k=6, top_p=0.9)
     b = generate(model, idx, 40, mode="graph", seed=4, top_k=6, top_p=0.9)
     c = generate(model, idx, 40, mode="graph", seed=5, top_k=6, top_p=0.9)
@@ -79,8 +80,9 @@ def test_padded_ids_are_never_drawn(make_gpt, random_tokens, mode):
     free = generate(model, idx, 30, mode=mode, seed=1, temperature=1.0)
     assert (free[:, 4:] >= limit).any()
     for temperature in (0.0, 1.0):
-        out = generate(model, idx, 30, mode=mode, seed=1, temperature=temperature,
-                       vocab_limit=limit)
+        out = generate(
+            model, idx, 30, mode=mode, seed=1, temperature=temperature, vocab_limit=limit
+        )
         assert (out[:, 4:] < limit).all()
 
 
@@ -90,8 +92,7 @@ def test_graph_decoder_chunks_and_argument_errors(make_gpt, random_tokens):
     idx = random_tokens(25, 2, 3, model.config.vocab_size)
     chunks = list(decoder.generate(idx, 50, temperature=0))
     assert sum(c.size(1) for c in chunks) == 50
-    assert all(c.shape[0] == 2 and 1 <= c.size(1) <= 8 and c.device.type == "cpu"
-               for c in chunks)
+    assert all(c.shape[0] == 2 and 1 <= c.size(1) <= 8 and c.device.type == "cpu" for c in chunks)
     expected = generate(model, idx, 50, temperature=0)
     assert torch.equal(torch.cat(chunks, dim=1), expected[:, 3:])
     assert list(decoder.generate(idx, 0)) == []

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+
 from gptstack.model import GPT, GPTConfig, ModelConfigError, generate
 
 pytest.importorskip("gptstack.cuda_ops")

@@ -19,8 +19,15 @@ def bpe_tables():
 @pytest.fixture(scope="session")
 def tiny_spec(bpe_tables):
     """A small model: every code path, fast on 2 cores. V > Vt, so ids 300..319 are padding."""
-    return ModelSpec(vocab_size=320, block_size=16, n_layer=2, n_head=4, n_embd=32, bias=True,
-                     bos_token=bpe_tables.special_ids[0])
+    return ModelSpec(
+        vocab_size=320,
+        block_size=16,
+        n_layer=2,
+        n_head=4,
+        n_embd=32,
+        bias=True,
+        bos_token=bpe_tables.special_ids[0],
+    )
 
 
 @pytest.fixture(scope="session")

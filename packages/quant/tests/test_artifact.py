@@ -17,10 +17,10 @@ from gptstack.quant import (
     TokenizerTables,
     artifact_bytes,
     memory_plan,
+    quantize_tensors,
     read_artifact,
     required_tensors,
     synthetic_weights,
-    quantize_tensors,
     write_artifact,
 )
 from gptstack.quant.format import DTYPE_I8
@@ -51,18 +51,26 @@ def specs(draw, n_tokens: int) -> ModelSpec:
     n_embd = n_head * 4 * draw(st.integers(1, 3))
     V = n_tokens + draw(st.integers(0, 5))
     bos = draw(st.one_of(st.none(), st.integers(0, n_tokens - 1)))
-    return ModelSpec(vocab_size=V, block_size=2 * draw(st.integers(1, 4)),
-                     n_layer=draw(st.integers(1, 2)), n_head=n_head, n_embd=n_embd,
-                     bias=draw(st.booleans()),
-                     layernorm_eps=draw(st.floats(1e-8, 1e-2)), bos_token=bos)
+    return ModelSpec(
+        vocab_size=V,
+        block_size=2 * draw(st.integers(1, 4)),
+        n_layer=draw(st.integers(1, 2)),
+        n_head=n_head,
+        n_embd=n_embd,
+        bias=draw(st.booleans()),
+        layernorm_eps=draw(st.floats(1e-8, 1e-2)),
+        bos_token=bos,
+    )
 
 
 def _random_tensors(spec: ModelSpec, rng: np.random.Generator) -> dict:
     out = {}
     for name, dtype, shape in required_tensors(spec):
         if dtype == DTYPE_I8:
-            out[name] = (rng.integers(-127, 128, shape).astype(np.int8),
-                         rng.uniform(0, 1, shape[0]).astype(np.float32))
+            out[name] = (
+                rng.integers(-127, 128, shape).astype(np.int8),
+                rng.uniform(0, 1, shape[0]).astype(np.float32),
+            )
         else:
             out[name] = rng.normal(size=shape).astype(np.float32)
     return out
@@ -114,13 +122,19 @@ def test_write_is_atomic_and_reads_back(tmp_path, tiny_spec, bpe_tables, tiny_by
 def test_writer_rejects_what_the_reader_would(tiny_spec, bpe_tables, rng):
     tensors = _random_tensors(tiny_spec, rng)
     with pytest.raises(BadTensorError, match="missing .*wpe.weight"):
-        artifact_bytes(tiny_spec, bpe_tables,
-                       {k: v for k, v in tensors.items() if k != "wpe.weight"})
+        artifact_bytes(
+            tiny_spec, bpe_tables, {k: v for k, v in tensors.items() if k != "wpe.weight"}
+        )
     with pytest.raises(BadTensorError, match="unexpected .*lm_head"):
         artifact_bytes(tiny_spec, bpe_tables, {**tensors, "lm_head.weight": tensors["ln_f.weight"]})
     q, s = tensors["h.0.mlp.c_fc.weight"]
-    for bad in [q.astype(np.float32), (q.astype(np.int16), s), (q[:-1], s[:-1]), (q, s[:-1]),
-                (q, np.full_like(s, np.nan))]:
+    for bad in [
+        q.astype(np.float32),
+        (q.astype(np.int16), s),
+        (q[:-1], s[:-1]),
+        (q, s[:-1]),
+        (q, np.full_like(s, np.nan)),
+    ]:
         with pytest.raises(BadTensorError, match="h.0.mlp.c_fc.weight"):
             artifact_bytes(tiny_spec, bpe_tables, {**tensors, "h.0.mlp.c_fc.weight": bad})
     with pytest.raises(BadTensorError, match="ln_f.bias"):
@@ -133,15 +147,18 @@ def test_writer_rejects_what_the_reader_would(tiny_spec, bpe_tables, rng):
         artifact_bytes(no_bos, bpe_tables, tensors)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(vocab_size=0), "vocab_size"),
-    (dict(block_size=7), "block_size"),
-    (dict(n_embd=30, n_head=3), "multiple of 4"),
-    (dict(n_head=3), "n_head 3 does not divide"),
-    (dict(layernorm_eps=0.0), "layernorm_eps"),
-    (dict(layernorm_eps=float("nan")), "layernorm_eps"),
-    (dict(bos_token=64), "bos_token"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(block_size=7), "block_size"),
+        (dict(n_embd=30, n_head=3), "multiple of 4"),
+        (dict(n_head=3), "n_head 3 does not divide"),
+        (dict(layernorm_eps=0.0), "layernorm_eps"),
+        (dict(layernorm_eps=float("nan")), "layernorm_eps"),
+        (dict(bos_token=64), "bos_token"),
+    ],
+)
 def test_model_spec_rejects_bad_configs(kwargs, match):
     base = dict(vocab_size=64, block_size=8, n_layer=1, n_head=2, n_embd=32, bias=False)
     with pytest.raises(BadConfigError, match=match):
@@ -169,8 +186,12 @@ def test_derived_tables_follow_section_3(tables):
     special = set(tables.special_ids)
     ordinary = {t: i for i, t in enumerate(tables.token_bytes) if i not in special}
     # pairs: brute force over all pairs of ordinary tokens
-    expected = sorted((a, b, ordinary[ta + tb]) for ta, a in ordinary.items()
-                      for tb, b in ordinary.items() if ta + tb in ordinary)
+    expected = sorted(
+        (a, b, ordinary[ta + tb])
+        for ta, a in ordinary.items()
+        for tb, b in ordinary.items()
+        if ta + tb in ordinary
+    )
     assert tables.pairs == (expected if tables.kind == "bpe" else [])
     keys = [tables.token_bytes[i] for i in tables.sorted_ids]
     assert keys == sorted(ordinary) and set(tables.sorted_ids) == set(ordinary.values())

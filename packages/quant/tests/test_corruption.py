@@ -63,8 +63,13 @@ def test_shorter_than_the_header(tiny_bytes, keep):
 
 
 def test_cut_short_anywhere_after_the_header(tiny_bytes, rng):
-    for keep in [128, 200, len(tiny_bytes) // 2, len(tiny_bytes) - 1,
-                 *rng.integers(129, len(tiny_bytes), 5).tolist()]:
+    for keep in [
+        128,
+        200,
+        len(tiny_bytes) // 2,
+        len(tiny_bytes) - 1,
+        *rng.integers(129, len(tiny_bytes), 5).tolist(),
+    ]:
         reject(tiny_bytes[:keep], TruncatedArtifactError, "cut short")
 
 
@@ -95,8 +100,13 @@ def test_trailing_bytes(tiny_bytes):
 
 def test_flipped_bytes_fail_the_crc(tiny_bytes, rng):
     n = len(tiny_bytes)
-    for at in [F["tokenizer_offset"] + 200, n // 2, n - 5, n - 1,
-               *rng.integers(128, n, 10).tolist()]:
+    for at in [
+        F["tokenizer_offset"] + 200,
+        n // 2,
+        n - 5,
+        n - 1,
+        *rng.integers(128, n, 10).tolist(),
+    ]:
         bad = bytearray(tiny_bytes)
         bad[at] ^= 1 << int(rng.integers(0, 8))
         reject(bytes(bad), BadCrcError, "CRC-32")
@@ -105,13 +115,16 @@ def test_flipped_bytes_fail_the_crc(tiny_bytes, rng):
 # --- steps 8-13: CRC recomputed --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value, match", [
-    (F["vocab_size"], 0, "vocab_size"),
-    (F["block_size"], 15, "block_size"),
-    (F["n_head"], 3, "n_head"),
-    (F["n_embd"], 30, "n_embd"),
-    (F["bos_token"], 320, "bos_token"),
-])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        (F["vocab_size"], 0, "vocab_size"),
+        (F["block_size"], 15, "block_size"),
+        (F["n_head"], 3, "n_head"),
+        (F["n_embd"], 30, "n_embd"),
+        (F["bos_token"], 320, "bos_token"),
+    ],
+)
 def test_bad_config(buf, field, value, match):
     put(buf, field, value)
     reject(fix_crc(buf), BadConfigError, match)
@@ -170,19 +183,23 @@ def test_bad_tokenizer_sections(tiny_bytes, tiny_artifact):
     def swap(at_a: int, at_b: int, size: int = 4) -> bytes:
         buf = bytearray(tiny_bytes)
         a, b = _tok(buf) + at_a, _tok(buf) + at_b
-        buf[a:a + size], buf[b:b + size] = buf[b:b + size], buf[a:a + size]
+        buf[a : a + size], buf[b : b + size] = buf[b : b + size], buf[a : a + size]
         return fix_crc(buf)
 
     reject(edit(0, 7), BadTokenizerError, "kind is 7")
-    reject(edit(4, 0), BadTokenizerError, "pattern")               # BPE with PATTERN_NONE
+    reject(edit(4, 0), BadTokenizerError, "pattern")  # BPE with PATTERN_NONE
     reject(edit(24, 1), BadTokenizerError, "reserved")
-    reject(edit(8, 321), BadTokenizerError, "n_tokens is 321")    # more than V
+    reject(edit(8, 321), BadTokenizerError, "n_tokens is 321")  # more than V
     reject(edit(8, Vt - 1), BadTokenizerError, "tokenizer_bytes")  # counts no longer add up
     reject(edit(offsets, 1), BadTokenizerError, "token_offsets")
-    reject(edit(offsets + 8, u32(bytearray(tiny_bytes), _tok(bytearray(tiny_bytes)) + offsets + 4)),
-           BadTokenizerError, "token_offsets")                     # an empty token
-    reject(edit(b2t + 4 * ord("a"), tables.byte_to_token[ord("b")]), BadTokenizerError,
-           "byte_to_token")
+    reject(
+        edit(offsets + 8, u32(bytearray(tiny_bytes), _tok(bytearray(tiny_bytes)) + offsets + 4)),
+        BadTokenizerError,
+        "token_offsets",
+    )  # an empty token
+    reject(
+        edit(b2t + 4 * ord("a"), tables.byte_to_token[ord("b")]), BadTokenizerError, "byte_to_token"
+    )
     reject(swap(sorted_at, sorted_at + 4), BadTokenizerError, "sorted_ids")
     reject(swap(pairs_at, pairs_at + 12, 12), BadTokenizerError, "pair table")
     reject(edit(pairs_at + 8, tables.pairs[0][2] ^ 1), BadTokenizerError, "pair table")
@@ -206,18 +223,18 @@ def test_bad_tensor_table(tiny_bytes):
         buf = bytearray(tiny_bytes)
         where = entry_at(buf, index) + at
         if isinstance(value, bytes):
-            buf[where:where + len(value)] = value
+            buf[where : where + len(value)] = value
         else:
             put(buf, where, value)
         return fix_crc(buf)
 
     reject(edited(1, 0, b"wpe.weighs"), BadTensorError, "expected 'wpe.weight'")
-    reject(edited(0, 20, ord("x")), BadTensorError, "NUL-padded")     # a byte after the NUL
-    reject(edited(0, 0, b"x" * 48), BadTensorError, "NUL-padded")     # no NUL at all
-    reject(edited(2, 48, 1), BadTensorError, "dtype")                  # ln_1.weight as i8
-    reject(edited(4, 52, 1), BadTensorError, "shape")                  # c_attn.weight ndim 1
-    reject(edited(4, 56, 95), BadTensorError, "shape")                 # c_attn rows
-    reject(edited(2, 60, 1), BadTensorError, "shape")                  # unused shape entry
+    reject(edited(0, 20, ord("x")), BadTensorError, "NUL-padded")  # a byte after the NUL
+    reject(edited(0, 0, b"x" * 48), BadTensorError, "NUL-padded")  # no NUL at all
+    reject(edited(2, 48, 1), BadTensorError, "dtype")  # ln_1.weight as i8
+    reject(edited(4, 52, 1), BadTensorError, "shape")  # c_attn.weight ndim 1
+    reject(edited(4, 56, 95), BadTensorError, "shape")  # c_attn rows
+    reject(edited(2, 60, 1), BadTensorError, "shape")  # unused shape entry
     reject(edited(4, 76, 96 * 32 + 1), BadTensorError, "nbytes")
     reject(edited(5, 84, 1), BadTensorError, "reserved")
     # n_tensors one larger with payload_offset / payload_bytes moved so step 9 still passes
@@ -231,12 +248,12 @@ def test_bad_tensor_table(tiny_bytes):
 def test_bad_tensor_offsets(tiny_bytes, tiny_artifact):
     end = tiny_artifact.header.payload_offset + tiny_artifact.header.payload_bytes
     cases = [
-        (0, 72, tiny_artifact.entries[0].offset + 1, "offset"),            # misaligned
-        (0, 72, tiny_artifact.header.payload_offset - 16, "offset"),       # before the payload
-        (1, 72, end - 16, "offset"),                                       # runs past the end
-        (1, 80, end, "scale_offset"),                                      # scales outside
+        (0, 72, tiny_artifact.entries[0].offset + 1, "offset"),  # misaligned
+        (0, 72, tiny_artifact.header.payload_offset - 16, "offset"),  # before the payload
+        (1, 72, end - 16, "offset"),  # runs past the end
+        (1, 80, end, "scale_offset"),  # scales outside
         (1, 80, tiny_artifact.entries[1].scale_offset + 4, "scale_offset"),
-        (2, 80, tiny_artifact.entries[3].offset, "scale_offset 1"),       # f32 with scales
+        (2, 80, tiny_artifact.entries[3].offset, "scale_offset 1"),  # f32 with scales
     ]
     for index, at, value, match in cases:
         buf = bytearray(tiny_bytes)
@@ -279,8 +296,10 @@ def test_shipped_corruptions_cover_every_step(tiny_bytes):
 
 
 @settings(max_examples=300, deadline=None)
-@given(edits=st.lists(st.tuples(st.integers(0, 2**31), st.integers(0, 255)), min_size=1,
-                      max_size=4), cut=st.integers(0, 3))
+@given(
+    edits=st.lists(st.tuples(st.integers(0, 2**31), st.integers(0, 255)), min_size=1, max_size=4),
+    cut=st.integers(0, 3),
+)
 def test_random_edits_never_crash_the_reader(tiny_bytes, edits, cut):
     # any edit, CRC recomputed: the reader accepts the file or raises an ArtifactError, never
     # IndexError, struct.error or a numpy error

@@ -36,8 +36,9 @@ def _tiktoken(tables: TokenizerTables):
     special = set(tables.special_ids)
     ranks = {t: i for i, t in enumerate(tables.token_bytes) if i not in special}
     specials = {tables.token_bytes[i].decode(): i for i in tables.special_ids}
-    return tiktoken.Encoding("test", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens=specials)
+    return tiktoken.Encoding(
+        "test", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=specials
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +46,23 @@ def gpt2_tables(data_dir) -> TokenizerTables:
     lines = (data_dir / "gpt2.tiktoken").read_bytes().split()
     ranked = sorted((int(r), base64.b64decode(t)) for t, r in zip(lines[0::2], lines[1::2]))
     assert [r for r, _ in ranked] == list(range(len(ranked)))
-    return TokenizerTables("bpe", "gpt2", [t for _, t in ranked] + [b"<|endoftext|>"],
-                           [len(ranked)])
+    return TokenizerTables(
+        "bpe", "gpt2", [t for _, t in ranked] + [b"<|endoftext|>"], [len(ranked)]
+    )
 
 
 def test_gpt2_ranks_encode_like_tiktoken(gpt2_tables, shakespeare_text, rng):
     enc, ref = PromptEncoder(gpt2_tables), _tiktoken(gpt2_tables)
     assert enc.encode("Hello world") == [15496, 995]  # ../shared/data/README.md
     start = int(rng.integers(0, len(shakespeare_text) - 20_000))
-    for text in [shakespeare_text[start:start + 20_000], LETTERS,
-                 "it's  \t\n  x  <|endoftext|> 3.14159 ab12cd   \n\n\n end  ", " ", "\n", "!!"]:
+    for text in [
+        shakespeare_text[start : start + 20_000],
+        LETTERS,
+        "it's  \t\n  x  <|endoftext|> 3.14159 ab12cd   \n\n\n end  ",
+        " ",
+        "\n",
+        "!!",
+    ]:
         assert enc.encode(text) == ref.encode_ordinary(text), text[:40]
 
 
@@ -114,8 +122,10 @@ def test_gpt4_pattern_is_not_encoded():
 
 
 @settings(max_examples=300, deadline=None)
-@given(tokens=st.lists(st.binary(min_size=1, max_size=5), min_size=1, max_size=12),
-       ids=st.lists(st.integers(0, 11), max_size=40))
+@given(
+    tokens=st.lists(st.binary(min_size=1, max_size=5), min_size=1, max_size=12),
+    ids=st.lists(st.integers(0, 11), max_size=40),
+)
 def test_stream_decoder_holds_back_only_incomplete_characters(tokens, ids):
     tokens = list(dict.fromkeys(tokens))  # distinct
     ids = [i % len(tokens) for i in ids]

@@ -11,8 +11,8 @@ from gptstack.quant import QuantError, evaluate_loss, forward_sequence
 def _loss_one_window_at_a_time(art, tokens, act="int8"):
     T, total, n = art.spec.block_size, 0.0, len(tokens) - 1
     for start in range(0, n, T):
-        x = tokens[start:min(start + T, n)]
-        y = tokens[start + 1:start + 1 + len(x)]
+        x = tokens[start : min(start + T, n)]
+        y = tokens[start + 1 : start + 1 + len(x)]
         logits = forward_sequence(art, x, act=act).astype(np.float64)
         for row, target in zip(logits, y):
             total += np.log(np.sum(np.exp(row - row.max()))) + row.max() - row[target]

@@ -67,14 +67,14 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("style", ["random", "trained"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_int8_logits_close_to_the_float_model(bpe_tables, rng, style, seed):
-    spec = ModelSpec(vocab_size=304, block_size=32, n_layer=3, n_head=4, n_embd=96,
-                     bias=seed == 0)
+    spec = ModelSpec(vocab_size=304, block_size=32, n_layer=3, n_head=4, n_embd=96, bias=seed == 0)
     weights = synthetic_weights(spec, seed=seed, style=style)
     ids = rng.integers(0, bpe_tables.n_tokens, 32)
     ref = float_logits(weights, spec, ids)
     for clip in (False, True):
-        art = read_artifact(artifact_bytes(spec, bpe_tables, quantize_tensors(spec, weights,
-                                                                              clip=clip)))
+        art = read_artifact(
+            artifact_bytes(spec, bpe_tables, quantize_tensors(spec, weights, clip=clip))
+        )
         int8 = forward_sequence(art, ids)
         fp32 = forward_sequence(art, ids, act="fp32")
         assert _rel(int8, ref) < BOUND[style]
@@ -91,9 +91,9 @@ def test_quantized_loss_close_to_the_float_loss(bpe_tables, rng):
     tokens = rng.integers(0, 300, 16 * 3 + 1)
     losses = []
     for start in range(0, 48, 16):
-        logits = float_logits(weights, spec, tokens[start:start + 16])
+        logits = float_logits(weights, spec, tokens[start : start + 16])
         lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
-        losses.extend(lse - logits[np.arange(16), tokens[start + 1:start + 17]])
+        losses.extend(lse - logits[np.arange(16), tokens[start + 1 : start + 17]])
     float_loss = float(np.mean(losses))
     for act in ("int8", "fp32"):
         got = evaluate_loss(art, tokens, act=act)

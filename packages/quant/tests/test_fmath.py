@@ -23,7 +23,7 @@ from gptstack.quant import fmath
 F32 = np.float32
 FORMAT_MD = Path(__file__).resolve().parents[1] / "FORMAT.md"
 EXP_ULP, TANH_ULP = 1.0, 1.5
-TINY = F32(1.4e-45)                                 # the smallest subnormal
+TINY = F32(1.4e-45)  # the smallest subnormal
 FLT_MIN = F32(2.0**-126)
 
 
@@ -42,8 +42,13 @@ def bits(x: np.ndarray) -> np.ndarray:
 
 
 def test_exp_accuracy_on_random_inputs(rng):
-    x = np.concatenate([rng.uniform(-87, 0, 400_000), -rng.exponential(1.0, 200_000),
-                        -np.exp(rng.uniform(-100, 4, 200_000))]).astype(F32)
+    x = np.concatenate(
+        [
+            rng.uniform(-87, 0, 400_000),
+            -rng.exponential(1.0, 200_000),
+            -np.exp(rng.uniform(-100, 4, 200_000)),
+        ]
+    ).astype(F32)
     x = x[x >= -87]
     assert ulps(fmath.exp(x), np.exp(x.astype(np.float64))).max() <= EXP_ULP
 
@@ -57,13 +62,29 @@ def test_exp_matches_math_exp(x):
 
 def test_exp_edges():
     below = np.nextafter(F32(-87), F32(-np.inf))
-    x = np.array([0.0, -0.0, -TINY, -FLT_MIN, -1e-8, -87.0, below, -88.0, -1e30, -np.inf, 1.0,
-                  np.inf, np.nan], F32)
+    x = np.array(
+        [
+            0.0,
+            -0.0,
+            -TINY,
+            -FLT_MIN,
+            -1e-8,
+            -87.0,
+            below,
+            -88.0,
+            -1e30,
+            -np.inf,
+            1.0,
+            np.inf,
+            np.nan,
+        ],
+        F32,
+    )
     got = fmath.exp(x)
-    assert got[:5].tolist() == [1.0] * 5             # exp(0) is exactly 1; so is e^tiny
+    assert got[:5].tolist() == [1.0] * 5  # exp(0) is exactly 1; so is e^tiny
     assert got[5] >= FLT_MIN and ulps(got[5:6], np.exp(np.array([-87.0])))[0] <= EXP_ULP
-    assert bits(got[6:10]).tolist() == [0] * 4       # below the cut: +0, never -0
-    assert got[10:12].tolist() == [1.0, 1.0]         # x > 0 is taken as 0
+    assert bits(got[6:10]).tolist() == [0] * 4  # below the cut: +0, never -0
+    assert got[10:12].tolist() == [1.0, 1.0]  # x > 0 is taken as 0
     assert np.isnan(got[12])
     assert fmath.exp(np.zeros((2, 0, 3), F32)).shape == (2, 0, 3)
 
@@ -77,8 +98,13 @@ def test_exp_is_monotone_on_a_dense_grid():
 
 
 def test_tanh_accuracy_on_random_inputs(rng):
-    u = np.concatenate([rng.normal(0, 2, 400_000), rng.uniform(0.55, 0.7, 100_000),
-                        np.exp(rng.uniform(-100, 3, 200_000))]).astype(F32)
+    u = np.concatenate(
+        [
+            rng.normal(0, 2, 400_000),
+            rng.uniform(0.55, 0.7, 100_000),
+            np.exp(rng.uniform(-100, 3, 200_000)),
+        ]
+    ).astype(F32)
     u = np.concatenate([u, -u])
     assert ulps(fmath.tanh(u), np.tanh(u.astype(np.float64))).max() <= TANH_ULP
 
@@ -88,16 +114,31 @@ def test_tanh_accuracy_on_random_inputs(rng):
 def test_tanh_matches_math_tanh(u):
     got = fmath.tanh(np.array([u], F32))
     assert ulps(got, np.array([math.tanh(u)]))[0] <= TANH_ULP
-    assert bits(fmath.tanh(np.array([-u], F32))) == bits(-got)   # odd, to the bit
+    assert bits(fmath.tanh(np.array([-u], F32))) == bits(-got)  # odd, to the bit
 
 
 def test_tanh_edges():
     split = fmath.TANH_SPLIT
-    u = np.array([0.0, -0.0, TINY, -1e-30, np.nextafter(split, F32(0)), split, 9.1, 10.0, 1e30,
-                  np.inf, -np.inf, np.nan], F32)
+    u = np.array(
+        [
+            0.0,
+            -0.0,
+            TINY,
+            -1e-30,
+            np.nextafter(split, F32(0)),
+            split,
+            9.1,
+            10.0,
+            1e30,
+            np.inf,
+            -np.inf,
+            np.nan,
+        ],
+        F32,
+    )
     got = fmath.tanh(u)
-    assert bits(got[:2]).tolist() == [0, 0x80000000]     # tanh(-0) = -0, as math.tanh
-    assert got[2] == TINY and got[3] == F32(-1e-30)        # tanh(u) = u for tiny u
+    assert bits(got[:2]).tolist() == [0, 0x80000000]  # tanh(-0) = -0, as math.tanh
+    assert got[2] == TINY and got[3] == F32(-1e-30)  # tanh(u) = u for tiny u
     assert ulps(got[4:7], np.tanh(u[4:7].astype(np.float64))).max() <= TANH_ULP
     assert got[7:11].tolist() == [1.0, 1.0, 1.0, -1.0]
     assert np.isnan(got[11])
@@ -155,10 +196,17 @@ def test_large_arrays_take_the_same_path(rng):
 def test_format_md_lists_these_constants():
     """The constants table of FORMAT.md section 7 holds exactly fmath's values (as hex)."""
     text = FORMAT_MD.read_text()
-    values = [fmath.EXP_MIN, fmath.LOG2E, fmath.LN2_HI, fmath.LN2_LO, *fmath.EXP_P,
-              fmath.TANH_SPLIT, *fmath.TANH_P]
+    values = [
+        fmath.EXP_MIN,
+        fmath.LOG2E,
+        fmath.LN2_HI,
+        fmath.LN2_LO,
+        *fmath.EXP_P,
+        fmath.TANH_SPLIT,
+        *fmath.TANH_P,
+    ]
     for v in values:
-        h = re.sub(r"0+p", "p", float(v).hex()).replace(".p", "p")   # 0x1.a0d2ce0000000p-13
+        h = re.sub(r"0+p", "p", float(v).hex()).replace(".p", "p")  # 0x1.a0d2ce0000000p-13
         assert f"`{h}`" in text, h
 
 

@@ -14,7 +14,7 @@ FORMAT_MD = Path(__file__).resolve().parents[1] / "FORMAT.md"
 
 def _section_one_rows() -> dict[str, str]:
     text = FORMAT_MD.read_text()
-    table = text[text.index("| name | value | meaning |"):text.index("## 2. Header")]
+    table = text[text.index("| name | value | meaning |") : text.index("## 2. Header")]
     rows = {}
     for line in table.splitlines()[2:]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -48,9 +48,20 @@ def test_only_the_format_constants_are_upper_case():
 def test_required_tensors_follow_section_4_order():
     spec = ModelSpec(100, 8, 2, 2, 16, bias=True)
     names = [n for n, _, _ in required_tensors(spec)]
-    per_layer = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                 "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                 "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"]
+    per_layer = [
+        "ln_1.weight",
+        "ln_1.bias",
+        "attn.c_attn.weight",
+        "attn.c_attn.bias",
+        "attn.c_proj.weight",
+        "attn.c_proj.bias",
+        "ln_2.weight",
+        "ln_2.bias",
+        "mlp.c_fc.weight",
+        "mlp.c_fc.bias",
+        "mlp.c_proj.weight",
+        "mlp.c_proj.bias",
+    ]
     expected = ["wte.weight", "wpe.weight"]
     expected += [f"h.{i}.{n}" for i in range(2) for n in per_layer]
     expected += ["ln_f.weight", "ln_f.bias"]
@@ -75,10 +86,22 @@ def test_arena_of_the_esp32_preset_is_the_documented_one():
 
 def test_arena_formula_rounds_each_buffer_up(rng):
     for _ in range(20):
-        V, T, L, C = (int(rng.integers(1, 700)), 2 * int(rng.integers(1, 40)),
-                      int(rng.integers(1, 5)), 4 * int(rng.integers(1, 30)))
+        V, T, L, C = (
+            int(rng.integers(1, 700)),
+            2 * int(rng.integers(1, 40)),
+            int(rng.integers(1, 5)),
+            4 * int(rng.integers(1, 30)),
+        )
         spec = ModelSpec(V, T, L, 1, C, bias=False)
         a = lambda n: -(-n // 16) * 16  # noqa: E731
-        expected = (a(4 * C) * 3 + a(12 * C) + a(16 * C) + a(4 * T) * 2 + a(4 * V) * 2
-                    + a(4 * C) + 2 * a(L * T * C) + 2 * a(4 * L * T))
+        expected = (
+            a(4 * C) * 3
+            + a(12 * C)
+            + a(16 * C)
+            + a(4 * T) * 2
+            + a(4 * V) * 2
+            + a(4 * C)
+            + 2 * a(L * T * C)
+            + 2 * a(4 * L * T)
+        )
         assert arena_bytes(spec) == expected

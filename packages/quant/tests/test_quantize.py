@@ -81,12 +81,21 @@ def test_quantize_rows_rejects_bad_input():
 
 
 def _checkpoint(tmp_path, spec: ModelSpec, weights: dict, extra_config: dict | None = None):
-    model = {"vocab_size": spec.vocab_size, "block_size": spec.block_size,
-             "n_layer": spec.n_layer, "n_head": spec.n_head, "n_embd": spec.n_embd,
-             "bias": spec.bias, "dropout": 0.0, **(extra_config or {})}
+    model = {
+        "vocab_size": spec.vocab_size,
+        "block_size": spec.block_size,
+        "n_layer": spec.n_layer,
+        "n_head": spec.n_head,
+        "n_embd": spec.n_embd,
+        "bias": spec.bias,
+        "dropout": 0.0,
+        **(extra_config or {}),
+    }
     (tmp_path / "config.json").write_text(json.dumps({"model": model, "train": {"lr": 1e-3}}))
-    save_file({k: np.ascontiguousarray(v) for k, v in weights.items()},
-              str(tmp_path / "model.safetensors"))
+    save_file(
+        {k: np.ascontiguousarray(v) for k, v in weights.items()},
+        str(tmp_path / "model.safetensors"),
+    )
     return tmp_path
 
 
@@ -107,22 +116,26 @@ def test_checkpoint_to_artifact(tmp_path, tiny_spec, bpe_tables):
             np.testing.assert_array_equal(art.tensor(name), w)
     # a tied lm_head.weight equal to wte is accepted and dropped
     (tmp_path / "tied").mkdir()
-    tied = _checkpoint(tmp_path / "tied", tiny_spec,
-                       {**weights, "lm_head.weight": weights["wte.weight"]})
+    tied = _checkpoint(
+        tmp_path / "tied", tiny_spec, {**weights, "lm_head.weight": weights["wte.weight"]}
+    )
     assert quantize_checkpoint(tied, bpe_tables)[0].vocab_size == tiny_spec.vocab_size
 
 
-@pytest.mark.parametrize("problem, match", [
-    ("missing", "missing .*h.1.ln_2.weight"),
-    ("extra", "unexpected .*h.0.attn.bias"),
-    ("shape", "h.0.mlp.c_fc.weight has shape"),
-    ("untied", "lm_head.weight differs"),
-    ("int", "int32, expected float32"),
-    ("config", "cannot read the model config"),
-    ("bad_config", "n_head 5 does not divide"),
-    ("vocab", "the checkpoint's vocab_size"),
-    ("no_weights", "has no model.safetensors"),
-])
+@pytest.mark.parametrize(
+    "problem, match",
+    [
+        ("missing", "missing .*h.1.ln_2.weight"),
+        ("extra", "unexpected .*h.0.attn.bias"),
+        ("shape", "h.0.mlp.c_fc.weight has shape"),
+        ("untied", "lm_head.weight differs"),
+        ("int", "int32, expected float32"),
+        ("config", "cannot read the model config"),
+        ("bad_config", "n_head 5 does not divide"),
+        ("vocab", "the checkpoint's vocab_size"),
+        ("no_weights", "has no model.safetensors"),
+    ],
+)
 def test_checkpoint_problems_are_named(tmp_path, tiny_spec, bpe_tables, problem, match):
     weights = synthetic_weights(tiny_spec, seed=3)
     extra = None

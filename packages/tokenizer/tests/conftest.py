@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from gptstack.tokenizer import BPETokenizer, CharTokenizer, GPT2Tokenizer, gpt2_tokenizer, train_bpe
 
 SPECIALS = ("<|endoftext|>", "<|pad|>")

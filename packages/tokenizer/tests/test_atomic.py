@@ -33,8 +33,9 @@ def test_killed_writer_leaves_the_old_file_whole(tmp_path):
     target = tmp_path / "model.bin"
     old = os.urandom(4096)
     target.write_bytes(old)
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(target)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(target)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "started"
     time.sleep(0.2)  # a few blocks into the write
     proc.send_signal(signal.SIGKILL)

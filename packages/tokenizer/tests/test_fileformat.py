@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gptstack.tokenizer import (
     BPETokenizer,
     CharTokenizer,
@@ -19,8 +22,6 @@ from gptstack.tokenizer import (
     tokenizer_from_dict,
     train_bpe,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 PROBE = "To be, or not to be: that is the question.\n<|endoftext|>Ça va? 東京 😀"
 

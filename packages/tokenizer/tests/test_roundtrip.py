@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from gptstack.tokenizer import BPETokenizer, CharTokenizer, GPT2Tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gptstack.tokenizer import BPETokenizer, CharTokenizer, GPT2Tokenizer
 
 # hypothesis' text() has no lone surrogates: those cannot be UTF-8 and tiktoken replaces them.
 any_text = st.text(max_size=400)

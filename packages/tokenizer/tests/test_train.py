@@ -9,9 +9,10 @@ from itertools import pairwise
 
 import pytest
 import regex
-from gptstack.tokenizer import PATTERNS, TokenizerError, train_bpe
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gptstack.tokenizer import PATTERNS, TokenizerError, train_bpe
 
 
 def reference_train(

@@ -5,7 +5,8 @@
 
 `gptstack bench engine` stays inside the window (its PyTorch side re-prefills instead of sliding),
 so it cannot show what the window slide costs; this script can. Each round runs both builds on
-the same prompt, seed 1, temperature 0.8 and top-k 40, in alternating order (A B, then B A), one thread each; a sample is the
+the same prompt, seed 1, temperature 0.8 and top-k 40, in alternating order (A B, then B A),
+one thread each; a sample is the
 generation time gs-run measures itself (gen_s of --json: sampling, decoding and every forward of
 the generated tokens, the slides' re-encodes included). It reports the median tokens/s of each
 build, the median and range of the per-round ratios after / before (MEASURING.md rules 2 and 3),

@@ -43,7 +43,9 @@ def parse(text: str, origin: str = "font6x8.txt") -> dict[int, list[str]]:
             except ValueError:
                 raise FontSourceError(f"{where}: bad header {line!r}: write '0xNN name'") from None
             if not FIRST <= code <= LAST:
-                raise FontSourceError(f"{where}: code {code:#04x} is outside {FIRST:#04x}..{LAST:#04x}")
+                raise FontSourceError(
+                    f"{where}: code {code:#04x} is outside {FIRST:#04x}..{LAST:#04x}"
+                )
             if code in glyphs:
                 raise FontSourceError(f"{where}: glyph {code:#04x} is drawn twice")
             glyphs[code] = []
@@ -57,7 +59,9 @@ def parse(text: str, origin: str = "font6x8.txt") -> dict[int, list[str]]:
         glyphs[code].append(line)
     short = [f"{c:#04x}" for c, rows in glyphs.items() if len(rows) != GLYPH_H]
     if short:
-        raise FontSourceError(f"{origin}: glyphs with fewer than {GLYPH_H} rows: {', '.join(short)}")
+        raise FontSourceError(
+            f"{origin}: glyphs with fewer than {GLYPH_H} rows: {', '.join(short)}"
+        )
     missing = [f"{c:#04x}" for c in range(FIRST, LAST + 1) if c not in glyphs]
     if missing:
         raise FontSourceError(f"{origin}: glyphs missing: {', '.join(missing)}")
@@ -102,7 +106,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that the C file is current")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that the C file is current"
+    )
     args = parser.parse_args(argv)
     try:
         text = render(parse(SOURCE.read_text(encoding="utf-8")))

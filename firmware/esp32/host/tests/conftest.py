@@ -69,8 +69,12 @@ def _tables_of(tokenizer):
     from gptstack.quant import TokenizerTables
 
     kind = "char" if tokenizer.kind == "char" else "bpe"
-    return TokenizerTables(kind, tokenizer.pattern_name if kind == "bpe" else None,
-                           tokenizer.token_bytes(), sorted(tokenizer.special_tokens.values()))
+    return TokenizerTables(
+        kind,
+        tokenizer.pattern_name if kind == "bpe" else None,
+        tokenizer.token_bytes(),
+        sorted(tokenizer.special_tokens.values()),
+    )
 
 
 def _write(folder: Path, name: str, data: bytes, tokenizer) -> ArtifactCase:
@@ -132,16 +136,19 @@ def gpt2_artifact(artifact_dir, data_dir) -> ArtifactCase:
 
     tok = gpt2_tokenizer(data_dir / "gpt2.tiktoken")
     tables = _tables_of(tok)
-    spec = ModelSpec(tables.n_tokens, 2, 1, 1, 4, bias=False,
-                     bos_token=tok.special_tokens["<|endoftext|>"])
+    spec = ModelSpec(
+        tables.n_tokens, 2, 1, 1, 4, bias=False, bos_token=tok.special_tokens["<|endoftext|>"]
+    )
     return _write(artifact_dir, "gpt2", _quantized(spec, tables, seed=4, style="random"), tok)
 
 
 @pytest.fixture(scope="session")
 def trained_artifact(artifact_dir) -> ArtifactCase:
     if not TRAINED_ARTIFACT.is_file():
-        pytest.skip(f"{TRAINED_ARTIFACT} not present: train and export the esp32 preset "
-                    "(`gptstack export ... -o firmware/esp32/data/model.gsm`) to test it")
+        pytest.skip(
+            f"{TRAINED_ARTIFACT} not present: train and export the esp32 preset "
+            "(`gptstack export ... -o firmware/esp32/data/model.gsm`) to test it"
+        )
     data = TRAINED_ARTIFACT.read_bytes()
     return _write(artifact_dir, "trained", data, None)
 

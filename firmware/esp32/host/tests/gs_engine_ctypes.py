@@ -224,7 +224,7 @@ class Model:
 
     @property
     def weight_bytes(self) -> int:
-        """gs_state.weight_bytes: artifact bytes gs_forward has read since the arena was attached."""
+        """gs_state.weight_bytes: artifact bytes gs_forward read since the arena was attached."""
         return int(self.lib.gs_capi_weight_bytes(self.struct))
 
     def record_slides(self) -> list[tuple[int, int]]:

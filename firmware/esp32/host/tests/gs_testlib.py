@@ -56,7 +56,6 @@ def host_build(variant: str):
     return _BUILDS[variant]
 
 
-
 @dataclass
 class ArtifactCase:
     """One artifact for the tests: its bytes on disk, the Python reader's view, its tokenizer."""
@@ -64,8 +63,8 @@ class ArtifactCase:
     name: str
     path: Path
     data: bytes
-    art: object                 # gptstack.quant.Artifact
-    tokenizer: object | None    # gptstack.tokenizer.Tokenizer the tables came from, if any
+    art: object  # gptstack.quant.Artifact
+    tokenizer: object | None  # gptstack.tokenizer.Tokenizer the tables came from, if any
 
     @property
     def tables(self):
@@ -97,19 +96,29 @@ def assert_logits_equal(c: np.ndarray, r: np.ndarray, what: str) -> None:
     if differ.any():
         step = int(np.argmax(differ))
         diff = float(np.abs(c[step].astype(np.float64) - r[step]).max())
-        raise AssertionError(f"{what}: {int(differ.sum())} of {len(c)} steps differ, the first "
-                             f"at step {step} (max |diff| {diff:.3g} there)")
+        raise AssertionError(
+            f"{what}: {int(differ.sum())} of {len(c)} steps differ, the first "
+            f"at step {step} (max |diff| {diff:.3g} there)"
+        )
 
 
-def run_gs(program: Path, *args: str, check: bool = True, timeout: float = 120,
-           **kwargs) -> subprocess.CompletedProcess:
+def run_gs(
+    program: Path, *args: str, check: bool = True, timeout: float = 120, **kwargs
+) -> subprocess.CompletedProcess:
     """Run a host program, text output; raise with its stderr on failure when check."""
-    proc = subprocess.run([str(program), *map(str, args)], capture_output=True, text=True,
-                          errors="replace",
-                          timeout=timeout, **kwargs)
+    proc = subprocess.run(
+        [str(program), *map(str, args)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        **kwargs,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{program.name} {' '.join(map(str, args))[:200]} exited "
-                             f"{proc.returncode}:\n{proc.stderr[-2000:]}")
+        raise AssertionError(
+            f"{program.name} {' '.join(map(str, args))[:200]} exited "
+            f"{proc.returncode}:\n{proc.stderr[-2000:]}"
+        )
     return proc
 
 
@@ -117,8 +126,10 @@ def assert_same_tokens(got: list[int], want: list[int], what: str) -> None:
     """C tokens `got` equal the reference's `want`, with the first difference named."""
     if got != want:
         i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-        raise AssertionError(f"{what}: {len(got)} tokens vs the reference's {len(want)}, first "
-                             f"difference at {i}: {got[i:i + 5]} vs {want[i:i + 5]}")
+        raise AssertionError(
+            f"{what}: {len(got)} tokens vs the reference's {len(want)}, first "
+            f"difference at {i}: {got[i : i + 5]} vs {want[i : i + 5]}"
+        )
 
 
 _REFERENCE: dict[tuple, object] = {}
@@ -136,8 +147,9 @@ def reference_logits(artifact: ArtifactCase, ids: list[int]) -> np.ndarray:
     return _REFERENCE[key]
 
 
-def reference_tokens(artifact: ArtifactCase, prompt: list[int], n_new: int,
-                     sampling: dict) -> list[int]:
+def reference_tokens(
+    artifact: ArtifactCase, prompt: list[int], n_new: int, sampling: dict
+) -> list[int]:
     """gptstack.quant.generate(artifact, prompt, n_new, **sampling), once per session."""
     key = ("tokens", artifact.name, tuple(prompt), n_new, tuple(sorted(sampling.items())))
     if key not in _REFERENCE:

@@ -5,10 +5,10 @@ and the pieces equal gptstack.quant.StreamDecoder's."""
 from __future__ import annotations
 
 import pytest
+from gs_engine_ctypes import GsError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gs_engine_ctypes import GsError
 from gptstack.quant import StreamDecoder
 
 
@@ -19,7 +19,7 @@ def valid_char_spans(data: bytes) -> list[tuple[int, int]]:
     while i < len(data):
         for n in (4, 3, 2):
             try:
-                if len(data[i:i + n].decode("utf-8")) == 1 and i + n <= len(data):
+                if len(data[i : i + n].decode("utf-8")) == 1 and i + n <= len(data):
                     spans.append((i, i + n))
                     i += n
                     break
@@ -38,8 +38,10 @@ def decoders(engine, utf8_artifact, gpt2_artifact):
 @pytest.fixture(scope="module")
 def fragments(utf8_artifact, gpt2_artifact):
     """Per artifact, the ids whose bytes are not ASCII: characters straddle these tokens."""
-    return {a.name: [i for i, t in enumerate(a.tables.token_bytes) if max(t) >= 0x80]
-            for a in (utf8_artifact, gpt2_artifact)}
+    return {
+        a.name: [i for i, t in enumerate(a.tables.token_bytes) if max(t) >= 0x80]
+        for a in (utf8_artifact, gpt2_artifact)
+    }
 
 
 def _check_stream(artifact, model, ids: list[int]) -> None:
@@ -69,8 +71,12 @@ def _check_stream(artifact, model, ids: list[int]) -> None:
 def test_stream_pieces(decoders, fragments, name, data):
     artifact, model = decoders[name]
     tables = artifact.tables
-    ids = data.draw(st.lists(st.one_of(st.sampled_from(fragments[name]),
-                                       st.integers(0, tables.n_tokens - 1)), max_size=40))
+    ids = data.draw(
+        st.lists(
+            st.one_of(st.sampled_from(fragments[name]), st.integers(0, tables.n_tokens - 1)),
+            max_size=40,
+        )
+    )
     _check_stream(artifact, model, ids)
 
 

@@ -5,10 +5,10 @@ the reference encoder gptstack.quant.PromptEncoder on any text and any bytes."""
 from __future__ import annotations
 
 import pytest
+from gs_engine_ctypes import GsError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gs_engine_ctypes import GsError
 from gptstack.quant import (
     ModelSpec,
     PromptEncoder,
@@ -19,17 +19,52 @@ from gptstack.quant import (
 
 ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=80)
 # ASCII plus the pattern's interesting pieces, so contractions and whitespace runs show up often
-PIECES = st.lists(st.sampled_from(
-    ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'", " ", "  ", "\n", "\n\n", "\t", " \n",
-     "\r\n", "\x0b", "\x0c", "a", "Romeo", " the", "42", " 7", "!!", " ?", "...", "<|endoftext|>",
-     "x1y", "\x00", "\x7f"]), max_size=30).map("".join)
+PIECES = st.lists(
+    st.sampled_from(
+        [
+            "'s",
+            "'t",
+            "'re",
+            "'ve",
+            "'m",
+            "'ll",
+            "'d",
+            "'S",
+            "'",
+            " ",
+            "  ",
+            "\n",
+            "\n\n",
+            "\t",
+            " \n",
+            "\r\n",
+            "\x0b",
+            "\x0c",
+            "a",
+            "Romeo",
+            " the",
+            "42",
+            " 7",
+            "!!",
+            " ?",
+            "...",
+            "<|endoftext|>",
+            "x1y",
+            "\x00",
+            "\x7f",
+        ]
+    ),
+    max_size=30,
+).map("".join)
 ANY_TEXT = st.text(max_size=60)
 
 
 @pytest.fixture(scope="module")
 def models(engine, bpe_artifact, char_artifact, gpt2_artifact):
-    return {a.name: (a, engine.open(a.data), PromptEncoder(a.tables))
-            for a in (bpe_artifact, char_artifact, gpt2_artifact)}
+    return {
+        a.name: (a, engine.open(a.data), PromptEncoder(a.tables))
+        for a in (bpe_artifact, char_artifact, gpt2_artifact)
+    }
 
 
 @pytest.mark.parametrize("name", ["bpe", "gpt2"])
@@ -43,8 +78,11 @@ def test_bpe_ascii_equals_tiktoken(models, name, text):
 
 
 @pytest.mark.parametrize("name", ["bpe", "gpt2"])
-@given(data=st.one_of(ANY_TEXT.map(lambda t: t.encode("utf-8", "surrogatepass")),
-                      st.binary(max_size=40)))
+@given(
+    data=st.one_of(
+        ANY_TEXT.map(lambda t: t.encode("utf-8", "surrogatepass")), st.binary(max_size=40)
+    )
+)
 @settings(max_examples=150, deadline=None)
 def test_bpe_any_bytes_equal_reference_encoder(models, name, data):
     _, model, reference = models[name]
@@ -54,7 +92,7 @@ def test_bpe_any_bytes_equal_reference_encoder(models, name, data):
 def test_gpt2_long_text_equals_tiktoken(models, shakespeare_text, rng):
     artifact, model, _ = models["gpt2"]
     start = int(rng.integers(0, len(shakespeare_text) - 20_000))
-    text = shakespeare_text[start:start + 20_000]
+    text = shakespeare_text[start : start + 20_000]
     assert model.encode(text) == artifact.tokenizer.encode(text)
     assert model.encode("Hello world") == [15496, 995]  # ../shared/data/README.md
 
@@ -75,8 +113,18 @@ def test_char_equals_char_tokenizer(models, data):
     assert model.encode(text) == want == reference.encode(text)
 
 
-@pytest.mark.parametrize("text", ["Romeo\u00e9", "caf\u00e9", "\U0001F600", b"ab\xff", b"\xc3",
-                                  b"\xed\xa0\x80", "<|endoftext|>\x01"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Romeo\u00e9",
+        "caf\u00e9",
+        "\U0001f600",
+        b"ab\xff",
+        b"\xc3",
+        b"\xed\xa0\x80",
+        "<|endoftext|>\x01",
+    ],
+)
 def test_char_unknown_characters(models, text):
     _, model, reference = models["char"]
     with pytest.raises(UnknownCharacterError):

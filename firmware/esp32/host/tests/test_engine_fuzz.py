@@ -11,21 +11,28 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from gs_testlib import host_build, run_gs
 
 # Steps of FORMAT.md section 6 the driver's mutations must reach (statuses it must see): the
 # envelope checks and the deep ones behind the CRC. GS_OK: some mutants still load and run.
-MUST_SEE = {"GS_OK", "GS_ERR_TRUNCATED", "GS_ERR_HEADER", "GS_ERR_CRC", "GS_ERR_OFFSET",
-            "GS_ERR_TOKENIZER", "GS_ERR_TENSOR"}
+MUST_SEE = {
+    "GS_OK",
+    "GS_ERR_TRUNCATED",
+    "GS_ERR_HEADER",
+    "GS_ERR_CRC",
+    "GS_ERR_OFFSET",
+    "GS_ERR_TOKENIZER",
+    "GS_ERR_TENSOR",
+}
 
 
 @pytest.mark.slow
 def test_mutation_fuzz_under_sanitizers(bpe_artifact, char_artifact, utf8_artifact):
     build = host_build("asan")
     seeds = [a.path for a in (bpe_artifact, char_artifact, utf8_artifact)]
-    proc = run_gs(build.program("gs-fuzz"), "--iterations", 3000, "--seed", 20240601, *seeds,
-                  timeout=120)
+    proc = run_gs(
+        build.program("gs-fuzz"), "--iterations", 3000, "--seed", 20240601, *seeds, timeout=120
+    )
     lines = proc.stdout.splitlines()
     assert lines[-1] == "gs-fuzz: ok" and lines[0] == "gs-fuzz: 3000 iterations"
     seen = {line.split()[0] for line in lines[1:-1]}
@@ -39,6 +46,12 @@ def test_libfuzzer_harness_smoke(utf8_artifact, char_artifact, tmp_path):
     corpus.mkdir()
     for a in (utf8_artifact, char_artifact):
         shutil.copy(a.path, corpus / a.path.name)
-    proc = run_gs(build.program("gs-fuzz-libfuzzer"), corpus, "-runs=200", "-seed=1",
-                  "-max_len=65536", timeout=120)
+    proc = run_gs(
+        build.program("gs-fuzz-libfuzzer"),
+        corpus,
+        "-runs=200",
+        "-seed=1",
+        "-max_len=65536",
+        timeout=120,
+    )
     assert "Done 200 runs" in proc.stderr

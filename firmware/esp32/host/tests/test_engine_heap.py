@@ -9,25 +9,29 @@ import re
 import subprocess
 
 import pytest
-
 from gs_testlib import require_program, run_gs
 
 # What the engine may call outside itself: the two libm functions whose results IEEE-754 pins
 # (sqrtf correctly rounded, rintf exact; FORMAT.md section 7) and the memory primitives a
 # compiler emits for struct copies and loops.
 ALLOWED = {"sqrtf", "rintf", "memcpy", "memmove", "memset"}
-FORBIDDEN = re.compile(r"^(malloc|calloc|realloc|free|.*printf|puts|putchar|f?write|fopen|exit|"
-                       r"_exit|abort|__assert_fail|posix_memalign|aligned_alloc|memalign)$")
+FORBIDDEN = re.compile(
+    r"^(malloc|calloc|realloc|free|.*printf|puts|putchar|f?write|fopen|exit|"
+    r"_exit|abort|__assert_fail|posix_memalign|aligned_alloc|memalign)$"
+)
 # exp and tanh are the engine's own (gs_math.c): a C library's differ in the last bit from
 # numpy's and from newlib's on the chip
-TRANSCENDENTAL = re.compile(r"^(__)?(exp|exp2|expm1|tanh|sinh|cosh|log|log2|log1p|pow|erf)[fl]?"
-                            r"(_finite)?$")
+TRANSCENDENTAL = re.compile(
+    r"^(__)?(exp|exp2|expm1|tanh|sinh|cosh|log|log2|log1p|pow|erf)[fl]?"
+    r"(_finite)?$"
+)
 
 
 def _nm(archive, *flags: str) -> set[str]:
     nm = require_program("nm", "apt-get install binutils")
-    out = subprocess.run([nm, *flags, str(archive)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [nm, *flags, str(archive)], capture_output=True, text=True, check=True
+    ).stdout
     return {line.split()[-1] for line in out.splitlines() if len(line.split()) >= 2}
 
 
@@ -51,6 +55,7 @@ def test_no_allocation_at_run_time(release_build, request, name):
 
 def test_heapcheck_counts_allocations(release_build, bpe_artifact):
     """The interposed counter works: the control run allocates inside the window and fails."""
-    proc = run_gs(release_build.program("gs-heapcheck"), bpe_artifact.path, 4, "--control",
-                  check=False)
+    proc = run_gs(
+        release_build.program("gs-heapcheck"), bpe_artifact.path, 4, "--control", check=False
+    )
     assert proc.returncode == 1 and "2 allocations" in proc.stdout

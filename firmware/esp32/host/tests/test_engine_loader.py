@@ -10,10 +10,10 @@ import zlib
 from pathlib import Path
 
 import pytest
+from gs_engine_ctypes import GsError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gs_engine_ctypes import GsError
 from gptstack.quant import arena_bytes, corrupted_artifacts, read_artifact
 from gptstack.quant.corrupt import fix_crc
 
@@ -37,9 +37,13 @@ def test_valid_artifacts_open(engine, bpe_artifact, char_artifact, utf8_artifact
     for artifact in (bpe_artifact, char_artifact, utf8_artifact, gpt2_artifact):
         model = engine.open(artifact.data)
         spec = artifact.art.spec
-        assert (model.config["vocab_size"], model.config["block_size"], model.config["n_layer"],
-                model.config["n_head"], model.config["n_embd"]) == (
-                spec.vocab_size, spec.block_size, spec.n_layer, spec.n_head, spec.n_embd)
+        assert (
+            model.config["vocab_size"],
+            model.config["block_size"],
+            model.config["n_layer"],
+            model.config["n_head"],
+            model.config["n_embd"],
+        ) == (spec.vocab_size, spec.block_size, spec.n_layer, spec.n_head, spec.n_embd)
         assert model.config["n_tokens"] == artifact.tables.n_tokens
         assert model.config["arena_bytes"] == arena_bytes(spec)
 
@@ -67,8 +71,12 @@ def test_crc32_equals_zlib(engine, data):
     assert engine.crc32(data) == zlib.crc32(data)
 
 
-@given(V=st.integers(1, 60000), T=st.integers(1, 2048).map(lambda t: 2 * t),
-       L=st.integers(1, 48), C=st.integers(1, 2048).map(lambda c: 4 * c))
+@given(
+    V=st.integers(1, 60000),
+    T=st.integers(1, 2048).map(lambda t: 2 * t),
+    L=st.integers(1, 48),
+    C=st.integers(1, 2048).map(lambda c: 4 * c),
+)
 @settings(max_examples=300, deadline=None)
 def test_arena_formula_equals_python(engine, V, T, L, C):
     class Spec:

@@ -13,7 +13,6 @@ import json
 
 import numpy as np
 import pytest
-
 from gs_testlib import (
     assert_logits_equal,
     assert_same_tokens,
@@ -76,8 +75,17 @@ def test_reset_repeats_a_run(engine, bpe_artifact, shakespeare_text):
 def _gs_run_logits(build, artifact, ids: list[int], tmp_path) -> np.ndarray:
     """Feed ids through gs-run of this build; the dumped logits (steps, V)."""
     dump = tmp_path / f"{artifact.name}-{build.variant}.f32"
-    run_gs(build.gs_run, artifact.path, "--ids", ",".join(map(str, ids)), "--tokens", 0,
-           "--quiet", "--dump-logits", dump)
+    run_gs(
+        build.gs_run,
+        artifact.path,
+        "--ids",
+        ",".join(map(str, ids)),
+        "--tokens",
+        0,
+        "--quiet",
+        "--dump-logits",
+        dump,
+    )
     return np.fromfile(dump, dtype="<f4").reshape(len(ids), artifact.art.spec.vocab_size)
 
 
@@ -86,8 +94,14 @@ def _gs_run_tokens(build, artifact, prompt: list[int], n_new: int, sampling: dic
     if sampling.get("temperature", 1.0) <= 0:
         args.append("--greedy")
     else:
-        args += ["--temperature", sampling["temperature"], "--top-k", sampling.get("top_k", 0),
-                 "--seed", sampling.get("seed", 0)]
+        args += [
+            "--temperature",
+            sampling["temperature"],
+            "--top-k",
+            sampling.get("top_k", 0),
+            "--seed",
+            sampling.get("seed", 0),
+        ]
     return json.loads(run_gs(build.gs_run, artifact.path, *args).stdout)["tokens"]
 
 
@@ -96,10 +110,16 @@ def _gs_run_tokens(build, artifact, prompt: list[int], n_new: int, sampling: dic
 # with OpenMP threads over rows. Slow: the OpenMP build (compiles longest when it must) and the
 # trained model under ASan (about 14 s).
 VARIANT_CASES = [
-    pytest.param(variant, name, id=f"{name}-{variant}",
-                 marks=[pytest.mark.slow] if variant == "openmp" or (variant, name) == (
-                     "asan", "trained") else [])
-    for variant in ("asan", "m32", "openmp") for name in ("bpe", "char", "trained")
+    pytest.param(
+        variant,
+        name,
+        id=f"{name}-{variant}",
+        marks=[pytest.mark.slow]
+        if variant == "openmp" or (variant, name) == ("asan", "trained")
+        else [],
+    )
+    for variant in ("asan", "m32", "openmp")
+    for name in ("bpe", "char", "trained")
 ]
 
 
@@ -114,9 +134,11 @@ def test_variant_matches_reference(variant, name, request, shakespeare_text, tmp
     assert_logits_equal(got, reference_logits(artifact, ids), f"{variant} {name}")
     prompt, n_new = ids[:6], steps_for(art)
     for sampling in (dict(temperature=0.0), dict(temperature=0.8, top_k=40, seed=11)):
-        assert_same_tokens(_gs_run_tokens(build, artifact, prompt, n_new, sampling),
-                           reference_tokens(artifact, prompt, n_new, sampling),
-                           f"{variant} {name} {sampling}")
+        assert_same_tokens(
+            _gs_run_tokens(build, artifact, prompt, n_new, sampling),
+            reference_tokens(artifact, prompt, n_new, sampling),
+            f"{variant} {name} {sampling}",
+        )
 
 
 def test_exact_check_catches_one_ulp(bpe_artifact, shakespeare_text):

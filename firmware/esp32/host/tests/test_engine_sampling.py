@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gs_engine_ctypes import GsError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gs_engine_ctypes import GsError
 from gptstack.quant import Pcg32, sample
 
 U64 = st.integers(0, 2**64 - 1)
@@ -28,8 +28,12 @@ def _logits_strategy():
     # few distinct values so that ties (lowest id first) are common
     return st.builds(
         lambda n, levels, seed: np.random.default_rng(seed).choice(
-            np.linspace(-4, 4, levels).astype(np.float32), size=n),
-        st.integers(1, 300), st.integers(1, 40), st.integers(0, 2**32 - 1))
+            np.linspace(-4, 4, levels).astype(np.float32), size=n
+        ),
+        st.integers(1, 300),
+        st.integers(1, 40),
+        st.integers(0, 2**32 - 1),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +41,12 @@ def bpe_model(engine, bpe_artifact):
     return engine.open(bpe_artifact.data)
 
 
-@given(logits=_logits_strategy(), temperature=st.sampled_from([0.0, -1.0, 0.3, 0.8, 1.0, 2.5]),
-       top_k=st.integers(0, 320), seed=U64)
+@given(
+    logits=_logits_strategy(),
+    temperature=st.sampled_from([0.0, -1.0, 0.3, 0.8, 1.0, 2.5]),
+    top_k=st.integers(0, 320),
+    seed=U64,
+)
 @settings(max_examples=300, deadline=None)
 def test_sample_matches_reference(bpe_model, logits, temperature, top_k, seed):
     model = bpe_model
@@ -46,7 +54,7 @@ def test_sample_matches_reference(bpe_model, logits, temperature, top_k, seed):
     assert Vt < V  # the artifact has padding rows
     full = np.full(V, -1e9, np.float32)
     full[Vt:] = 1e9  # padding rows [Vt, V) are never sampled, however large their logits
-    full[:min(len(logits), Vt)] = logits[:Vt]
+    full[: min(len(logits), Vt)] = logits[:Vt]
     c_rng, py_rng = model.engine.rng(seed), Pcg32(seed)
     for _ in range(3):
         got = model.sample(full, temperature, top_k, c_rng)

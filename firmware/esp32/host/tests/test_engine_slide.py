@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gs_engine_ctypes import GsError
+from gs_testlib import assert_logits_equal, teacher_ids
+
 from gptstack.quant import (
     ModelSpec,
     Session,
@@ -19,8 +22,6 @@ from gptstack.quant import (
 )
 from gptstack.quant.budget import feed_read_bytes, memory_plan
 from gptstack.quant.format import slide_tile_positions
-from gs_engine_ctypes import GsError
-from gs_testlib import assert_logits_equal, teacher_ids
 
 ESP32 = ModelSpec(512, 64, 6, 8, 256, bias=True)
 

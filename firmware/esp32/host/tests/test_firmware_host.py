@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from gs_testlib import host_build
+
 from gptstack.tools import firmware_host
 
 
@@ -20,8 +20,13 @@ def test_build_is_incremental(release_build):
     again = firmware_host.build_host("release")
     assert again == release_build
     assert cache.stat().st_mtime_ns == before  # not reconfigured
-    for path in (again.gs_run, again.engine_lib, again.engine_archive,
-                 again.program("gs-fuzz"), again.program("gs-heapcheck")):
+    for path in (
+        again.gs_run,
+        again.engine_lib,
+        again.engine_archive,
+        again.program("gs-fuzz"),
+        again.program("gs-heapcheck"),
+    ):
         assert path.is_file(), path
 
 
@@ -54,9 +59,16 @@ def test_separate_build_root(tmp_path):
 
 
 # Flags that let a compiler change float results: FORMAT.md section 7 pins every operation.
-UNSAFE_FLOAT_FLAGS = ("-ffast-math", "-Ofast", "-funsafe-math-optimizations",
-                      "-fassociative-math", "-freciprocal-math", "-ffp-contract=fast",
-                      "-ffp-contract=on", "-fcx-limited-range")
+UNSAFE_FLOAT_FLAGS = (
+    "-ffast-math",
+    "-Ofast",
+    "-funsafe-math-optimizations",
+    "-fassociative-math",
+    "-freciprocal-math",
+    "-ffp-contract=fast",
+    "-ffp-contract=on",
+    "-fcx-limited-range",
+)
 
 
 def _unsafe(flags: list[str]) -> set[str]:

@@ -25,6 +25,7 @@ def test_header_matches_python_name_by_name():
     # constants() is every upper-case name of the module: packages/quant/tests/test_format.py
     c, py = c_constants(), quant_format.constants()
     assert sorted(c) == sorted(py), (
-        f"only in C: {set(c) - set(py)}, only in Python: {set(py) - set(c)}")
+        f"only in C: {set(c) - set(py)}, only in Python: {set(py) - set(c)}"
+    )
     for name, value in py.items():
         assert c[name] == value, f"GS_{name} is {c[name]!r} in C, {value!r} in Python"

@@ -10,9 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gs_testlib import assert_same_tokens, run_gs
+
 from gptstack.quant import PromptEncoder, decode, feed_read_bytes, generate
 from gptstack.tools.defaults import SAMPLING
-from gs_testlib import assert_same_tokens, run_gs
 
 
 def test_text_is_the_engines(release_build, engine, bpe_artifact):

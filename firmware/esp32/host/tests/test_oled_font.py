@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import gen_font
+import pytest
 import simlib
 
 SIM_DIR = Path(__file__).resolve().parents[1] / "sim"
@@ -57,7 +56,9 @@ def cell_art(lib, fb, col: int, row: int) -> list[str]:
     """The 6x8 pixels of text cell (col, row) read back with oled_get_pixel."""
     x0, y0 = col * simlib.CELL_W, row * 8
     return [
-        "".join("#" if lib.oled_get_pixel(fb, x0 + x, y0 + y) else "." for x in range(simlib.CELL_W))
+        "".join(
+            "#" if lib.oled_get_pixel(fb, x0 + x, y0 + y) else "." for x in range(simlib.CELL_W)
+        )
         for y in range(8)
     ]
 
@@ -69,7 +70,9 @@ def glyph_bytes(lib, code: int) -> bytes:
 def test_generated_table_matches_design_source():
     result = subprocess.run(
         [sys.executable, str(SIM_DIR / "gen_font.py"), "--check"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
 
@@ -153,7 +156,19 @@ def test_oled_library_compiles_freestanding_for_xtensa(tmp_path):
             pytest.fail("xtensa-lx106-elf-gcc not found (Debian: apt-get install gcc-xtensa-lx106)")
         pytest.skip("xtensa-lx106-elf-gcc not installed")
     for source in sorted(OLED_DIR.glob("*.c")):
-        cmd = [cc, "-std=c99", "-ffreestanding", "-nostdlib", "-Wall", "-Wextra", "-Werror",
-               "-Os", "-c", str(source), "-o", str(tmp_path / (source.stem + ".o"))]
+        cmd = [
+            cc,
+            "-std=c99",
+            "-ffreestanding",
+            "-nostdlib",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-Os",
+            "-c",
+            str(source),
+            "-o",
+            str(tmp_path / (source.stem + ".o")),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr

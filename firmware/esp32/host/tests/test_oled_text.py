@@ -9,10 +9,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import simlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import simlib
 
 COLS, ROWS = simlib.COLS, simlib.ROWS
 PLACEHOLDER = "\ufffd"
@@ -81,7 +80,7 @@ def model_screen(data: bytes) -> list[str]:
         if col == COLS:
             if 0 < len(word) < COLS:
                 moved = list(word)
-                del lines[-1][COLS - len(moved):]
+                del lines[-1][COLS - len(moved) :]
                 new_line()
                 lines[-1].extend(moved)
                 col, word = len(moved), moved
@@ -130,12 +129,12 @@ def draw_art(fb, col: int, row: int, art: list[str]) -> None:
     "text, lines",
     [
         ("one two\nthree", ["one two", "three"]),
-        ("x" * 25, ["x" * 21, "xxxx"]),                           # overlong word breaks
-        ("a" * 18 + " bcd", ["a" * 18, "bcd"]),                   # word moves down whole
-        ("a" * 21 + " b", ["a" * 21, "b"]),                       # the wrapping space is dropped
-        ("y" * 21 + "\nz", ["y" * 21, "z"]),                      # full line + '\n': no blank line
+        ("x" * 25, ["x" * 21, "xxxx"]),  # overlong word breaks
+        ("a" * 18 + " bcd", ["a" * 18, "bcd"]),  # word moves down whole
+        ("a" * 21 + " b", ["a" * 21, "b"]),  # the wrapping space is dropped
+        ("y" * 21 + "\nz", ["y" * 21, "z"]),  # full line + '\n': no blank line
         ("a b" + " " * 30 + "c", ["a b" + " " * 18, " " * 11 + "c"]),
-        ("a\tb\r\nc\x07d", ["a b", "cd"]),                        # tab = space, CR/BEL ignored
+        ("a\tb\r\nc\x07d", ["a b", "cd"]),  # tab = space, CR/BEL ignored
         ("w" * 42 + "v", ["w" * 21, "w" * 21, "v"]),
         ("\n\nx", ["", "", "x"]),
     ],
@@ -158,13 +157,13 @@ def test_wrap_on_the_last_line_scrolls(lib):
 @pytest.mark.parametrize(
     "pieces, shown",
     [
-        ([b"caf\xc3", b"\xa9!"], "caf\ufffd!"),                 # 2-byte character split
-        ([b"\xe2", b"\x82", b"\xac5"], "\ufffd5"),               # 3-byte character, byte by byte
-        ([b"\xf0\x9f", b"\x98\x80"], "\ufffd"),                  # 4-byte character
-        ([b"\xff"], "\ufffd"),                                   # never valid
-        ([b"\x80\x80"], "\ufffd\ufffd"),                         # stray continuations
-        ([b"\xe2\x82", b"A"], "\ufffdA"),                        # cut short by ASCII
-        ([b"\xe0\x80"], "\ufffd\ufffd"),                         # overlong: E0 needs A0..BF
+        ([b"caf\xc3", b"\xa9!"], "caf\ufffd!"),  # 2-byte character split
+        ([b"\xe2", b"\x82", b"\xac5"], "\ufffd5"),  # 3-byte character, byte by byte
+        ([b"\xf0\x9f", b"\x98\x80"], "\ufffd"),  # 4-byte character
+        ([b"\xff"], "\ufffd"),  # never valid
+        ([b"\x80\x80"], "\ufffd\ufffd"),  # stray continuations
+        ([b"\xe2\x82", b"A"], "\ufffdA"),  # cut short by ASCII
+        ([b"\xe0\x80"], "\ufffd\ufffd"),  # overlong: E0 needs A0..BF
     ],
 )
 def test_utf8_pieces(lib, pieces, shown):
@@ -180,28 +179,46 @@ def test_utf8_pieces(lib, pieces, shown):
 
 def test_incomplete_character_waits_for_more_bytes(lib):
     c = Console(lib).write(b"ab\xe2\x82")
-    assert c.screen()[0] == "ab"                 # nothing drawn yet
+    assert c.screen()[0] == "ab"  # nothing drawn yet
     c.finish()
-    assert c.screen()[0] == "ab" + PLACEHOLDER   # the end of the stream draws it once
+    assert c.screen()[0] == "ab" + PLACEHOLDER  # the end of the stream draws it once
 
 
 def test_dirty_pages(lib):
     c = Console(lib)
-    assert c.dirty() == 0xFF                     # init cleared everything
+    assert c.dirty() == 0xFF  # init cleared everything
     assert c.dirty() == 0
     c.write(b"abc")
     assert c.dirty() == 0b1
     c.write(b"\nd")
     assert c.dirty() == 0b10
-    c.write(b"\n" * 7)                           # reach the bottom and scroll
+    c.write(b"\n" * 7)  # reach the bottom and scroll
     assert c.dirty() == 0xFF
 
 
 # Bytes that exercise every rule: letters, spaces, newlines, tabs, controls, multi-byte
 # characters and invalid bytes.
 _ATOMS = st.sampled_from(
-    [b"a", b"Zz", b"word", b"longerword", b" ", b"  ", b"\n", b"\t", b"\r", b"x" * 23,
-     "é".encode(), "€".encode(), "😀".encode(), b"\xff", b"\x80", b"\xe2\x82", b"\xc3", b"!?"]
+    [
+        b"a",
+        b"Zz",
+        b"word",
+        b"longerword",
+        b" ",
+        b"  ",
+        b"\n",
+        b"\t",
+        b"\r",
+        b"x" * 23,
+        "é".encode(),
+        "€".encode(),
+        "😀".encode(),
+        b"\xff",
+        b"\x80",
+        b"\xe2\x82",
+        b"\xc3",
+        b"!?",
+    ]
 )
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from gptstack.quant.budget import BUDGETS
 from gptstack.tools import firmware_flash
 from gptstack.tools.defaults import SAMPLING

@@ -8,14 +8,21 @@ crash between the two renames.
 torch loads only when a checkpoint is written or its model is built: finding and validating a
 checkpoint (and `gptstack export`, which reads the weights with safetensors' numpy loader) need
 none of it.
+
+An FSDP2 run's `last/` holds its optimizer state as `optimizer/`, sharded checkpoint files of
+`torch.distributed.checkpoint` (DCP: one file per rank plus `.metadata`), and train_state.pt says
+so; model.safetensors is still the whole model (gathered on rank 0), so the single-process tools
+read every checkpoint alike. DCP reshards on load: N ranks' shards resume on M ranks, or on one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +34,7 @@ from .errors import CheckpointError
 
 if TYPE_CHECKING:
     import torch
+
     from gptstack.model import GPT
 
 FORMAT = "gptstack-checkpoint"
@@ -70,8 +78,12 @@ def save_checkpoint(
     tokenizer: Tokenizer,
     meta: dict[str, Any],
     train_state: dict[str, Any] | None = None,
+    extra_dirs: dict[str, Path] | None = None,
 ) -> Path:
-    """Write a checkpoint directory atomically; `meta` becomes config.json (plus format/version)."""
+    """Write a checkpoint directory atomically; `meta` becomes config.json (plus format/version).
+
+    extra_dirs: name -> a directory already written beside `path` (e.g. the DCP optimizer shards,
+    which every rank writes), renamed into the checkpoint before it is swapped into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -86,6 +98,8 @@ def save_checkpoint(
 
             with atomic_path(tmp / "train_state.pt") as state_tmp:
                 torch.save(train_state, state_tmp)
+        for name, folder in (extra_dirs or {}).items():
+            os.rename(folder, tmp / name)
         sync_dir(tmp)  # every file above was fsync'ed by the atomic writers
         old = path.parent / f".{path.name}.old"
         if old.exists():
@@ -115,7 +129,8 @@ def resolve_checkpoint(path: Path, *, prefer: str = "best") -> Path:
             return old
     if not path.exists():
         raise CheckpointError(
-            f"checkpoint {path} does not exist: train one with `gptstack train --preset smoke --out RUN`"
+            f"checkpoint {path} does not exist: train one with "
+            "`gptstack train --preset smoke --out RUN`"
             " and pass RUN or RUN/best"
         )
     raise CheckpointError(
@@ -152,3 +167,118 @@ def load_checkpoint(path: Path, *, device: str | torch.device = "cpu") -> Checkp
     model.to(device).eval()
     tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     return Checkpoint(ckpt, meta, model, tokenizer)
+
+
+# --- sharded optimizer state (FSDP2), through torch.distributed.checkpoint ------------------
+
+OPTIMIZER_SHARDS = "optimizer"  # the DCP folder's name inside a checkpoint
+
+
+def save_optimizer_shards(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path
+) -> None:
+    """Every rank writes its shard of the optimizer state to `folder` (a collective call)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    with _single_process_is_meant():
+        dcp.save(state, checkpoint_id=str(folder), no_dist=not dist.is_initialized())
+
+
+def load_optimizer_shards(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path
+) -> None:
+    """Fill `optimizer` from DCP shards written by any number of ranks: sharded (FSDP2) or whole
+    (DDP, one process). Collective when a process group is up; plain file reads without one."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    if not (folder / ".metadata").is_file():
+        raise CheckpointError(
+            f"{folder} holds no optimizer shards (.metadata is missing): "
+            "resume from a complete last/ checkpoint"
+        )
+    _materialize_state(optimizer)
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}  # the shapes to read into
+    with _single_process_is_meant():
+        dcp.load(state, checkpoint_id=str(folder), no_dist=not dist.is_initialized())
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+
+
+def load_whole_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, Any]
+) -> None:
+    """Load a single-process `optimizer.state_dict()` (train_state.pt) into the optimizer of a
+    sharded model: every rank holds the whole state and keeps its own shard of it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    _materialize_state(optimizer)
+    set_optimizer_state_dict(
+        model,
+        optimizer,
+        optimizer_state_by_name(saved, model, optimizer),
+        options=StateDictOptions(full_state_dict=True),
+    )
+    for group in optimizer.param_groups:  # that path flattens the betas tuple into a list
+        group["betas"] = tuple(group["betas"])
+
+
+def optimizer_state_by_name(
+    saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """`optimizer.state_dict()` keys parameters by position in its param groups; the loaders of
+    torch.distributed.checkpoint.state_dict key them by name. Positions follow `optimizer`, built
+    by the same policy (optimizer.py) in the same order as the saving run's."""
+    names = {id(p): name for name, p in model.named_parameters()}  # a tied weight: its first name
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    return {
+        "state": {order[i]: s for i, s in saved["state"].items()},
+        "param_groups": [
+            {**g, "params": [order[i] for i in g["params"]]} for g in saved["param_groups"]
+        ],
+    }
+
+
+@contextlib.contextmanager
+def _single_process_is_meant():
+    """DCP warns on every save or load without a process group; here that is intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is .*single process")
+        yield
+
+
+def _materialize_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create the optimizer's (lazy) state with one step at rate 0 on zero gradients, so the
+    loaders have tensors to fill. A rate held in a device tensor (capturable AdamW) is zeroed in
+    place: the loaders' own version of this step would swap in a CPU tensor."""
+    import torch  # this module leaves torch unimported until a checkpoint is really used
+
+    if optimizer.state:
+        return
+    with torch.no_grad():
+        _step_at_rate_zero(optimizer)
+
+
+def _step_at_rate_zero(optimizer: torch.optim.Optimizer) -> None:
+    import torch
+
+    rates = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = torch.zeros_like(p)
+        rates.append(group["lr"])
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"] = group["lr"].clone()
+            group["lr"].zero_()
+        else:
+            group["lr"] = 0.0
+    optimizer.step()  # AdamW at rate 0: the decay factor 1 - lr * wd is 1, weights unchanged
+    for group, rate in zip(optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    optimizer.zero_grad(set_to_none=True)

@@ -30,6 +30,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 # --- tokenizer ---------------------------------------------------------------------------
 
+
 def _load_tokenizer_arg(arg: Path):
     from gptstack.tokenizer import gpt2_tokenizer, load_tokenizer
 
@@ -37,26 +38,35 @@ def _load_tokenizer_arg(arg: Path):
 
 
 def cmd_tokenizer_train(args) -> int:
-    from gptstack.tokenizer import train_bpe
     from tqdm import tqdm
+
+    from gptstack.tokenizer import train_bpe
 
     from .datasets import read_corpus, resolve_dataset
 
     path = args.data if args.data else resolve_dataset(args.dataset)
     text = read_corpus(path)
     if args.vocab_size <= 256:
-        raise ConfigError(f"--vocab-size must be above 256 (the byte tokens), got {args.vocab_size}")
+        raise ConfigError(
+            f"--vocab-size must be above 256 (the byte tokens), got {args.vocab_size}"
+        )
     bar = tqdm(total=args.vocab_size - 256, unit="merge", dynamic_ncols=True)
     start = time.perf_counter()
-    tok = train_bpe(text, args.vocab_size, pattern=args.pattern,
-                    progress=lambda step, total: bar.update(step - bar.n))
+    tok = train_bpe(
+        text,
+        args.vocab_size,
+        pattern=args.pattern,
+        progress=lambda step, total: bar.update(step - bar.n),
+    )
     seconds = time.perf_counter() - start
     bar.close()
     tok.save(args.out)
     n_bytes = len(text.encode("utf-8"))
     n_tokens = len(tok.encode(text))
-    print(f"trained on {path} ({n_bytes:,} bytes) in {seconds:.2f} s: vocab {tok.vocab_size}, "
-          f"{n_bytes / n_tokens:.3f} bytes/token -> {args.out}")
+    print(
+        f"trained on {path} ({n_bytes:,} bytes) in {seconds:.2f} s: vocab {tok.vocab_size}, "
+        f"{n_bytes / n_tokens:.3f} bytes/token -> {args.out}"
+    )
     return 0
 
 
@@ -72,12 +82,15 @@ def cmd_tokenizer_decode(args) -> int:
     ids = args.ids if args.ids else [int(x) for x in sys.stdin.read().split()]
     bad = [i for i in ids if not 0 <= i < tok.vocab_size]
     if bad:
-        raise GptstackError(f"token ids {bad[:5]} are outside this tokenizer's vocabulary 0..{tok.vocab_size - 1}")
+        raise GptstackError(
+            f"token ids {bad[:5]} are outside this tokenizer's vocabulary 0..{tok.vocab_size - 1}"
+        )
     sys.stdout.write(tok.decode(ids) + "\n")
     return 0
 
 
 # --- train / sample / eval / plot --------------------------------------------------------
+
 
 def run_config_from_args(args):
     from .checkpoint import read_meta, resolve_checkpoint
@@ -99,6 +112,7 @@ def run_config_from_args(args):
 
 def cmd_train(args) -> int:
     from .checkpoint import resolve_checkpoint
+    from .launch import launch_requested, launch_torchrun
     from .run_dir import check_run_dir
 
     cfg = run_config_from_args(args)
@@ -107,22 +121,46 @@ def cmd_train(args) -> int:
     else:
         run_dir = args.out or Path("runs") / cfg.name
     check_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)  # before torch loads
+    if launch_requested(args):  # --nproc-per-node: torchrun runs this command in each process
+        return launch_torchrun(args, cfg, run_dir)
 
+    from .distributed import init_world, shutdown_world
     from .plot import plot_run
     from .summary import write_run_summary
     from .train import train
 
-    result = train(cfg, run_dir, resume=args.resume, overwrite=args.overwrite,
-                   stop_at=args.stop_at, progress=not args.no_progress)
+    world = init_world(cfg.train)  # under torchrun: this process's rank; else one process
+    try:
+        result = train(
+            cfg,
+            run_dir,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            stop_at=args.stop_at,
+            progress=not args.no_progress,
+            world=world,
+        )
+    finally:
+        shutdown_world()
+    if not world.is_main:
+        return 0
     plot = plot_run(run_dir)
     summary, recorded = write_run_summary(run_dir)
     rate = recorded["tokens_per_s_median"]
     state = "stopped at" if result.interrupted else "finished"
-    print(f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s"
-          + (f" ({rate:,.0f} tokens/s median)" if rate else ""))
-    print(f"best val loss {result.best_val_loss:.4f} ({result.best_val_bpc:.4f} bits/char) -> {run_dir / 'best'}")
-    print(f"last checkpoint -> {run_dir / 'last'}; metrics -> {run_dir / 'metrics.jsonl'}; plot -> {plot}; "
-          f"summary -> {summary}")
+    print(
+        f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s"
+        + (f" ({rate:,.0f} tokens/s median)" if rate else "")
+    )
+    print(
+        f"best val loss {result.best_val_loss:.4f} ({result.best_val_bpc:.4f} bits/char) "
+        f"-> {run_dir / 'best'}"
+    )
+    print(
+        f"last checkpoint -> {run_dir / 'last'}; metrics -> {run_dir / 'metrics.jsonl'}; "
+        f"plot -> {plot}; "
+        f"summary -> {summary}"
+    )
     stopped_as_asked = args.stop_at is not None and result.step >= args.stop_at
     return 130 if result.interrupted and not stopped_as_asked else 0
 
@@ -137,24 +175,53 @@ def cmd_sample(args) -> int:
     device = _device(args.device)
     ckpt = load_checkpoint(args.ckpt, device=device)
     threads = use_threads(device, rows=1, n_params=ckpt.model.num_params())
-    result = sample(ckpt, args.prompt, tokens=args.tokens, temperature=args.temperature,
-                    top_k=args.top_k or None, top_p=args.top_p, seed=args.seed, mode=args.mode,
-                    window=args.window, dtype=args.dtype, compile=args.compile)
-    print(f"[{result.new_tokens} tokens: {result.tokens_per_s:,.1f} tokens/s steady state, "
-          f"start-up {result.startup_s:.2f} s; {result.mode} decoding, {result.dtype}, on "
-          f"{device}" + (f", {threads.describe()}" if threads else "") + "]", file=sys.stderr)
+    result = sample(
+        ckpt,
+        args.prompt,
+        tokens=args.tokens,
+        temperature=args.temperature,
+        top_k=args.top_k or None,
+        top_p=args.top_p,
+        seed=args.seed,
+        mode=args.mode,
+        window=args.window,
+        dtype=args.dtype,
+        compile=args.compile,
+    )
+    print(
+        f"[{result.new_tokens} tokens: {result.tokens_per_s:,.1f} tokens/s steady state, "
+        f"start-up {result.startup_s:.2f} s; {result.mode} decoding, {result.dtype}, on "
+        f"{device}" + (f", {threads.describe()}" if threads else "") + "]",
+        file=sys.stderr,
+    )
     if args.json:
         from gptstack.bench.environment import environment
 
-        _write_json(args.json, {
-            "kind": "sample-run", "run": str(ckpt.path), "device": str(device),
-            "mode": result.mode, "dtype": result.dtype, "window": args.window,
-            "compile": args.compile, "prompt": args.prompt, "new_tokens": result.new_tokens,
-            "tokens_per_s": result.tokens_per_s, "startup_s": result.startup_s,
-            "seconds": result.seconds, "threads": threads.threads if threads else None,
-            "sampling": {"temperature": args.temperature, "top_k": args.top_k or None,
-                         "top_p": args.top_p, "seed": args.seed},
-            "environment": environment(device, sys.argv)})
+        _write_json(
+            args.json,
+            {
+                "kind": "sample-run",
+                "run": str(ckpt.path),
+                "device": str(device),
+                "mode": result.mode,
+                "dtype": result.dtype,
+                "window": args.window,
+                "compile": args.compile,
+                "prompt": args.prompt,
+                "new_tokens": result.new_tokens,
+                "tokens_per_s": result.tokens_per_s,
+                "startup_s": result.startup_s,
+                "seconds": result.seconds,
+                "threads": threads.threads if threads else None,
+                "sampling": {
+                    "temperature": args.temperature,
+                    "top_k": args.top_k or None,
+                    "top_p": args.top_p,
+                    "seed": args.seed,
+                },
+                "environment": environment(device, sys.argv),
+            },
+        )
         print(f"sample-run record -> {args.json}", file=sys.stderr)
     return 0
 
@@ -171,9 +238,16 @@ def cmd_eval(args) -> int:
         resolve_checkpoint(args.ckpt)  # a wrong path is reported before torch loads
     from .evaluate_cli import run_eval
 
-    results = run_eval(args.ckpt, args.artifact, device=_device(args.device), samples=args.samples,
-                       sample_tokens=args.sample_tokens, seed=args.seed, val_windows=val_windows,
-                       progress=not args.no_progress)
+    results = run_eval(
+        args.ckpt,
+        args.artifact,
+        device=_device(args.device),
+        samples=args.samples,
+        sample_tokens=args.sample_tokens,
+        seed=args.seed,
+        val_windows=val_windows,
+        progress=not args.no_progress,
+    )
     if args.json:
         from gptstack.bench.environment import environment
 

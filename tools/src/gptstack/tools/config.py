@@ -64,7 +64,7 @@ class TokenizerSection:
 @dataclass
 class DataSection:
     dataset: str = "tinyshakespeare"  # a named dataset (gptstack.tools.datasets)
-    path: str = ""  # a text file instead of the named dataset (--data FILE)
+    path: str = ""  # a text file, or a folder of .bin token shards, instead of the named dataset
     val_fraction: float = 0.1  # the last 10% of the text is the validation split
 
 
@@ -94,7 +94,8 @@ class TrainSection:
     early_stop_evals: int = 0
     seed: int = 1337
     device: str = "auto"  # auto (cuda if available) | cuda | cpu
-    # auto (bf16 autocast on CUDA, and on CPUs with native bf16; else fp32; runtime.py) | bf16 | fp32
+    # auto (bf16 autocast on CUDA and on CPUs with native bf16, else fp32: runtime.py) | bf16
+    # | fp32
     dtype: str = "auto"
     # torch.compile: auto (regional on CUDA, off on a CPU) | regional (each block and the head,
     # compiled once for all layers: short start-up) | full (the whole model) | false
@@ -103,6 +104,13 @@ class TrainSection:
     # auto (on CUDA) | true | false: capture forward + backward + clip + AdamW as one CUDA graph
     # and replay it each step (6.8x faster steps for esp32 on an H200; train_step.py)
     cuda_graph: str = "auto"
+    # With more than one process (torchrun): ddp (a full replica per GPU, gradients all-reduced)
+    # | fsdp (FSDP2: parameters, gradients and optimizer state sharded; for gpt2-124m and larger)
+    parallel: str = "ddp"
+    # Seconds a collective may wait for the other ranks before the process group gives up (a
+    # dead or hung rank then ends the run instead of hanging it); must exceed the longest pause
+    # of one rank alone, e.g. rank 0 writing a checkpoint. NCCL's default is also 10 minutes.
+    dist_timeout_s: float = 600.0
 
 
 @dataclass
@@ -144,6 +152,7 @@ CHOICES = {
     ("train", "dtype"): ("auto", "bf16", "fp32"),
     ("train", "compile"): ("auto", "regional", "full", "true", "false"),
     ("train", "cuda_graph"): ("auto", "true", "false"),
+    ("train", "parallel"): ("ddp", "fsdp"),
 }
 
 
@@ -205,7 +214,9 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
         dotted, value = item.split("=", 1)
         section, key = dotted.strip().split(".", 1)
         if section not in SECTIONS:
-            raise ConfigError(f"--set {item!r}: unknown section {section!r}; valid: {', '.join(SECTIONS)}")
+            raise ConfigError(
+                f"--set {item!r}: unknown section {section!r}; valid: {', '.join(SECTIONS)}"
+            )
         _set_field(cfg, section, key, value, source="--set")
     validate(cfg, source="--set")
     return cfg
@@ -220,19 +231,30 @@ def validate(cfg: RunConfig, *, source: str) -> None:
         raise ConfigError(f"{source}: {str(e).replace('GPTConfig.', 'model.')}") from None
     rules = [
         (m.block_size >= 2, f"model.block_size must be at least 2, got {m.block_size}"),
-        (tok.kind != "bpe" or 256 < tok.vocab_size <= 65536,
-         f"tokenizer.vocab_size must be in (256, 65536] for bpe, got {tok.vocab_size}"),
+        (
+            tok.kind != "bpe" or 256 < tok.vocab_size <= 65536,
+            f"tokenizer.vocab_size must be in (256, 65536] for bpe, got {tok.vocab_size}",
+        ),
         (tok.pad_vocab_to >= 1, "tokenizer.pad_vocab_to must be >= 1"),
         (0.0 < cfg.data.val_fraction < 1.0, "data.val_fraction must be in (0, 1)"),
-        (t.batch_size >= 1 and t.grad_accum >= 1, "train.batch_size and train.grad_accum must be >= 1"),
+        (
+            t.batch_size >= 1 and t.grad_accum >= 1,
+            "train.batch_size and train.grad_accum must be >= 1",
+        ),
         (t.max_steps >= 1, f"train.max_steps must be >= 1, got {t.max_steps}"),
-        (min(t.cpu_max_steps, t.cpu_batch_size, t.cpu_eval_interval, t.cpu_eval_batches) >= 0,
-         "train.cpu_max_steps, cpu_batch_size, cpu_eval_interval and cpu_eval_batches must be >= 0"),
+        (
+            min(t.cpu_max_steps, t.cpu_batch_size, t.cpu_eval_interval, t.cpu_eval_batches) >= 0,
+            "train.cpu_max_steps, cpu_batch_size, cpu_eval_interval and cpu_eval_batches must "
+            "be >= 0",
+        ),
         (t.lr > 0 and 0 <= t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and lr > 0"),
         (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
         (t.early_stop_evals >= 0, f"train.early_stop_evals must be >= 0, got {t.early_stop_evals}"),
-        (t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
-         "train.eval_interval, eval_batches and log_interval must be >= 1"),
+        (
+            t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
+            "train.eval_interval, eval_batches and log_interval must be >= 1",
+        ),
+        (t.dist_timeout_s > 0, f"train.dist_timeout_s must be > 0, got {t.dist_timeout_s}"),
     ]
     for ok, message in rules:
         if not ok:
@@ -248,7 +270,9 @@ def load_preset(name: str) -> RunConfig:
     path = resources.files("gptstack.tools").joinpath("presets", f"{name}.toml")
     if not path.is_file():
         raise ConfigError(f"unknown preset {name!r}; available: {', '.join(preset_names())}")
-    return RunConfig.from_dict(tomllib.loads(path.read_text(encoding="utf-8")), source=f"preset {name}")
+    return RunConfig.from_dict(
+        tomllib.loads(path.read_text(encoding="utf-8")), source=f"preset {name}"
+    )
 
 
 def load_config_file(path: Path) -> RunConfig:

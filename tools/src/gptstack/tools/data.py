@@ -47,7 +47,7 @@ class Corpus:
         return len(self.val_text) / max(1, len(self.val))
 
     def bits_per_char(self, loss_nats: float) -> float:
-        """Convert a mean per-token loss on val to bits per character (comparable across tokenizers)."""
+        """A mean per-token loss on val in bits per character (comparable across tokenizers)."""
         return float(loss_nats / np.log(2.0) * len(self.val) / max(1, len(self.val_text)))
 
 
@@ -100,15 +100,22 @@ def _encode_cached(text: str, tokenizer: Tokenizer, key: str) -> np.ndarray:
     arr = ids.astype(dtype)
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(path, arr.tobytes())
-    write_atomic(meta_path, json.dumps({"format": CACHE_FORMAT, "dtype": np.dtype(dtype).name,
-                                        "n_tokens": int(len(arr))}))
+    write_atomic(
+        meta_path,
+        json.dumps(
+            {"format": CACHE_FORMAT, "dtype": np.dtype(dtype).name, "n_tokens": int(len(arr))}
+        ),
+    )
     return np.memmap(path, dtype=dtype, mode="r") if len(arr) else arr
 
 
-def prepare_corpus(
-    cfg: RunConfig, tokenizer: Tokenizer | None = None, *, progress=None
-) -> Corpus:
-    """Read, split and tokenize the configured corpus (building the tokenizer unless given)."""
+def prepare_corpus(cfg: RunConfig, tokenizer: Tokenizer | None = None, *, progress=None) -> Corpus:
+    """Read, split and tokenize the configured corpus (building the tokenizer unless given).
+    A folder as data.path is a shard folder, read as written (shard_corpus.py)."""
+    from .shard_corpus import is_shard_folder, load_shard_corpus
+
+    if is_shard_folder(cfg.data.path):
+        return load_shard_corpus(cfg, tokenizer)
     name, text = corpus_text(cfg)
     train_text, val_text = split_text(text, cfg.data.val_fraction)
     if tokenizer is None:
@@ -122,7 +129,8 @@ def prepare_corpus(
         if len(arr) < need:
             raise DataError(
                 f"the {split} split of {name} has {len(arr)} tokens, fewer than block_size + 1 = "
-                f"{need}: use a larger corpus, a smaller model.block_size, or another data.val_fraction"
+                f"{need}: use a larger corpus, a smaller model.block_size, or another "
+                "data.val_fraction"
             )
     return Corpus(name, sha, tokenizer, train, val, train_text, val_text)
 

@@ -107,6 +107,6 @@ def read_corpus(path: Path) -> str:
 
 
 def cache_dir() -> Path:
-    """Where derived files (token memmaps) are cached: `$GPTSTACK_CACHE_DIR` or ~/.cache/gptstack."""
+    """Where derived files (token memmaps) are cached: $GPTSTACK_CACHE_DIR or ~/.cache/gptstack."""
     env = os.environ.get("GPTSTACK_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "gptstack"

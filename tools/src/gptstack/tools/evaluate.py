@@ -41,8 +41,9 @@ class EvalInterrupted(Exception):
 
 
 def _bar(total: int, desc: str, progress: bool) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="batch", leave=False, disable=not progress,
-                dynamic_ncols=True)
+    return tqdm(
+        total=total, desc=desc, unit="batch", leave=False, disable=not progress, dynamic_ncols=True
+    )
 
 
 class LossEstimator:
@@ -53,33 +54,64 @@ class LossEstimator:
     forwards only. On CUDA with `cuda_graph`, the forward over one static batch is captured once
     and replayed for every batch (copying each batch in on the device): evaluating the small
     presets is then no longer launch-bound (issue 11).
+
+    world (distributed.World): rank r of W scores the batches r, r + W, ... and the sums are
+    all-reduced, so every rank returns the one-process number, W times faster. Every rank runs
+    the same number of forwards (a sharded model gathers its weights in each), the last round
+    padded with a batch whose loss is not counted.
     """
 
-    def __init__(self, model, corpus: Corpus, *, batch_size: int, block_size: int,
-                 batches: int, seed: int, runtime: Runtime, cuda_graph: bool = False) -> None:
+    def __init__(
+        self,
+        model,
+        corpus: Corpus,
+        *,
+        batch_size: int,
+        block_size: int,
+        batches: int,
+        seed: int,
+        runtime: Runtime,
+        cuda_graph: bool = False,
+        world=None,
+    ) -> None:
         self.model, self.runtime, self.cuda_graph = model, runtime, cuda_graph
-        self.splits: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        for split_id, (split, tokens) in enumerate((("train", corpus.train),
-                                                    ("val", corpus.val))):
+        self.world, self.batches = world, batches
+        rank, size = (world.rank, world.size) if world is not None else (0, 1)
+        rounds = range(rank, -(-batches // size) * size, size)  # padded to a multiple of size
+        # split -> (x, y, counted) of this rank's batches
+        self.splits: dict[str, list[tuple[torch.Tensor, torch.Tensor, bool]]] = {}
+        for split_id, (split, tokens) in enumerate((("train", corpus.train), ("val", corpus.val))):
             self.splits[split] = [
-                tuple(runtime.to_device(*get_batch(tokens, batch_size, block_size,
-                                                   batch_rng(seed, EVAL_STREAM, split_id, i))))
-                for i in range(batches)]
+                (
+                    *runtime.to_device(
+                        *get_batch(
+                            tokens,
+                            batch_size,
+                            block_size,
+                            batch_rng(seed, EVAL_STREAM, split_id, i % batches),
+                        )
+                    ),
+                    i < batches,
+                )
+                for i in rounds
+            ]
         self._graph = None
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
         self._static_loss: torch.Tensor | None = None
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with autocast(self.runtime.device, bf16=self.runtime.dtype == "bf16",
-                      graph_safe=self.cuda_graph):
+        with autocast(
+            self.runtime.device, bf16=self.runtime.dtype == "bf16", graph_safe=self.cuda_graph
+        ):
             _, loss = self.model(x, y)
         return loss.float()
 
     def _replayed_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self._graph is None:
             self._static = (x.clone(), y.clone())
-            self._graph, self._static_loss = capture(lambda: self._loss(*self._static),
-                                                     self.runtime.device)
+            self._graph, self._static_loss = capture(
+                lambda: self._loss(*self._static), self.runtime.device
+            )
         sx, sy = self._static
         sx.copy_(x)
         sy.copy_(y)
@@ -87,25 +119,37 @@ class LossEstimator:
         return self._static_loss
 
     @torch.no_grad()
-    def __call__(self, *, progress: bool = False, desc: str = "eval",
-                 should_stop: Callable[[], bool] | None = None) -> dict[str, float]:
+    def __call__(
+        self,
+        *,
+        progress: bool = False,
+        desc: str = "eval",
+        should_stop: Callable[[], bool] | None = None,
+    ) -> dict[str, float]:
         """{"train": loss, "val": loss}. Raises EvalInterrupted as soon as should_stop() is
         true after a batch (checked on the host: no device sync per batch)."""
         was_training = self.model.training
         self.model.eval()
         try:
-            out = {}
+            totals = []
             with _bar(sum(len(b) for b in self.splits.values()), desc, progress) as bar:
-                for split, batches in self.splits.items():
+                for batches in self.splits.values():
                     total = torch.zeros((), device=self.runtime.device)
-                    for x, y in batches:
-                        total += (self._replayed_loss(x, y) if self.cuda_graph
-                                  else self._loss(x, y))
+                    for x, y, counted in batches:
+                        loss = self._replayed_loss(x, y) if self.cuda_graph else self._loss(x, y)
+                        if counted:
+                            total += loss
                         bar.update(1)
                         if should_stop is not None and should_stop():
                             raise EvalInterrupted
-                    out[split] = total.item() / len(batches)  # the one host sync per split
-            return out
+                    totals.append(total)
+            if self.world is not None and self.world.size > 1:
+                sums = self.world.sum(totals)  # [dist] every rank's share
+            else:
+                sums = [t.item() for t in totals]  # the one host sync per split
+            return {
+                split: float(s) / self.batches for split, s in zip(self.splits, sums, strict=True)
+            }
         finally:
             self.model.train(was_training)
 
@@ -118,9 +162,16 @@ def windows(tokens: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray
 
 
 @torch.no_grad()
-def split_loss(model, tokens: np.ndarray, block_size: int, runtime: Runtime, *,
-               chunks: list[range] | None = None, batch_size: int = 64,
-               progress: bool = False) -> tuple[float, int]:
+def split_loss(
+    model,
+    tokens: np.ndarray,
+    block_size: int,
+    runtime: Runtime,
+    *,
+    chunks: list[range] | None = None,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> tuple[float, int]:
     """Mean next-token loss (nats) over the split's non-overlapping windows (those in `chunks`,
     else all), and the number of predictions it averaged."""
     model.eval()
@@ -155,10 +206,20 @@ def word_stats(generated: str, train_text: str) -> dict[str, float]:
     }
 
 
-def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
-                   val_windows: int | None = None, samples: int = 10, sample_tokens: int = 200,
-                   seed: int = 1, temperature: float = SAMPLING.temperature,
-                   top_k: int | None = SAMPLING.top_k, progress: bool = False) -> dict[str, Any]:
+def evaluate_model(
+    model,
+    corpus: Corpus,
+    *,
+    block_size: int,
+    runtime: Runtime,
+    val_windows: int | None = None,
+    samples: int = 10,
+    sample_tokens: int = 200,
+    seed: int = 1,
+    temperature: float = SAMPLING.temperature,
+    top_k: int | None = SAMPLING.top_k,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Every number `gptstack eval` reports, as one dict (also the JSON it writes).
     val_windows: score that many val windows spread evenly (val_windows.py), None: all."""
     from gptstack.model import stream
@@ -169,8 +230,9 @@ def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
     chunks = window_chunks(n_windows, val_windows)
     n_params = sum(p.numel() for p in model.parameters())
     loss_threads = use_threads(runtime.device, rows=64 * block_size, n_params=n_params)
-    val_loss, n_pred = split_loss(model, corpus.val, block_size, runtime, chunks=chunks,
-                                  progress=progress)
+    val_loss, n_pred = split_loss(
+        model, corpus.val, block_size, runtime, chunks=chunks, progress=progress
+    )
     result: dict[str, Any] = {
         "val_loss": val_loss,
         "perplexity": math.exp(val_loss),
@@ -188,10 +250,24 @@ def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
         # the decoder `gptstack sample` uses on this device; padded vocabulary rows never drawn
         mode = "graph" if runtime.device.type == "cuda" else "kv"
         steps = []
-        with tqdm(total=sample_tokens, desc=f"{samples} samples", unit="token", leave=False,
-                  disable=not progress, dynamic_ncols=True) as bar:
-            for token in stream(model, start, sample_tokens, mode=mode, temperature=temperature,
-                                top_k=top_k, seed=seed, vocab_limit=corpus.tokenizer.vocab_size):
+        with tqdm(
+            total=sample_tokens,
+            desc=f"{samples} samples",
+            unit="token",
+            leave=False,
+            disable=not progress,
+            dynamic_ncols=True,
+        ) as bar:
+            for token in stream(
+                model,
+                start,
+                sample_tokens,
+                mode=mode,
+                temperature=temperature,
+                top_k=top_k,
+                seed=seed,
+                vocab_limit=corpus.tokenizer.vocab_size,
+            ):
                 steps.append(token.cpu())
                 bar.update(1)
         out = torch.stack(steps, dim=1) if steps else torch.empty(samples, 0, dtype=torch.long)
@@ -199,7 +275,13 @@ def evaluate_model(model, corpus: Corpus, *, block_size: int, runtime: Runtime,
         generated = word_stats("\n".join(texts), corpus.train_text)
         reference = word_stats(corpus.val_text, corpus.train_text)
         result.update(
-            samples=samples, sample_tokens=sample_tokens, temperature=temperature, top_k=top_k,
-            seed=seed, generated=generated, heldout_reference=reference, sample_text=texts[0],
+            samples=samples,
+            sample_tokens=sample_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            seed=seed,
+            generated=generated,
+            heldout_reference=reference,
+            sample_text=texts[0],
         )
     return result

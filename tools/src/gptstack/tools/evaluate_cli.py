@@ -28,9 +28,15 @@ def _print_rows(title: str, rows: list[tuple[str, str]]) -> None:
         print(f"  {k:<{width}}  {v}")
 
 
-def _int8_results(artifact: Path, tokens: np.ndarray, block_size: int, chunks: list[range],
-                  chars_per_token: float, float_loss: float | None,
-                  progress: bool) -> dict[str, Any]:
+def _int8_results(
+    artifact: Path,
+    tokens: np.ndarray,
+    block_size: int,
+    chunks: list[range],
+    chars_per_token: float,
+    float_loss: float | None,
+    progress: bool,
+) -> dict[str, Any]:
     """The artifact's loss on the windows in `chunks` of `tokens`, in the engine's int8
     arithmetic and with fp32 activations (quant.evaluate_loss per run of adjacent windows)."""
     from gptstack.quant import evaluate_loss, read_artifact
@@ -39,23 +45,40 @@ def _int8_results(artifact: Path, tokens: np.ndarray, block_size: int, chunks: l
     out: dict[str, Any] = {"artifact": str(artifact), "file_bytes": art.header.file_bytes}
     for act in ("int8", "fp32"):
         total, count = 0.0, 0
-        for chunk in tqdm(chunks, desc=f"int8 reference ({act} activations)", unit="chunk",
-                          leave=False, disable=not progress, dynamic_ncols=True):
+        for chunk in tqdm(
+            chunks,
+            desc=f"int8 reference ({act} activations)",
+            unit="chunk",
+            leave=False,
+            disable=not progress,
+            dynamic_ncols=True,
+        ):
             r = evaluate_loss(art, chunk_tokens(tokens, block_size, chunk), act=act)
             total += r["loss"] * r["n_tokens"]
             count += r["n_tokens"]
         loss = total / count
         key = "int8" if act == "int8" else "int8_weights_fp32_activations"
-        out[key] = {"val_loss": loss, "val_bits_per_char": loss / math.log(2) / chars_per_token,
-                    "n_predictions": count}
+        out[key] = {
+            "val_loss": loss,
+            "val_bits_per_char": loss / math.log(2) / chars_per_token,
+            "n_predictions": count,
+        }
         if float_loss is not None:
             out[key]["relative_to_float"] = loss / float_loss - 1.0
     return out
 
 
-def run_eval(ckpt_path: Path | None, artifact: Path | None, *, device, samples: int,
-             sample_tokens: int, seed: int, val_windows: int | str = "auto",
-             progress: bool = True) -> dict[str, Any]:
+def run_eval(
+    ckpt_path: Path | None,
+    artifact: Path | None,
+    *,
+    device,
+    samples: int,
+    sample_tokens: int,
+    seed: int,
+    val_windows: int | str = "auto",
+    progress: bool = True,
+) -> dict[str, Any]:
     """Evaluate a checkpoint, an artifact or both (on the same windows), print the table and
     return the results. val_windows: "auto" (all on a GPU, CPU_VAL_WINDOWS on a CPU), "all" or
     a count."""
@@ -72,32 +95,52 @@ def run_eval(ckpt_path: Path | None, artifact: Path | None, *, device, samples: 
         T = ckpt.model.config.block_size
         runtime = Runtime(device, "fp32", False, None)
         count = resolve_val_windows(val_windows, runtime.device_type)
-        r = evaluate_model(ckpt.model, corpus, block_size=T, runtime=runtime, val_windows=count,
-                           samples=samples, sample_tokens=sample_tokens, seed=seed,
-                           progress=progress)
+        r = evaluate_model(
+            ckpt.model,
+            corpus,
+            block_size=T,
+            runtime=runtime,
+            val_windows=count,
+            samples=samples,
+            sample_tokens=sample_tokens,
+            seed=seed,
+            progress=progress,
+        )
         results.update(checkpoint=str(ckpt.path), step=ckpt.meta.get("step"), float=r)
         float_loss = r["val_loss"]
-        share = ("all" if r["val_windows"] == r["val_windows_total"]
-                 else f"{r['val_windows']} of {r['val_windows_total']}")
-        predictions = (f"{r['val_loss']:.4f} nats/token over {r['val_predictions']:,} "
-                       f"predictions ({share} val windows of {T} tokens)")
-        rows += [("val loss (float)", predictions),
-                 ("perplexity", f"{r['perplexity']:.3f}"),
-                 ("val bits/char", f"{r['val_bits_per_char']:.4f}")]
+        share = (
+            "all"
+            if r["val_windows"] == r["val_windows_total"]
+            else f"{r['val_windows']} of {r['val_windows_total']}"
+        )
+        predictions = (
+            f"{r['val_loss']:.4f} nats/token over {r['val_predictions']:,} "
+            f"predictions ({share} val windows of {T} tokens)"
+        )
+        rows += [
+            ("val loss (float)", predictions),
+            ("perplexity", f"{r['perplexity']:.3f}"),
+            ("val bits/char", f"{r['val_bits_per_char']:.4f}"),
+        ]
         if r["threads"] is not None:
             rows.append(("threads", f"{r['threads']} (CPU thread policy)"))
         if samples > 0:
             g, h = r["generated"], r["heldout_reference"]
-            words = (f"{100 * g['real_word_fraction']:.1f}% of {g['words']:,} generated words "
-                     f"(held-out text: {100 * h['real_word_fraction']:.1f}%)")
-            copied = (f"{100 * g['copied_8gram_fraction']:.2f}% of generated word 8-grams are in "
-                      f"the training split (held-out text: {100 * h['copied_8gram_fraction']:.2f}%)")
+            words = (
+                f"{100 * g['real_word_fraction']:.1f}% of {g['words']:,} generated words "
+                f"(held-out text: {100 * h['real_word_fraction']:.1f}%)"
+            )
+            copied = (
+                f"{100 * g['copied_8gram_fraction']:.2f}% of generated word 8-grams are in "
+                f"the training split (held-out text: {100 * h['copied_8gram_fraction']:.2f}%)"
+            )
             rows += [("real words", words), ("copied 8-grams", copied)]
         chars_per_token = corpus.val_chars_per_token
         tokens = np.asarray(corpus.val)
         chunks = [range(a, b) for a, b in r["val_chunks"]]
     elif artifact is not None:
-        # No checkpoint: score the artifact on Tiny Shakespeare's val split with its own tokenizer tables.
+        # No checkpoint: score the artifact on Tiny Shakespeare's val split with its own
+        # tokenizer tables.
         from gptstack.quant import encode, read_artifact
 
         art = read_artifact(artifact)
@@ -106,16 +149,25 @@ def run_eval(ckpt_path: Path | None, artifact: Path | None, *, device, samples: 
         tokens = np.asarray(encode(art.tables, val_text), dtype=np.int64)
         chars_per_token = len(val_text) / len(tokens)
         T = art.spec.block_size
-        chunks = window_chunks((len(tokens) - 1) // T,
-                               resolve_val_windows(val_windows, getattr(device, "type", device)))
+        chunks = window_chunks(
+            (len(tokens) - 1) // T,
+            resolve_val_windows(val_windows, getattr(device, "type", device)),
+        )
     if artifact is not None:
         q = _int8_results(artifact, tokens, T, chunks, chars_per_token, float_loss, progress)
         results["artifact"] = q
-        for key, label in (("int8", "val loss (int8 W8A8)"),
-                           ("int8_weights_fp32_activations", "val loss (int8 weights, fp32 act.)")):
+        for key, label in (
+            ("int8", "val loss (int8 W8A8)"),
+            ("int8_weights_fp32_activations", "val loss (int8 weights, fp32 act.)"),
+        ):
             rel = q[key].get("relative_to_float")
             extra = f" ({100 * rel:+.2f}% vs float)" if rel is not None else ""
-            rows.append((label, f"{q[key]['val_loss']:.4f}{extra}, {q[key]['val_bits_per_char']:.4f} bits/char"))
+            rows.append(
+                (
+                    label,
+                    f"{q[key]['val_loss']:.4f}{extra}, {q[key]['val_bits_per_char']:.4f} bits/char",
+                )
+            )
     _print_rows("evaluation", rows)
     if results.get("float", {}).get("sample_text"):
         print("\nsample:\n" + results["float"]["sample_text"])

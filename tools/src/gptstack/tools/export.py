@@ -39,8 +39,12 @@ def tokenizer_tables(tok: Tokenizer) -> TokenizerTables:
         kind, pattern = "char", None
     else:  # our byte-level BPE, or GPT-2's (a byte-level BPE with the GPT-2 pattern)
         kind, pattern = "bpe", tok.pattern_name
-    return TokenizerTables(kind=kind, pattern=pattern, token_bytes=tok.token_bytes(),
-                           special_ids=sorted(tok.special_tokens.values()))
+    return TokenizerTables(
+        kind=kind,
+        pattern=pattern,
+        token_bytes=tok.token_bytes(),
+        special_ids=sorted(tok.special_tokens.values()),
+    )
 
 
 def bos_token(tok: Tokenizer) -> int | None:
@@ -49,9 +53,10 @@ def bos_token(tok: Tokenizer) -> int | None:
     return start[0] if len(start) == 1 else None
 
 
-def export_checkpoint(ckpt_path: Path, out: Path, *, target: str = "esp32s3",
-                      clip: bool = False) -> ExportResult:
-    """Quantize a checkpoint, refuse it if it does not fit `target`, write the artifact atomically."""
+def export_checkpoint(
+    ckpt_path: Path, out: Path, *, target: str = "esp32s3", clip: bool = False
+) -> ExportResult:
+    """Quantize a checkpoint, refuse it if it does not fit `target`, write the artifact."""
     ckpt = resolve_checkpoint(ckpt_path)
     read_meta(ckpt)
     tok = load_tokenizer(ckpt / "tokenizer.json")

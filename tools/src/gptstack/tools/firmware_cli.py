@@ -148,7 +148,8 @@ def run_engine(
     check_run_options(tokens=tokens, seed=seed, temperature=temperature, top_k=top_k)
     if not Path(artifact).is_file():
         raise GptstackError(
-            f"artifact {artifact} not found: write one with `gptstack export --ckpt RUN -o {artifact}`"
+            f"artifact {artifact} not found: write one with "
+            f"`gptstack export --ckpt RUN -o {artifact}`"
         )
     build = build_host(variant)
     cmd = [

@@ -8,7 +8,8 @@ get `gs-run` and `libgs_engine.so`.
 Configures `firmware/esp32/host/CMakeLists.txt` once per variant into `<build_root>/build-<variant>`
 (default build_root: `firmware/esp32/host`, git-ignored), then runs `cmake --build`, which is a
 no-op when nothing changed. The sources are found by `firmware_dir()`: `$GPTSTACK_FIRMWARE_DIR`,
-else the checkout around the current directory. A file lock serializes concurrent builds of one variant. A missing
+else the checkout around the current directory. A file lock serializes concurrent builds of one
+variant. A missing
 tool (cmake, a C compiler, gcc-multilib for m32, the sanitizer or OpenMP runtime, clang's
 libFuzzer) raises GptstackError naming the package to install.
 """

@@ -226,7 +226,8 @@ def run_pipeline(args) -> int:
                 )
                 write_atomic(out / "sample.txt", s.text + "\n")
                 print(
-                    f"[{s.new_tokens} tokens, {s.tokens_per_s:,.0f} tokens/s] -> {out / 'sample.txt'}"
+                    f"[{s.new_tokens} tokens, {s.tokens_per_s:,.0f} tokens/s] "
+                    f"-> {out / 'sample.txt'}"
                 )
 
             with stages.stage(4, "export", "int8 artifact for the ESP32-S3"):

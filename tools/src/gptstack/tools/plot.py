@@ -40,18 +40,35 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     starts = [r for r in records if r.get("event") == "start"]
     title = starts[-1]["config"]["name"] if starts else run_dir.name
 
-    fig, (ax, ax_lr) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
-                                    gridspec_kw={"height_ratios": [3, 1]})
+    fig, (ax, ax_lr) = plt.subplots(
+        2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
     if train:
-        ax.plot([r["step"] for r in train], [r["loss"] for r in train], lw=0.8, alpha=0.6,
-                label="train (batch)")
+        ax.plot(
+            [r["step"] for r in train],
+            [r["loss"] for r in train],
+            lw=0.8,
+            alpha=0.6,
+            label="train (batch)",
+        )
     if evals:
-        ax.plot([r["step"] for r in evals], [r["train_loss"] for r in evals], "o-", ms=3, label="train (eval)")
+        ax.plot(
+            [r["step"] for r in evals],
+            [r["train_loss"] for r in evals],
+            "o-",
+            ms=3,
+            label="train (eval)",
+        )
         ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", ms=3, label="val")
         best = min(evals, key=lambda r: r["val_loss"])
-        ax.annotate(f"best val {best['val_loss']:.4f} @ {best['step']}",
-                    (best["step"], best["val_loss"]), textcoords="offset points", xytext=(0, 12),
-                    ha="center", fontsize=8)
+        ax.annotate(
+            f"best val {best['val_loss']:.4f} @ {best['step']}",
+            (best["step"], best["val_loss"]),
+            textcoords="offset points",
+            xytext=(0, 12),
+            ha="center",
+            fontsize=8,
+        )
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(f"{title}: loss")
     ax.grid(alpha=0.3)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 from gptstack.bench.peaks import Peak, peak_flops
 from gptstack.model import autocast, resolve_device
 
@@ -51,8 +52,9 @@ class Runtime:
 
     def describe(self) -> str:
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
-        extra = ((f", torch.compile ({self.compile})" if self.compile else "")
-                 + (", CUDA graph" if self.cuda_graph else ""))
+        extra = (f", torch.compile ({self.compile})" if self.compile else "") + (
+            ", CUDA graph" if self.cuda_graph else ""
+        )
         if self.threads is not None:
             extra += f", {self.threads.describe()}"
         return f"{name} ({self.device}), {self.dtype}{extra}"
@@ -95,8 +97,13 @@ def resolve_runtime(train: TrainSection) -> Runtime:
     dtype = train.dtype if train.dtype != "auto" else auto_dtype(device)
     if dtype == "bf16" and use_cuda and not torch.cuda.is_bf16_supported():
         dtype = "fp32"
-    compile_ = {"auto": "regional" if use_cuda else None, "regional": "regional",
-                "full": "full", "true": "full", "false": None}[train.compile]
+    compile_ = {
+        "auto": "regional" if use_cuda else None,
+        "regional": "regional",
+        "full": "full",
+        "true": "full",
+        "false": None,
+    }[train.compile]
     if compile_:
         use_compile_cache()
     if train.cuda_graph == "true" and not use_cuda:

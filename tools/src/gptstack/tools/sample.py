@@ -42,11 +42,14 @@ class SampleResult:
     def tokens_per_s(self) -> float:
         """Steady state: the tokens after the first over the time after the first."""
         steady = self.seconds - self.startup_s
-        return (self.new_tokens - 1) / steady if self.new_tokens > 1 and steady > 0 else float("nan")
+        return (
+            (self.new_tokens - 1) / steady if self.new_tokens > 1 and steady > 0 else float("nan")
+        )
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
-    """The prompt's ids; an empty prompt starts from <|endoftext|> if the tokenizer has it, else a newline."""
+    """The prompt's ids; an empty prompt starts from <|endoftext|> if the tokenizer has it, else
+    from a newline."""
     if prompt:
         return tokenizer.encode(prompt)
     eot = tokenizer.special_tokens.get("<|endoftext|>")
@@ -54,7 +57,7 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
 
 
 def resolve_mode(mode: str, device: torch.device) -> str:
-    """"auto": the graph decoder on CUDA, the KV-cache decoder on a CPU (where a graph cannot
+    """ "auto": the graph decoder on CUDA, the KV-cache decoder on a CPU (where a graph cannot
     be captured and the growing cache does the least work)."""
     if mode not in MODES:
         raise GptstackError(f"--mode {mode!r} is unknown: choose one of {', '.join(MODES)}")
@@ -64,7 +67,7 @@ def resolve_mode(mode: str, device: torch.device) -> str:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """"auto": bf16 weights on CUDA (half the bytes per decode step), fp32 on a CPU."""
+    """ "auto": bf16 weights on CUDA (half the bytes per decode step), fp32 on a CPU."""
     table = {"fp32": torch.float32, "bf16": torch.bfloat16}
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -73,29 +76,65 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return table[dtype]
 
 
-def _token_chunks(ckpt: Checkpoint, idx: torch.Tensor, tokens: int, mode: str, *,
-                  temperature: float, top_k: int | None, top_p: float | None, seed: int | None,
-                  window: str, compile: bool) -> Iterator[list[int]]:
+def _token_chunks(
+    ckpt: Checkpoint,
+    idx: torch.Tensor,
+    tokens: int,
+    mode: str,
+    *,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    window: str,
+    compile: bool,
+) -> Iterator[list[int]]:
     """The new ids of row 0, in the chunks the decoder produces them."""
     vocab_limit = ckpt.tokenizer.vocab_size  # padded rows of the embedding are never drawn
     if mode == "graph":
         decoder = GraphDecoder(ckpt.model, batch_size=1, compile=compile)
-        for chunk in decoder.generate(idx, tokens, temperature=temperature, top_k=top_k,
-                                      top_p=top_p, seed=seed, window=window,
-                                      vocab_limit=vocab_limit):
+        for chunk in decoder.generate(
+            idx,
+            tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            window=window,
+            vocab_limit=vocab_limit,
+        ):
             yield chunk[0].tolist()
         return
-    for token in stream(ckpt.model, idx, tokens, mode=mode, temperature=temperature,
-                        top_k=top_k, top_p=top_p, seed=seed, window=window,
-                        vocab_limit=vocab_limit):
+    for token in stream(
+        ckpt.model,
+        idx,
+        tokens,
+        mode=mode,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        window=window,
+        vocab_limit=vocab_limit,
+    ):
         yield [int(token[0])]
 
 
-def sample(ckpt: Checkpoint, prompt: str, *, tokens: int,
-           temperature: float = SAMPLING.temperature, top_k: int | None = SAMPLING.top_k,
-           top_p: float | None = SAMPLING.top_p, seed: int | None = None,
-           mode: str = "auto", window: str = "slide", dtype: str = "auto",
-           compile: bool = False, out: TextIO | None = sys.stdout) -> SampleResult:
+def sample(
+    ckpt: Checkpoint,
+    prompt: str,
+    *,
+    tokens: int,
+    temperature: float = SAMPLING.temperature,
+    top_k: int | None = SAMPLING.top_k,
+    top_p: float | None = SAMPLING.top_p,
+    seed: int | None = None,
+    mode: str = "auto",
+    window: str = "slide",
+    dtype: str = "auto",
+    compile: bool = False,
+    out: TextIO | None = sys.stdout,
+) -> SampleResult:
     """Generate `tokens` new tokens after `prompt`, writing text to `out` as it is produced."""
     if tokens < 0:
         raise GptstackError(f"--tokens must be >= 0, got {tokens}")
@@ -115,8 +154,18 @@ def sample(ckpt: Checkpoint, prompt: str, *, tokens: int,
         out.flush()
     start = time.perf_counter()
     first_at, n = None, 0
-    for chunk in _token_chunks(ckpt, idx, tokens, mode, temperature=temperature, top_k=top_k,
-                               top_p=top_p, seed=seed, window=window, compile=compile):
+    for chunk in _token_chunks(
+        ckpt,
+        idx,
+        tokens,
+        mode,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        window=window,
+        compile=compile,
+    ):
         if first_at is None:
             first_at = time.perf_counter()
         n += len(chunk)
@@ -132,5 +181,11 @@ def sample(ckpt: Checkpoint, prompt: str, *, tokens: int,
     if out is not None:
         out.write(tail + "\n")
     startup = (first_at - start) if first_at is not None else seconds
-    return SampleResult("".join(pieces), n, seconds, startup, mode,
-                        {torch.float32: "fp32", torch.bfloat16: "bf16"}[weights])
+    return SampleResult(
+        "".join(pieces),
+        n,
+        seconds,
+        startup,
+        mode,
+        {torch.float32: "fp32", torch.bfloat16: "bf16"}[weights],
+    )

@@ -21,8 +21,11 @@ def for_device(train: TrainSection, device_type: str) -> TrainSection:
     total_steps)."""
     if device_type != "cpu":
         return train
-    changes = {key: getattr(train, f"cpu_{key}") for key in
-               ("batch_size", "eval_interval", "eval_batches") if getattr(train, f"cpu_{key}") > 0}
+    changes = {
+        key: getattr(train, f"cpu_{key}")
+        for key in ("batch_size", "eval_interval", "eval_batches")
+        if getattr(train, f"cpu_{key}") > 0
+    }
     return dataclasses.replace(train, **changes)
 
 

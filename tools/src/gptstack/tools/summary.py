@@ -35,8 +35,9 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
     # Wall time: each (start, end) segment of the run, so a resumed run adds its parts.
     wall = sum(e["time"] - s["time"] for s, e in zip(starts, ends, strict=False))
     # The same from each process's start: Python, torch, data and compile start-up included.
-    process_wall = sum(e["time"] - s.get("process_start", s["time"])
-                       for s, e in zip(starts, ends, strict=False))
+    process_wall = sum(
+        e["time"] - s.get("process_start", s["time"]) for s, e in zip(starts, ends, strict=False)
+    )
     first = starts[0] if starts else {}
     device = torch.device("cuda" if "cuda" in str(first.get("device", "")) else "cpu")
     return {
@@ -50,20 +51,25 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
         "segments": len(starts),
         "wall_time_s": wall,
         "process_wall_s": process_wall,
-        "startup": ({k: v for k, v in startups[0].items() if k.endswith("_s")}
-                    if startups else None),
+        "startup": (
+            {k: v for k, v in startups[0].items() if k.endswith("_s")} if startups else None
+        ),
         "best_val_loss": best["val_loss"] if best else None,
         "best_val_bpc": best["val_bpc"] if best else None,
         "best_step": best["step"] if best else None,
         "last_val_loss": evals[-1]["val_loss"] if evals else None,
-        "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in steady) if steady else None,
+        "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in steady)
+        if steady
+        else None,
         "mfu_median": statistics.median(mfus) if mfus else None,
         "evals": [{k: r[k] for k in ("step", "train_loss", "val_loss", "val_bpc")} for r in evals],
         "environment": environment(device, command if command is not None else sys.argv),
     }
 
 
-def write_run_summary(run_dir: Path, command: list[str] | None = None) -> tuple[Path, dict[str, Any]]:
+def write_run_summary(
+    run_dir: Path, command: list[str] | None = None
+) -> tuple[Path, dict[str, Any]]:
     """Write RUN_DIR/summary.json atomically; return its path and content."""
     summary = summarize_run(run_dir, command)
     path = Path(run_dir) / "summary.json"

@@ -3,7 +3,8 @@
 AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipping; on CUDA bf16
 autocast, torch.compile and the whole step replayed as one CUDA graph (gptstack.model.TrainStep,
 the same step `gptstack bench train` measures). Every `eval_interval` steps: train/val loss and
-val bits/char, the checkpoint `last/` (with optimizer and RNG state) and `best/` when val improves. Every metric goes
+val bits/char, the checkpoint `last/` (with optimizer and RNG state) and `best/` when val
+improves. Every metric goes
 to `run_dir/metrics.jsonl`. Ctrl-C finishes the current step (or evaluation batch), saves `last/`
 and returns. Resuming from `last/` continues exactly: the batch of a step depends only on
 (seed, step).
@@ -12,10 +13,15 @@ A run directory that already holds checkpoints is refused unless resumed or over
 (run_dir.py); it is created only when training starts, and removed again if the run fails
 before its first checkpoint. On a CPU the run uses its preset's CPU schedule
 (schedule.for_device) and the thread policy (threads.py), both named in the run header.
+
+Under torchrun (train_dist.py) the same loop runs in every process: distributed.py and
+parallel.py hold what differs (each rank's share of the micro-batches, DDP/FSDP2, rank 0 alone
+printing and writing); the lines that call them are marked `# [dist]`. One process is this path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,19 +33,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gptstack.model import GPT, GPTConfig, TrainStep, compile_model, load_safetensors
-from gptstack.model.train_step import WARMUP_STEPS
-from gptstack.tokenizer import load_tokenizer
 from tqdm import tqdm
 
-from .checkpoint import read_meta, resolve_checkpoint, save_checkpoint
+from gptstack.model import GPT, GPTConfig, TrainStep, load_safetensors
+from gptstack.model.train_step import WARMUP_STEPS
+from gptstack.tokenizer import load_tokenizer
+
+from .checkpoint import read_meta, resolve_checkpoint
 from .config import RunConfig, gpt_config
-from .data import Corpus, batch_rng, get_batch, prepare_corpus
+from .data import Corpus, prepare_corpus
+from .distributed import World, restore_rng, rng_state, seed_ranks
 from .errors import CheckpointError, ConfigError
 from .evaluate import EvalInterrupted, LossEstimator
+from .parallel import distributed_runtime, wrap_model
 from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
 from .runtime import Runtime, process_start_time, resolve_runtime
 from .schedule import for_device, get_lr, total_steps
+from .shards import train_batch
 from .threads import use_threads
 
 
@@ -62,9 +72,13 @@ FIRST_STEPS = WARMUP_STEPS + 2
 
 def startup_line(startup: dict[str, float]) -> str:
     """One line for the run log: where the time before steady training went."""
-    names = {"imports_s": "Python + imports", "data_s": "data", "model_s": "model + CUDA init",
-             "first_eval_s": "first evaluation (compile, capture)",
-             "first_steps_s": f"first {FIRST_STEPS} steps (compile, warm-up, capture)"}
+    names = {
+        "imports_s": "Python + imports",
+        "data_s": "data",
+        "model_s": "model + CUDA init",
+        "first_eval_s": "first evaluation (compile, capture)",
+        "first_steps_s": f"first {FIRST_STEPS} steps (compile, warm-up, capture)",
+    }
     parts = [f"{names[k]} {v:.1f} s" for k, v in startup.items() if k in names]
     return f"start-up: {sum(startup.values()):.1f} s = " + ", ".join(parts)
 
@@ -80,12 +94,17 @@ def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
 
 class _StopOnInterrupt:
     """First Ctrl-C asks the loop to stop after the current step (or evaluation batch) and says
-    so at once; a second one aborts."""
+    so at once; a second one aborts.
+
+    With several processes a Ctrl-C is only `pending` until the ranks agree at the next logged
+    step (every rank must stop after the same step)."""
 
     MESSAGE = b"\nCtrl-C: stopping after this step and saving last/ (Ctrl-C again to abort)\n"
 
-    def __init__(self) -> None:
+    def __init__(self, distributed: bool = False) -> None:
         self.requested = False
+        self.pending = False
+        self.distributed = distributed
 
     def __enter__(self):
         self._previous = signal.getsignal(signal.SIGINT)
@@ -96,9 +115,12 @@ class _StopOnInterrupt:
         return self
 
     def _handle(self, signum, frame):
-        if self.requested:
+        if self.requested or self.pending:
             raise KeyboardInterrupt
-        self.requested = True
+        if self.distributed:
+            self.pending = True
+        else:
+            self.requested = True
         os.write(2, self.MESSAGE)  # not print(): the handler may run inside a write to stderr
 
     def __exit__(self, *exc):
@@ -118,23 +140,36 @@ class _Metrics:
         self.file.close()
 
 
-def _restore(ckpt: Path, model: GPT, optimizer, runtime: Runtime) -> dict[str, Any]:
+class _NoMetrics:
+    """metrics.jsonl of ranks other than 0: nothing is written."""
+
+    def write(self, **record: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _read_train_state(ckpt: Path) -> dict[str, Any]:
     state_path = ckpt / "train_state.pt"
     if not state_path.is_file():
         raise CheckpointError(
             f"{ckpt} has no train_state.pt, so it cannot be resumed exactly (best/ checkpoints "
             "carry weights only): resume from the run directory or its last/"
         )
-    load_safetensors(model, ckpt / "model.safetensors")
-    state = torch.load(state_path, map_location="cpu", weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
+    return torch.load(state_path, map_location="cpu", weights_only=True)
+
+
+def _restore(
+    ckpt: Path, state: dict[str, Any], replicas, optimizer, runtime: Runtime, seed: int
+) -> None:
+    replicas.load_optimizer(ckpt, state, optimizer)  # [dist] whole or DCP shards, any world size
     if runtime.cuda_graph:  # loaded rates may be CPU tensors or floats: back to device tensors
         for group in optimizer.param_groups:
-            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=runtime.device)
-    torch.set_rng_state(state["torch_rng"])
-    if runtime.device_type == "cuda" and state.get("cuda_rng") is not None:
-        torch.cuda.set_rng_state(state["cuda_rng"], runtime.device)
-    return state
+            group["lr"] = torch.tensor(
+                float(group["lr"]), dtype=torch.float32, device=runtime.device
+            )
+    restore_rng(state, replicas.world, runtime.device, seed)  # [dist] each rank's own stream
 
 
 def train(
@@ -147,22 +182,26 @@ def train(
     stop_at: int | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    world: World | None = None,
 ) -> TrainResult:
     """Train `cfg` into `run_dir` (or continue the run saved in `resume`).
 
     `stop_at` stops after that many steps as Ctrl-C would (saving last/), so a long schedule can be
     run in stages on machines with a time limit and resumed exactly. A run_dir holding
     checkpoints is refused (GptstackError) unless `resume` points at it or `overwrite` is set.
+    `world`: this process's rank among several (train_dist.py); None is one process.
     """
+    world = world or World()  # [dist]
     run_dir = Path(run_dir)
     entered = time.time()
     startup = {"imports_s": entered - process_start_time()}  # Python, torch, the CLI
     if resume is not None and overwrite:
         raise ConfigError("--resume continues a run and --overwrite deletes it: pass one of them")
     check_run_dir(run_dir, resume=resume, overwrite=overwrite)
-    runtime = resolve_runtime(cfg.train)
+    runtime = distributed_runtime(resolve_runtime(cfg.train), world, cfg.train.cuda_graph)  # [dist]
     t, T = for_device(cfg.train, runtime.device_type), cfg.model.block_size
     max_steps = total_steps(cfg.train, runtime.device_type)
+    micro_batches = world.micro_batches(t.grad_accum)  # [dist] this rank's share of each step
 
     tokenizer, ckpt = None, None
     if resume is not None:
@@ -170,64 +209,106 @@ def train(
         read_meta(ckpt)
         tokenizer = load_tokenizer(ckpt / "tokenizer.json")
     if corpus is None:
-        corpus = prepare_corpus(cfg, tokenizer)
+        with world.main_first():  # [dist] rank 0 fills the token cache, the others read it
+            corpus = prepare_corpus(cfg, tokenizer)
     startup["data_s"] = time.time() - entered
     torch.manual_seed(t.seed)
     mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
-    model = GPT(mcfg).to(runtime.device)
-    optimizer = model.configure_optimizer(t.weight_decay, t.lr, (t.beta1, t.beta2),
-                                          runtime.device_type, capturable=runtime.cuda_graph)
+    model = GPT(mcfg)
+    state = _read_train_state(ckpt) if resume is not None else None
+    if state is not None:
+        load_safetensors(model, ckpt / "model.safetensors")
+    runtime.threads = use_threads(
+        runtime.device, rows=t.batch_size * T, n_params=model.num_params()
+    )
+    # [dist] to the device as is, or in DDP / FSDP2; compiled as runtime.compile says
+    replicas = wrap_model(model, world, runtime, t.parallel)
+    seed_ranks(world, t.seed)  # [dist]
+    optimizer = model.configure_optimizer(
+        t.weight_decay, t.lr, (t.beta1, t.beta2), runtime.device_type, capturable=runtime.cuda_graph
+    )
 
     startup["model_s"] = time.time() - entered - startup["data_s"]  # incl. CUDA's start
     start, best_val, best_bpc, elapsed0, evals_without_gain = 0, math.inf, math.inf, 0.0, 0
-    if resume is not None:
-        state = _restore(ckpt, model, optimizer, runtime)
+    if state is not None:
+        _restore(ckpt, state, replicas, optimizer, runtime, t.seed)
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
         evals_without_gain = state.get("evals_without_gain", 0)
         if start >= max_steps:
             log(f"{ckpt} is at step {start:,} of {max_steps:,}: training is finished")
             return TrainResult(run_dir, start, max_steps, best_val, math.nan, best_bpc, 0.0, False)
-    runtime.threads = use_threads(runtime.device, rows=t.batch_size * T,
-                                  n_params=model.num_params())
-    fwd = compile_model(model, runtime.compile) if runtime.compile else model
-    train_step = TrainStep(fwd, model.parameters(), optimizer, device=runtime.device,
-                           bf16=runtime.dtype == "bf16", grad_clip=t.grad_clip,
-                           cuda_graph=runtime.cuda_graph)
+    fwd = replicas.fwd
+    train_step = TrainStep(
+        fwd,
+        model.parameters(),
+        optimizer,
+        device=runtime.device,
+        bf16=runtime.dtype == "bf16",
+        grad_clip=t.grad_clip,
+        cuda_graph=runtime.cuda_graph,
+        no_sync=replicas.no_sync,
+    )
+    if not world.is_main:  # [dist] rank 0 alone prints
+        progress, log = False, _quiet
 
     tokens_per_step = t.batch_size * t.grad_accum * T
     flops_per_token = model.flops_per_token()
-    log(f"run {cfg.name}: {model.num_params() / 1e6:.2f}M parameters, vocab {mcfg.vocab_size}, "
-        f"{tokens_per_step:,} tokens/step, {max_steps:,} steps on {runtime.describe()}")
-    log(f"data {corpus.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens "
-        f"({corpus.tokenizer.kind} tokenizer, vocab {corpus.tokenizer.vocab_size})")
+    log(
+        f"run {cfg.name}: {model.num_params() / 1e6:.2f}M parameters, vocab {mcfg.vocab_size}, "
+        f"{tokens_per_step:,} tokens/step, {max_steps:,} steps on {runtime.describe()}"
+    )
+    log(
+        f"data {corpus.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens "
+        f"({corpus.tokenizer.kind} tokenizer, vocab {corpus.tokenizer.vocab_size})"
+    )
     if runtime.peak is not None:
         log(f"MFU peak: {runtime.peak.label}")
+    if world.size > 1:
+        log(world.describe(t.parallel, t.grad_accum))  # [dist]
 
     # eval batches drawn once and kept on the device; on CUDA the eval forward is a graph too
-    estimator = LossEstimator(fwd, corpus, batch_size=t.batch_size, block_size=T,
-                              batches=t.eval_batches, seed=t.seed, runtime=runtime,
-                              cuda_graph=runtime.cuda_graph)
+    estimator = LossEstimator(
+        fwd,
+        corpus,
+        batch_size=t.batch_size,
+        block_size=T,
+        batches=t.eval_batches,
+        seed=t.seed,
+        runtime=runtime,
+        cuda_graph=runtime.cuda_graph,
+        world=world,
+    )  # [dist] a share each
 
     def evaluate(step: int) -> float:
         """Losses, metrics and checkpoints at `step`; EvalInterrupted on a Ctrl-C."""
         nonlocal best_val, best_bpc, evals_without_gain
         bar.refresh()
-        losses = estimator(progress=progress, desc=f"eval at step {step}",
-                           should_stop=lambda: stop.requested)
+        losses = estimator(
+            progress=progress, desc=f"eval at step {step}", should_stop=lambda: stop.requested
+        )
         bar.unpause()  # the evaluation's time is not the steps': keep it out of rate and ETA
         val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
-        metrics.write(event="eval", step=step, train_loss=losses["train"], val_loss=val,
-                      val_bpc=bpc, lr=get_lr(step, t, max_steps), time=time.time())
+        metrics.write(
+            event="eval",
+            step=step,
+            train_loss=losses["train"],
+            val_loss=val,
+            val_bpc=bpc,
+            lr=get_lr(step, t, max_steps),
+            time=time.time(),
+        )
         meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
         improved = val < best_val
         evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
-            save_checkpoint(run_dir / "best", model=model, tokenizer=corpus.tokenizer, meta=meta)
+            replicas.save(run_dir / "best", tokenizer=corpus.tokenizer, meta=meta)  # [dist] rank 0
         save_last(step, meta)
-        bar.write(f"step {step:>6}: train {losses['train']:.4f}  val {val:.4f}  "
-                  f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}")
+        say(
+            f"step {step:>6}: train {losses['train']:.4f}  val {val:.4f}  "
+            f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}"
+        )
         return val
 
     def save_last(step: int, meta: dict[str, Any]) -> None:
@@ -235,28 +316,55 @@ def train(
         if saved is not None and saved > step:  # e.g. two runs writing into one folder
             raise CheckpointError(
                 f"{run_dir / 'last'} is at step {saved:,}, further than this run's {step:,}: "
-                "not replacing it; continue it with --resume, or train into another --out")
-        state = {"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                 "cuda_rng": torch.cuda.get_rng_state(runtime.device) if runtime.device_type == "cuda" else None,
-                 "best_val_loss": float(best_val), "best_val_bpc": float(best_bpc),
-                 "evals_without_gain": evals_without_gain,
-                 "elapsed_s": elapsed0 + time.perf_counter() - t0}
-        save_checkpoint(run_dir / "last", model=model, tokenizer=corpus.tokenizer, meta=meta,
-                        train_state=state)
+                "not replacing it; continue it with --resume, or train into another --out"
+            )
+        state = {
+            "step": step,
+            **rng_state(world, runtime.device),  # [dist] every rank's stream
+            "best_val_loss": float(best_val),
+            "best_val_bpc": float(best_bpc),
+            "evals_without_gain": evals_without_gain,
+            "elapsed_s": elapsed0 + time.perf_counter() - t0,
+        }
+        # [dist] the optimizer state goes in whole (train_state.pt) or as FSDP2's DCP shards
+        replicas.save(
+            run_dir / "last",
+            tokenizer=corpus.tokenizer,
+            meta=meta,
+            train_state=state,
+            optimizer=optimizer,
+        )
 
     t0 = time.perf_counter()
     last_val, step, early_stopped = math.nan, start, False
-    bar = tqdm(total=max_steps, initial=start, unit="step", dynamic_ncols=True,
-               disable=not progress, smoothing=0.1)
+    bar = tqdm(
+        total=max_steps,
+        initial=start,
+        unit="step",
+        dynamic_ncols=True,
+        disable=not progress,
+        smoothing=0.1,
+    )
+    say = bar.write if world.is_main else _quiet  # [dist] rank 0 alone prints
     interval_t, interval_steps = time.perf_counter(), 0
-    # run_folder: created now, removed again if the run fails before its first checkpoint
-    with run_folder(run_dir), _StopOnInterrupt() as stop:
-        if overwrite:
+    # run_folder: created now, removed again if the run fails before its first checkpoint; rank 0
+    # alone creates, clears and writes it [dist]
+    folder = run_folder(run_dir) if world.is_main else contextlib.nullcontext()
+    with folder, _StopOnInterrupt(distributed=world.size > 1) as stop:
+        if overwrite and world.is_main:
             clear_run(run_dir)
-        metrics = _Metrics(run_dir / "metrics.jsonl")
-        metrics.write(event="start", step=start, max_steps=max_steps, config=cfg.to_dict(),
-                      device=runtime.describe(), n_params=model.num_params(), time=time.time(),
-                      process_start=process_start_time())
+        metrics = _Metrics(run_dir / "metrics.jsonl") if world.is_main else _NoMetrics()  # [dist]
+        metrics.write(
+            event="start",
+            step=start,
+            max_steps=max_steps,
+            config=cfg.to_dict(),
+            device=runtime.describe(),
+            n_params=model.num_params(),
+            time=time.time(),
+            process_start=process_start_time(),
+            world_size=world.size,
+        )
         try:
             for step in range(start, max_steps):
                 if step % t.eval_interval == 0 and not (resume is not None and step == start):
@@ -272,9 +380,12 @@ def train(
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
                 model.train()
-                batches = [runtime.to_device(*get_batch(corpus.train, t.batch_size, T,
-                                                        batch_rng(t.seed, step, micro)))
-                           for micro in range(t.grad_accum)]
+                batches = [
+                    runtime.to_device(
+                        *train_batch(corpus, t.batch_size, T, t.seed, step, micro, t.grad_accum)
+                    )
+                    for micro in micro_batches
+                ]  # [dist] this rank's global indices
                 if step == start:
                     t_first = time.perf_counter()
                 loss = train_step.step(batches, lr)
@@ -282,16 +393,29 @@ def train(
                 if step == start + FIRST_STEPS - 1:  # compiled, warmed up and captured by now
                     loss.item()
                     startup["first_steps_s"] = time.perf_counter() - t_first
-                    bar.write(startup_line(startup))
+                    say(startup_line(startup))
                     metrics.write(event="startup", step=step + 1, **startup, time=time.time())
                 if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:
-                    loss_value = loss.item()  # synchronizes the device
+                    # [dist] the mean over ranks, and whether any rank was asked to stop
+                    loss_sum, stops = world.sum([loss, float(stop.pending)])  # syncs the device
+                    loss_value, stop.requested = loss_sum / world.size, stop.requested or stops > 0
                     now = time.perf_counter()
                     tok_s = interval_steps * tokens_per_step / (now - interval_t)
                     interval_t, interval_steps = now, 0
-                    mfu = flops_per_token * tok_s / runtime.peak.flops if runtime.peak else None
-                    metrics.write(event="train", step=step + 1, loss=loss_value, lr=lr,
-                                  tokens_per_s=tok_s, mfu=mfu, time=time.time())
+                    mfu = (
+                        flops_per_token * tok_s / (runtime.peak.flops * world.size)  # [dist]
+                        if runtime.peak
+                        else None
+                    )
+                    metrics.write(
+                        event="train",
+                        step=step + 1,
+                        loss=loss_value,
+                        lr=lr,
+                        tokens_per_s=tok_s,
+                        mfu=mfu,
+                        time=time.time(),
+                    )
                     post = {"loss": f"{loss_value:.4f}", "tok/s": f"{tok_s:,.0f}"}
                     if mfu is not None:
                         post["mfu"] = f"{100 * mfu:.1f}%"
@@ -305,13 +429,18 @@ def train(
             else:
                 step = max_steps
             if early_stopped:
-                bar.write(f"early stop at step {step}: {evals_without_gain} evaluations without "
-                          f"a better val loss (train.early_stop_evals); best/ holds step "
-                          f"{checkpoint_step(run_dir / 'best')}")
+                say(
+                    f"early stop at step {step}: {evals_without_gain} evaluations without "
+                    f"a better val loss (train.early_stop_evals); best/ holds step "
+                    f"{checkpoint_step(run_dir / 'best')}"
+                )
             elif stop.requested and step == start:
                 raise KeyboardInterrupt  # stopped before its first step: nothing new to save
             elif stop.requested and step < max_steps:
-                bar.write(f"stopped: saving {run_dir / 'last'} at step {step} (continue with --resume {run_dir})")
+                say(
+                    f"stopped: saving {run_dir / 'last'} at step {step} "
+                    f"(continue with --resume {run_dir})"
+                )
                 save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
             else:
                 try:
@@ -320,22 +449,51 @@ def train(
                     save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
         finally:
             bar.close()
-            metrics.write(event="end", step=step, best_val_loss=best_val, time=time.time(),
-                          interrupted=stop.requested, early_stopped=early_stopped)
+            metrics.write(
+                event="end",
+                step=step,
+                best_val_loss=best_val,
+                time=time.time(),
+                interrupted=stop.requested,
+                early_stopped=early_stopped,
+            )
             metrics.close()
     wall = time.perf_counter() - t0
-    return TrainResult(run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested,
-                       early_stopped)
+    world.barrier()  # [dist] rank 0 has written its last checkpoint
+    return TrainResult(
+        run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested, early_stopped
+    )
+
+
+def _quiet(message: str) -> None:
+    """The log of ranks other than 0."""
 
 
 def checkpoint_meta(
-    mcfg: GPTConfig, cfg: RunConfig, corpus: Corpus, step: int,
-    *, val_loss: float | None = None, val_bpc: float | None = None,
+    mcfg: GPTConfig,
+    cfg: RunConfig,
+    corpus: Corpus,
+    step: int,
+    *,
+    val_loss: float | None = None,
+    val_bpc: float | None = None,
 ) -> dict[str, Any]:
     """What config.json records besides format/version (ARCHITECTURE.md, checkpoints)."""
     tok = corpus.tokenizer
-    return {"model": mcfg.to_dict(), "run": cfg.to_dict(), "step": step, "val_loss": val_loss,
-            "val_bpc": val_bpc,
-            "tokenizer": {"kind": tok.kind, "vocab_size": tok.vocab_size, "fingerprint": tok.fingerprint()},
-            "data": {"name": corpus.name, "sha256": corpus.sha256,
-                     "val_chars_per_token": corpus.val_chars_per_token}}
+    return {
+        "model": mcfg.to_dict(),
+        "run": cfg.to_dict(),
+        "step": step,
+        "val_loss": val_loss,
+        "val_bpc": val_bpc,
+        "tokenizer": {
+            "kind": tok.kind,
+            "vocab_size": tok.vocab_size,
+            "fingerprint": tok.fingerprint(),
+        },
+        "data": {
+            "name": corpus.name,
+            "sha256": corpus.sha256,
+            "val_chars_per_token": corpus.val_chars_per_token,
+        },
+    }

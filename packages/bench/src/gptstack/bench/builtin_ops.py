@@ -95,8 +95,13 @@ def add_layernorm_fwd_bwd(x, residual, weight, bias, ds, dy):
 def _add_ln_inputs(s: OpSize, device, dtype, g):
     x, weight, bias = _ln_inputs(s, device, dtype, g)
     shape = (s.B * s.T, s.C)
-    return x, _randn(shape, device, dtype, g), weight, bias, *(
-        _randn(shape, device, dtype, g) for _ in range(2))
+    return (
+        x,
+        _randn(shape, device, dtype, g),
+        weight,
+        bias,
+        *(_randn(shape, device, dtype, g) for _ in range(2)),
+    )
 
 
 def gelu_tanh_fwd_bwd(x, dy):
@@ -119,8 +124,9 @@ def vocab_size(s: OpSize) -> int:
 
 
 def cross_entropy_fwd_bwd(logits, targets):
-    return _fwd_bwd(lambda z: F.cross_entropy(z, targets, ignore_index=IGNORE_INDEX), (logits,),
-                    None)
+    return _fwd_bwd(
+        lambda z: F.cross_entropy(z, targets, ignore_index=IGNORE_INDEX), (logits,), None
+    )
 
 
 def _targets(s: OpSize, V: int, device, g) -> torch.Tensor:
@@ -148,61 +154,95 @@ def _linear_ce_inputs(s: OpSize, device, dtype, g):
 
 def register_all() -> None:
     register_op(
-        "layernorm", layernorm, make_inputs=_ln_inputs,
+        "layernorm",
+        layernorm,
+        make_inputs=_ln_inputs,
         bytes_moved=lambda i: 2 * _nbytes(i[0]) + _nbytes(i[1], i[2]),
         flops=lambda i: 8 * i[0].numel(),
         about="F.layer_norm over (B·T, C); ~8 FLOP/element (mean, variance, normalize, "
-              "scale, shift)", replace=True)
+        "scale, shift)",
+        replace=True,
+    )
     register_op(
-        "gelu_tanh", gelu_tanh, make_inputs=_gelu_inputs,
+        "gelu_tanh",
+        gelu_tanh,
+        make_inputs=_gelu_inputs,
         bytes_moved=lambda i: 2 * _nbytes(i[0]),
         flops=lambda i: 8 * i[0].numel(),
         about="F.gelu(approximate='tanh') on (B·T, 4C); ~8 FLOP/element, tanh counted as one",
-        replace=True)
+        replace=True,
+    )
     register_op(
-        "softmax", softmax, make_inputs=_softmax_inputs,
+        "softmax",
+        softmax,
+        make_inputs=_softmax_inputs,
         bytes_moved=lambda i: 2 * _nbytes(i[0]),
         flops=lambda i: 5 * i[0].numel(),
         about="F.softmax(dim=-1) on (B, nh, T, T); ~5 FLOP/element (max, subtract, exp, sum, "
-              "divide)", replace=True)
+        "divide)",
+        replace=True,
+    )
     register_op(
-        "attention_sdpa", causal_sdpa, make_inputs=_sdpa_inputs,
+        "attention_sdpa",
+        causal_sdpa,
+        make_inputs=_sdpa_inputs,
         bytes_moved=lambda i: 4 * _nbytes(i[0]),
         flops=lambda i: 2 * i[0].size(0) * i[0].size(1) * i[0].size(2) ** 2 * i[0].size(3),
         about="causal F.scaled_dot_product_attention on (B, nh, T, hs); reads q, k, v and "
-              "writes the output once; FLOPs of QKᵀ and PV with the causal half skipped "
-              "(2·B·nh·T²·hs)", replace=True)
+        "writes the output once; FLOPs of QKᵀ and PV with the causal half skipped "
+        "(2·B·nh·T²·hs)",
+        replace=True,
+    )
     register_op(
-        "layernorm_fwd_bwd", layernorm_fwd_bwd, make_inputs=_ln_grad_inputs,
+        "layernorm_fwd_bwd",
+        layernorm_fwd_bwd,
+        make_inputs=_ln_grad_inputs,
         bytes_moved=lambda i: 5 * _nbytes(i[0]) + 2 * _nbytes(i[1], i[2]),
         flops=lambda i: 18 * i[0].numel(),
         about="F.layer_norm over (B·T, C), forward and backward (returns dx); reads x, then dy "
-              "and x again, writes y and dx; ~8 + ~10 FLOP/element", replace=True)
+        "and x again, writes y and dx; ~8 + ~10 FLOP/element",
+        replace=True,
+    )
     register_op(
-        "add_layernorm_fwd_bwd", add_layernorm_fwd_bwd, make_inputs=_add_ln_inputs,
+        "add_layernorm_fwd_bwd",
+        add_layernorm_fwd_bwd,
+        make_inputs=_add_ln_inputs,
         bytes_moved=lambda i: 8 * _nbytes(i[0]) + 2 * _nbytes(i[2], i[3]),
         flops=lambda i: 20 * i[0].numel(),
         about="s = x + residual, y = F.layer_norm(s) on (B·T, C), forward and backward for "
-              "gradients of s and y (returns dx, which is also dresidual); reads x, residual, "
-              "then dy, ds, s; writes s, y, dx; ~20 FLOP/element", replace=True)
+        "gradients of s and y (returns dx, which is also dresidual); reads x, residual, "
+        "then dy, ds, s; writes s, y, dx; ~20 FLOP/element",
+        replace=True,
+    )
     register_op(
-        "gelu_tanh_fwd_bwd", gelu_tanh_fwd_bwd, make_inputs=_gelu_grad_inputs,
+        "gelu_tanh_fwd_bwd",
+        gelu_tanh_fwd_bwd,
+        make_inputs=_gelu_grad_inputs,
         bytes_moved=lambda i: 5 * _nbytes(i[0]),
         flops=lambda i: 20 * i[0].numel(),
         about="F.gelu(approximate='tanh') on (B·T, 4C), forward and backward (returns dx); "
-              "reads x, then dy and x; writes y and dx; ~8 + ~12 FLOP/element", replace=True)
+        "reads x, then dy and x; writes y and dx; ~8 + ~12 FLOP/element",
+        replace=True,
+    )
     register_op(
-        "cross_entropy_fwd_bwd", cross_entropy_fwd_bwd, make_inputs=_ce_inputs,
+        "cross_entropy_fwd_bwd",
+        cross_entropy_fwd_bwd,
+        make_inputs=_ce_inputs,
         bytes_moved=lambda i: 2 * _nbytes(i[0]) + _nbytes(i[1]),
         flops=lambda i: 10 * i[0].numel(),
         about="F.cross_entropy(ignore_index=-1) of (B·T, V) logits, forward and backward "
-              "(returns dlogits); the floor reads the logits and writes dlogits once; ~10 "
-              "FLOP/logit (max, exp, sum, log, softmax, subtract)", replace=True)
+        "(returns dlogits); the floor reads the logits and writes dlogits once; ~10 "
+        "FLOP/logit (max, exp, sum, log, softmax, subtract)",
+        replace=True,
+    )
     register_op(
-        "linear_cross_entropy_fwd_bwd", linear_cross_entropy_fwd_bwd,
+        "linear_cross_entropy_fwd_bwd",
+        linear_cross_entropy_fwd_bwd,
         make_inputs=_linear_ce_inputs,
         bytes_moved=lambda i: 2 * _nbytes(i[0], i[1]) + _nbytes(i[2]),
         flops=lambda i: 6 * i[0].size(0) * i[1].size(0) * i[0].size(1),
         about="the LM head and loss: F.cross_entropy(h @ wte.T) with h (B·T, C), wte (V, C), "
-              "forward and backward (returns dh); FLOPs of the three matmuls (logits, dh, "
-              "dwte: 6·B·T·V·C), the softmax not counted", replace=True)
+        "forward and backward (returns dh); FLOPs of the three matmuls (logits, dh, "
+        "dwte: 6·B·T·V·C), the softmax not counted",
+        replace=True,
+    )

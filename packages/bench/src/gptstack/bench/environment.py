@@ -24,8 +24,13 @@ import torch
 
 # Environment variables that change what a benchmark measures; recorded when set.
 RECORDED_ENV = (
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_CACHE_DIR",
-    "TORCHINDUCTOR_COMPILE_THREADS", "PYTORCH_CUDA_ALLOC_CONF", "GPTSTACK_DATA_DIR",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TORCHINDUCTOR_COMPILE_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "GPTSTACK_DATA_DIR",
 )
 
 
@@ -40,8 +45,9 @@ def repo_root() -> Path | None:
 
 def _git(root: Path, *args: str) -> str | None:
     try:
-        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              timeout=10)
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
@@ -51,8 +57,11 @@ def git_state() -> dict[str, Any]:
     """{"commit", "dirty", "source"}: from GPTSTACK_GIT_COMMIT/_DIRTY, else git, else unknown."""
     env_commit = os.environ.get("GPTSTACK_GIT_COMMIT")
     if env_commit:
-        return {"commit": env_commit, "dirty": os.environ.get("GPTSTACK_GIT_DIRTY", "") == "1",
-                "source": "GPTSTACK_GIT_COMMIT"}
+        return {
+            "commit": env_commit,
+            "dirty": os.environ.get("GPTSTACK_GIT_DIRTY", "") == "1",
+            "source": "GPTSTACK_GIT_COMMIT",
+        }
     root = repo_root()
     commit = _git(root, "rev-parse", "HEAD") if root else None
     if commit is None:
@@ -86,8 +95,12 @@ def cpu_model() -> str:
 
 def _nvidia_driver() -> str | None:
     try:
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = proc.stdout.strip().splitlines()
@@ -148,8 +161,12 @@ def environment(device: torch.device, command: list[str] | None = None) -> dict[
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "numpy": _version("numpy"),
         "platform": platform.platform(),
-        "cpu": {"model": cpu_model(), "threads_available": threads_available(),
-                "torch_threads": torch.get_num_threads(), "load_average_1_5_15": load},
+        "cpu": {
+            "model": cpu_model(),
+            "threads_available": threads_available(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average_1_5_15": load,
+        },
         "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
     }
 

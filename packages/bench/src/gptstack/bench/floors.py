@@ -24,8 +24,13 @@ MATMUL_N = {"cuda": 8192, "cpu": 2048}
 SMOKE_COPY_BYTES, SMOKE_MATMUL_N = 1 << 22, 256
 
 
-def measure_floors(device: torch.device, settings: Settings, *, dtype: torch.dtype | None = None,
-                   smoke: bool = False) -> dict[str, Any]:
+def measure_floors(
+    device: torch.device,
+    settings: Settings,
+    *,
+    dtype: torch.dtype | None = None,
+    smoke: bool = False,
+) -> dict[str, Any]:
     """{"copy": {...}, "matmul": {...}} with raw samples and the derived rates."""
     kind = "cuda" if device.type == "cuda" else "cpu"
     nbytes = SMOKE_COPY_BYTES if smoke else COPY_BYTES[kind]
@@ -36,18 +41,34 @@ def measure_floors(device: torch.device, settings: Settings, *, dtype: torch.dty
     dst = torch.empty_like(src)
     a = torch.randn(n, n, generator=g, device=device, dtype=dtype)
     b = torch.randn(n, n, generator=g, device=device, dtype=dtype)
-    cmp = compare([Variant("copy", lambda _: dst.copy_(src), [None]),
-                   Variant("matmul", lambda _: a @ b, [None])], settings, device=device)
+    cmp = compare(
+        [
+            Variant("copy", lambda _: dst.copy_(src), [None]),
+            Variant("matmul", lambda _: a @ b, [None]),
+        ],
+        settings,
+        device=device,
+    )
     if cmp.failures:
         return {"error": cmp.failures}
     copy, mm = cmp.measurements["copy"], cmp.measurements["matmul"]
     moved = 2 * src.numel() * src.element_size()  # read src + write dst
     flops = 2 * n**3
     return {
-        "copy": {"bytes_moved": moved, "samples_s": copy.samples, "time_s": copy.stats,
-                 "bytes_per_s": moved / copy.stats["median"],
-                 "what": "dst.copy_(src) of one buffer; bytes = read + write"},
-        "matmul": {"n": n, "dtype": str(dtype).removeprefix("torch."), "flops": flops,
-                   "samples_s": mm.samples, "time_s": mm.stats,
-                   "flops_per_s": flops / mm.stats["median"], "what": f"({n}x{n}) @ ({n}x{n})"},
+        "copy": {
+            "bytes_moved": moved,
+            "samples_s": copy.samples,
+            "time_s": copy.stats,
+            "bytes_per_s": moved / copy.stats["median"],
+            "what": "dst.copy_(src) of one buffer; bytes = read + write",
+        },
+        "matmul": {
+            "n": n,
+            "dtype": str(dtype).removeprefix("torch."),
+            "flops": flops,
+            "samples_s": mm.samples,
+            "time_s": mm.stats,
+            "flops_per_s": flops / mm.stats["median"],
+            "what": f"({n}x{n}) @ ({n}x{n})",
+        },
     }

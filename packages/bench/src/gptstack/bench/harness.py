@@ -103,12 +103,24 @@ class Progress:
     elsewhere (logs, the GPU script); notes are printed above it and kept.
     """
 
-    def __init__(self, suite: str, *, enabled: bool = True, stream: TextIO | None = None,
-                 interval_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        suite: str,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        interval_s: float = 10.0,
+    ) -> None:
         self.suite, self.row_label = suite, ""
-        self.bar = tqdm(total=None, bar_format="{desc}{postfix}", file=stream or sys.stderr,
-                        disable=not enabled, mininterval=interval_s, dynamic_ncols=True,
-                        leave=False)
+        self.bar = tqdm(
+            total=None,
+            bar_format="{desc}{postfix}",
+            file=stream or sys.stderr,
+            disable=not enabled,
+            mininterval=interval_s,
+            dynamic_ncols=True,
+            leave=False,
+        )
 
     def row(self, label: str) -> None:
         self.row_label = label

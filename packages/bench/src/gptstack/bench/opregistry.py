@@ -85,13 +85,16 @@ def register_op(
     return op
 
 
-def add_candidate(op_name: str, name: str, fn: Callable[..., torch.Tensor], *,
-                  replace: bool = False) -> None:
+def add_candidate(
+    op_name: str, name: str, fn: Callable[..., torch.Tensor], *, replace: bool = False
+) -> None:
     """Add an implementation (e.g. a gptstack.cuda_ops kernel) to compare with the reference."""
     op = get_op(op_name)
     if name in ("eager", "torch.compile") or (name in op.candidates and not replace):
-        raise BenchError(f"op {op_name!r} already has an implementation named {name!r}; pick "
-                         f"another name or pass replace=True")
+        raise BenchError(
+            f"op {op_name!r} already has an implementation named {name!r}; pick "
+            f"another name or pass replace=True"
+        )
     op.candidates[name] = fn
 
 
@@ -117,8 +120,10 @@ def load_native_candidates() -> str:
     try:
         import gptstack.cuda_ops as cuda_ops
     except ImportError as e:
-        return (f"no native candidates: {e.name or 'gptstack.cuda_ops'} cannot be imported "
-                f"(gptstack.cuda_ops is not installed)")
+        return (
+            f"no native candidates: {e.name or 'gptstack.cuda_ops'} cannot be imported "
+            f"(gptstack.cuda_ops is not installed)"
+        )
     hook = getattr(cuda_ops, "bench_candidates", None)
     if hook is None:
         return "gptstack.cuda_ops has no bench_candidates(): no native candidates"

@@ -64,13 +64,19 @@ def _bars(ax, rows: list[dict], spec: dict[str, Any]) -> None:
         xs, ys = [], []
         for r in rows:
             if _series_name(r, spec["series"]) == s:
-                xs.append(labels.index(str(lookup(r, spec["label"]))) + (j - (len(series) - 1) / 2)
-                          * width)
+                xs.append(
+                    labels.index(str(lookup(r, spec["label"])))
+                    + (j - (len(series) - 1) / 2) * width
+                )
                 ys.append(lookup(r, spec["value"]))
         ax.bar(xs, ys, width=width, label=s)
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=15 if len(labels) > 3 else 0, ha="right"
-                       if len(labels) > 3 else "center", fontsize=8)
+    ax.set_xticklabels(
+        labels,
+        rotation=15 if len(labels) > 3 else 0,
+        ha="right" if len(labels) > 3 else "center",
+        fontsize=8,
+    )
     if spec.get("log"):
         ax.set_yscale("log")
     if spec["value"].startswith("ratios."):
@@ -82,7 +88,8 @@ def _lines(ax, rows: list[dict], spec: dict[str, Any]) -> None:
     by_series: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         by_series.setdefault(_series_name(r, spec["series"]), []).append(
-            (lookup(r, spec["x"]), lookup(r, spec["y"])))
+            (lookup(r, spec["x"]), lookup(r, spec["y"]))
+        )
     for name, pts in by_series.items():
         pts.sort()
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)

@@ -37,11 +37,16 @@ QUESTIONS = {
 
 # Other JSON files may share benchmarks/results/ (e.g. `gptstack train` run summaries, eval
 # results). They are listed; training-run summaries also get one table of their headline numbers.
-TRAINING_RUN_COLUMNS = [("run", "run", "text"), ("device", "device", "text"),
-                        ("parameters", "n_params", "int"), ("steps", "steps", "int"),
-                        ("tokens/s (median)", "tokens_per_s_median", "int"),
-                        ("MFU (median)", "mfu_median", "pct"), ("wall s", "wall_time_s", "num"),
-                        ("best val loss", "best_val_loss", "num")]
+TRAINING_RUN_COLUMNS = [
+    ("run", "run", "text"),
+    ("device", "device", "text"),
+    ("parameters", "n_params", "int"),
+    ("steps", "steps", "int"),
+    ("tokens/s (median)", "tokens_per_s_median", "int"),
+    ("MFU (median)", "mfu_median", "pct"),
+    ("wall s", "wall_time_s", "num"),
+    ("best val loss", "best_val_loss", "num"),
+]
 
 
 @dataclass
@@ -72,20 +77,41 @@ def _other_files(others: list[tuple[Path, dict | None]], readme_dir: Path) -> li
         if data is None:
             what = "not JSON"
         else:
-            what = str(data.get("kind") or data.get("command") or data.get("note")
-                       or "JSON with keys " + ", ".join(list(data)[:5]))
+            what = str(
+                data.get("kind")
+                or data.get("command")
+                or data.get("note")
+                or "JSON with keys " + ", ".join(list(data)[:5])
+            )
         rows.append([f"[`{path.name}`]({_rel(path, readme_dir)})", what[:120]])
-    out = ["## Other files in the results folder", "",
-           "Not written by `gptstack bench`: listed here; training-run summaries also in the "
-           "table below.", "", *_md_table(["file", "kind / command"], rows), ""]
+    out = [
+        "## Other files in the results folder",
+        "",
+        "Not written by `gptstack bench`: listed here; training-run summaries also in the "
+        "table below.",
+        "",
+        *_md_table(["file", "kind / command"], rows),
+        "",
+    ]
     runs = [(p, d) for p, d in others if d is not None and d.get("kind") == "training-run"]
     if runs:
-        out += ["### Training runs (`gptstack train` summaries)", "",
-                *_md_table(["file", *(h for h, _, _ in TRAINING_RUN_COLUMNS)],
-                           [[f"`{p.name}`", *(format_value(d.get(k), f)
-                                              for _, k, f in TRAINING_RUN_COLUMNS)]
-                            for p, d in runs]),
-                "", "Sources: the file named in each row (its top-level keys).", ""]
+        out += [
+            "### Training runs (`gptstack train` summaries)",
+            "",
+            *_md_table(
+                ["file", *(h for h, _, _ in TRAINING_RUN_COLUMNS)],
+                [
+                    [
+                        f"`{p.name}`",
+                        *(format_value(d.get(k), f) for _, k, f in TRAINING_RUN_COLUMNS),
+                    ]
+                    for p, d in runs
+                ],
+            ),
+            "",
+            "Sources: the file named in each row (its top-level keys).",
+            "",
+        ]
     return out
 
 
@@ -94,8 +120,10 @@ def _cell(text: str) -> str:
 
 
 def _md_table(headers: list[str], rows: Iterable[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(_cell(h) for h in headers) + " |",
-             "|" + "|".join("---" for _ in headers) + "|"]
+    lines = [
+        "| " + " | ".join(_cell(h) for h in headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
 
@@ -114,9 +142,14 @@ def _env_line(env: dict[str, Any]) -> str:
     parts = [f"**{dev['name']}**"]
     if dev.get("type") == "cuda":
         parts.append(f"driver {dev.get('driver') or '?'}, CUDA {env.get('cuda')}")
-    parts += [f"torch {env['torch']}", f"Python {env['python']}",
-              f"CPU {env['cpu']['model']} ({env['cpu']['threads_available']} threads, torch uses "
-              f"{env['cpu']['torch_threads']})", f"commit {commit}", env["date"]]
+    parts += [
+        f"torch {env['torch']}",
+        f"Python {env['python']}",
+        f"CPU {env['cpu']['model']} ({env['cpu']['threads_available']} threads, torch uses "
+        f"{env['cpu']['torch_threads']})",
+        f"commit {commit}",
+        env["date"],
+    ]
     return " · ".join(parts)
 
 
@@ -124,12 +157,28 @@ def _floors(floors: dict[str, Any] | None) -> list[str]:
     if not floors or "copy" not in floors:
         return []
     c, m = floors["copy"], floors["matmul"]
-    return ["Floors measured in this run:", "",
-            *_md_table(["floor", "rate", "time ms (median, min–max)", "what"], [
-                ["copy bandwidth", format_value(c["bytes_per_s"], "gbs") + " GB/s",
-                 format_value(c["time_s"], "time_ms"), c["what"]],
-                ["matmul rate", format_value(m["flops_per_s"], "tflops") + " TFLOP/s",
-                 format_value(m["time_s"], "time_ms"), f"{m['what']} {m['dtype']}"]]), ""]
+    return [
+        "Floors measured in this run:",
+        "",
+        *_md_table(
+            ["floor", "rate", "time ms (median, min–max)", "what"],
+            [
+                [
+                    "copy bandwidth",
+                    format_value(c["bytes_per_s"], "gbs") + " GB/s",
+                    format_value(c["time_s"], "time_ms"),
+                    c["what"],
+                ],
+                [
+                    "matmul rate",
+                    format_value(m["flops_per_s"], "tflops") + " TFLOP/s",
+                    format_value(m["time_s"], "time_ms"),
+                    f"{m['what']} {m['dtype']}",
+                ],
+            ],
+        ),
+        "",
+    ]
 
 
 def _summary(summary: dict[str, Any]) -> list[str]:
@@ -145,20 +194,35 @@ def _summary(summary: dict[str, Any]) -> list[str]:
             return str(v)
         return num(v)
 
-    return ["Summary (the `summary` of the JSON):", "",
-            *_md_table(["", *keys], [[name, *(show(v.get(k)) for k in keys)]
-                                     for name, v in summary.items()]), ""]
+    return [
+        "Summary (the `summary` of the JSON):",
+        "",
+        *_md_table(
+            ["", *keys], [[name, *(show(v.get(k)) for k in keys)] for name, v in summary.items()]
+        ),
+        "",
+    ]
 
 
-def _file_section(path: Path, data: dict[str, Any], readme_dir: Path, plots_dir: Path,
-                  report: Report) -> list[str]:
+def _file_section(
+    path: Path, data: dict[str, Any], readme_dir: Path, plots_dir: Path, report: Report
+) -> list[str]:
     env = data["env"]
     src = _rel(path, readme_dir)
-    out = [f"### {env['device']['name']}, {env['date'][:10]} — [`{path.name}`]({src})", "",
-           _env_line(env), "", f"Produced by: `{env['command']}`", ""]
+    out = [
+        f"### {env['device']['name']}, {env['date'][:10]} — [`{path.name}`]({src})",
+        "",
+        _env_line(env),
+        "",
+        f"Produced by: `{env['command']}`",
+        "",
+    ]
     if not data["complete"]:
-        out += ["**Incomplete run**: the suite stopped before its end; the rows below are those "
-                "it finished.", ""]
+        out += [
+            "**Incomplete run**: the suite stopped before its end; the rows below are those "
+            "it finished.",
+            "",
+        ]
     for n in data["notes"]:
         out += [f"- {n}"]
     if data["notes"]:
@@ -195,34 +259,57 @@ def _neg(date: str) -> tuple:
     return tuple(-ord(ch) for ch in date)  # newest first
 
 
-def build_report(results_dir: str | os.PathLike, readme: str | os.PathLike,
-                 plots_dir: str | os.PathLike) -> Report:
+def build_report(
+    results_dir: str | os.PathLike, readme: str | os.PathLike, plots_dir: str | os.PathLike
+) -> Report:
     """Regenerate the markdown and every plot from all *.json in results_dir."""
     results_dir, readme, plots_dir = Path(results_dir), Path(readme), Path(plots_dir)
     if not results_dir.is_dir():
-        raise BenchError(f"results folder {results_dir} does not exist: run a suite first, e.g. "
-                         f"`gptstack bench tokenizer`")
+        raise BenchError(
+            f"results folder {results_dir} does not exist: run a suite first, e.g. "
+            f"`gptstack bench tokenizer`"
+        )
     files = sorted(results_dir.glob("*.json"))
     read = [(p, *_read_any(p)) for p in files]
     loaded = sorted(((p, d) for p, kind, d in read if kind == "bench"), key=_sort_key)
     others = [(p, d) for p, kind, d in read if kind != "bench"]
     report = Report(readme, results=[p for p, _ in loaded], others=[p for p, _ in others])
     readme_dir = readme.parent.resolve()
-    lines = ["# gptstack benchmarks", "",
-             f"Generated by `{REPORT_COMMAND}` from every JSON file in "
-             f"`{_rel(results_dir.resolve(), readme_dir)}/`; do not edit it by hand, re-run the "
-             f"command. How the numbers are taken: `packages/bench/README.md` and the rules in "
-             f"MEASURING.md (warm-up, alternated A/B rounds, medians, ratios of pairs). "
-             f"Ratios are speedups: > 1 means faster than the row named in the header.", ""]
-    index = [[f"[`{p.name}`]({_rel(p, readme_dir)})", d["suite"], d["env"]["device"]["name"],
-              d["env"]["date"], _commit(d["env"]["git"]),
-              "yes" if d["complete"] else "no", f"`{d['env']['command']}`"] for p, d in loaded]
-    lines += ["## Result files", "",
-              *_md_table(["file", "suite", "device", "date (UTC)", "commit", "complete",
-                          "command"], index), ""]
+    lines = [
+        "# gptstack benchmarks",
+        "",
+        f"Generated by `{REPORT_COMMAND}` from every JSON file in "
+        f"`{_rel(results_dir.resolve(), readme_dir)}/`; do not edit it by hand, re-run the "
+        f"command. How the numbers are taken: `packages/bench/README.md` and the rules in "
+        f"MEASURING.md (warm-up, alternated A/B rounds, medians, ratios of pairs). "
+        f"Ratios are speedups: > 1 means faster than the row named in the header.",
+        "",
+    ]
+    index = [
+        [
+            f"[`{p.name}`]({_rel(p, readme_dir)})",
+            d["suite"],
+            d["env"]["device"]["name"],
+            d["env"]["date"],
+            _commit(d["env"]["git"]),
+            "yes" if d["complete"] else "no",
+            f"`{d['env']['command']}`",
+        ]
+        for p, d in loaded
+    ]
+    lines += [
+        "## Result files",
+        "",
+        *_md_table(
+            ["file", "suite", "device", "date (UTC)", "commit", "complete", "command"], index
+        ),
+        "",
+    ]
     if not loaded:
-        lines += ["No `gptstack bench` results yet: run a suite, e.g. `gptstack bench tokenizer`.",
-                  ""]
+        lines += [
+            "No `gptstack bench` results yet: run a suite, e.g. `gptstack bench tokenizer`.",
+            "",
+        ]
     plots_dir.mkdir(parents=True, exist_ok=True)
     lines += _other_files(others, readme_dir)
     for suite in SUITES:
@@ -279,13 +366,19 @@ def text_summary(results: Iterable[dict[str, Any]], *, short: bool = False) -> s
             group = r["group"]
             if "prompt_len" in r["params"] and r["section"] != "decode":  # generate's sweeps
                 group += f" P={r['params']['prompt_len']} N={r['params']['new_tokens']}"
-            lines.append(f"{data['suite']:<10} {group[:34]:<34} {r['name'][:38]:<38} "
-                         f"{med:>12}  {tail}")
+            lines.append(
+                f"{data['suite']:<10} {group[:34]:<34} {r['name'][:38]:<38} {med:>12}  {tail}"
+            )
         if bad:
-            kinds = ", ".join(f"{sum(r['status'] == k for r in bad)} {k}"
-                              for k in ("skipped", "error") if any(r["status"] == k for r in bad))
-            lines.append(f"{data['suite']:<10} ({kinds}: see the JSON notes)"
-                         + ("" if data["complete"] else "  INCOMPLETE RUN"))
+            kinds = ", ".join(
+                f"{sum(r['status'] == k for r in bad)} {k}"
+                for k in ("skipped", "error")
+                if any(r["status"] == k for r in bad)
+            )
+            lines.append(
+                f"{data['suite']:<10} ({kinds}: see the JSON notes)"
+                + ("" if data["complete"] else "  INCOMPLETE RUN")
+            )
         elif not data["complete"]:
             lines.append(f"{data['suite']:<10} INCOMPLETE RUN")
     return "\n".join(lines)

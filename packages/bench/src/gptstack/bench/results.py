@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from gptstack.tokenizer import write_atomic
 
 from .environment import device_slug
@@ -98,8 +99,9 @@ def ratio_entry(comparison: Comparison, baseline: str, candidate: str) -> dict[s
     return {"vs": baseline, **summarize(comparison.speedups(baseline, candidate))}
 
 
-def ratio_entries(comparison: Comparison, candidate: str,
-                  baselines: Mapping[str, str | None]) -> dict[str, dict[str, Any]]:
+def ratio_entries(
+    comparison: Comparison, candidate: str, baselines: Mapping[str, str | None]
+) -> dict[str, dict[str, Any]]:
     """A row's `ratios`: {key: ratio_entry(baseline, candidate)} for each key -> baseline name,
     leaving out a baseline that is None, the candidate itself, or did not run."""
     out = {}
@@ -112,8 +114,9 @@ def ratio_entries(comparison: Comparison, candidate: str,
     return out
 
 
-def result_path(out_dir: str | os.PathLike, suite: str, device: torch.device,
-                tag: str = "") -> Path:
+def result_path(
+    out_dir: str | os.PathLike, suite: str, device: torch.device, tag: str = ""
+) -> Path:
     """<out_dir>/<suite>-<device>[-<tag>]-<UTC date-time>.json"""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     parts = [suite, device_slug(device), *([tag] if tag else []), stamp]
@@ -130,15 +133,31 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
 class Result:
     """A suite run being recorded (see the module doc)."""
 
-    def __init__(self, suite: str, *, params: dict[str, Any], settings: dict[str, Any],
-                 env: dict[str, Any], path: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self,
+        suite: str,
+        *,
+        params: dict[str, Any],
+        settings: dict[str, Any],
+        env: dict[str, Any],
+        path: str | os.PathLike | None = None,
+    ) -> None:
         if suite not in SUITES:
             raise BenchError(f"suite {suite!r} is unknown: one of {', '.join(SUITES)}")
         self.path = Path(path) if path is not None else None
         self.data: dict[str, Any] = {
-            "schema": SCHEMA, "suite": suite, "complete": False, "env": env, "params": params,
-            "settings": settings, "floors": None, "notes": [], "summary": {}, "rows": [],
-            "tables": [], "plots": [],
+            "schema": SCHEMA,
+            "suite": suite,
+            "complete": False,
+            "env": env,
+            "params": params,
+            "settings": settings,
+            "floors": None,
+            "notes": [],
+            "summary": {},
+            "rows": [],
+            "tables": [],
+            "plots": [],
         }
 
     @property
@@ -154,8 +173,14 @@ class Result:
         self.save()
 
     def table(self, title: str, section: str, columns: Sequence[Column], about: str = "") -> None:
-        self.data["tables"].append({"title": title, "section": section, "about": about,
-                                    "columns": [asdict(c) for c in columns]})
+        self.data["tables"].append(
+            {
+                "title": title,
+                "section": section,
+                "about": about,
+                "columns": [asdict(c) for c in columns],
+            }
+        )
 
     def plot(self, kind: str, section: str, title: str, **spec: Any) -> None:
         """kind "bars": value, label (x tick), series; kind "lines": x, y, series; plus log."""
@@ -168,7 +193,8 @@ class Result:
     def finish(self) -> dict[str, Any]:
         self.data["complete"] = True
         self.data["env"]["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds")
+            timespec="seconds"
+        )
         try:  # other load on the machine during the run shows here (and in the spreads)
             self.data["env"]["load_average_at_finish"] = list(os.getloadavg())
         except OSError:
@@ -176,7 +202,8 @@ class Result:
         problems = validate_result(self.data)
         if problems:
             raise BenchError(
-                f"result of suite {self.data['suite']} fails its schema: {problems[0]}")
+                f"result of suite {self.data['suite']} fails its schema: {problems[0]}"
+            )
         self.save()
         return self.data
 
@@ -193,15 +220,28 @@ def lookup(row: dict[str, Any], key: str) -> Any:
 
 def _finite_positive(xs: Any) -> bool:
     return isinstance(xs, list) and all(
-        isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in xs)
+        isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in xs
+    )
 
 
 def _check_row(i: int, row: Any) -> list[str]:
     where = f"rows[{i}]"
     if not isinstance(row, dict):
         return [f"{where} is not an object"]
-    keys = ("section", "group", "name", "status", "note", "params", "timing", "samples_s",
-            "time_s", "metrics", "ratios", "check")
+    keys = (
+        "section",
+        "group",
+        "name",
+        "status",
+        "note",
+        "params",
+        "timing",
+        "samples_s",
+        "time_s",
+        "metrics",
+        "ratios",
+        "check",
+    )
     missing = [k for k in keys if k not in row]
     if missing:
         return [f"{where} lacks {missing}"]
@@ -233,8 +273,20 @@ def validate_result(data: Any) -> list[str]:
     """Every way `data` breaks the result schema (empty when it is valid)."""
     if not isinstance(data, dict):
         return ["a result is a JSON object"]
-    top = ("schema", "suite", "complete", "env", "params", "settings", "floors", "notes",
-           "summary", "rows", "tables", "plots")
+    top = (
+        "schema",
+        "suite",
+        "complete",
+        "env",
+        "params",
+        "settings",
+        "floors",
+        "notes",
+        "summary",
+        "rows",
+        "tables",
+        "plots",
+    )
     missing = [k for k in top if k not in data]
     if missing:
         return [f"missing top-level keys {missing}"]
@@ -252,8 +304,10 @@ def validate_result(data: Any) -> list[str]:
     for t in data["tables"]:
         for c in t.get("columns", []):
             if c.get("fmt") not in FORMATTERS:
-                out.append(f"table {t.get('title')!r} column {c.get('header')!r}: "
-                           f"unknown formatter {c.get('fmt')!r}")
+                out.append(
+                    f"table {t.get('title')!r} column {c.get('header')!r}: "
+                    f"unknown formatter {c.get('fmt')!r}"
+                )
     for p in data["plots"]:
         if p.get("kind") not in PLOT_KINDS:
             out.append(f"plot {p.get('title')!r}: kind {p.get('kind')!r} not in {PLOT_KINDS}")
@@ -267,7 +321,8 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise BenchError(
-            f"result file {path} cannot be read as JSON ({e}): re-run its suite") from None
+            f"result file {path} cannot be read as JSON ({e}): re-run its suite"
+        ) from None
     return checked_result(data, path)
 
 
@@ -276,6 +331,8 @@ def checked_result(data: Any, path: str | os.PathLike) -> dict[str, Any]:
     BenchError naming the file and the first problem."""
     problems = validate_result(data)
     if problems:
-        raise BenchError(f"result file {path} fails the schema: {problems[0]} "
-                         f"({len(problems)} problem(s)); re-run its suite")
+        raise BenchError(
+            f"result file {path} fails the schema: {problems[0]} "
+            f"({len(problems)} problem(s)); re-run its suite"
+        )
     return data

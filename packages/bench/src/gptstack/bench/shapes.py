@@ -16,13 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from gptstack.model import GPT, GPTConfig
 
 from .errors import BenchError
 
 # CI size (--smoke): big enough to have several heads and layers, small enough for seconds.
-SMOKE_LIMITS = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 2,
-                "vocab_size": 96}
+SMOKE_LIMITS = {
+    "n_layer": 2,
+    "n_head": 2,
+    "n_embd": 32,
+    "block_size": 32,
+    "batch_size": 2,
+    "vocab_size": 96,
+}
 
 
 @dataclass(frozen=True)
@@ -40,24 +47,44 @@ class ModelShape:
     bias: bool = True
 
     def __post_init__(self) -> None:
-        sizes = (self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd,
-                 self.batch_size)
+        sizes = (
+            self.vocab_size,
+            self.block_size,
+            self.n_layer,
+            self.n_head,
+            self.n_embd,
+            self.batch_size,
+        )
         if min(sizes) < 1 or self.n_embd % self.n_head:
             raise BenchError(
-                f"model shape {self}: sizes must be >= 1 and n_embd divisible by n_head")
+                f"model shape {self}: sizes must be >= 1 and n_embd divisible by n_head"
+            )
 
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
 
     def config(self, attention: str = "sdpa", *, dropout: float | None = None) -> GPTConfig:
-        return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size,
-                         n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
-                         dropout=self.dropout if dropout is None else dropout, bias=self.bias,
-                         attention=attention)
+        return GPTConfig(
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            dropout=self.dropout if dropout is None else dropout,
+            bias=self.bias,
+            attention=attention,
+        )
 
-    def build(self, device: torch.device, *, dtype: torch.dtype = torch.float32, seed: int = 0,
-              attention: str = "sdpa", dropout: float | None = None) -> GPT:
+    def build(
+        self,
+        device: torch.device,
+        *,
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        attention: str = "sdpa",
+        dropout: float | None = None,
+    ) -> GPT:
         """A GPT of this shape with GPT-2 initialization from `seed` (random weights)."""
         torch.manual_seed(seed)
         model = GPT(self.config(attention, dropout=dropout))
@@ -74,8 +101,9 @@ class ModelShape:
         return dataclasses.asdict(self)
 
 
-def random_tokens(shape: tuple[int, ...], vocab_size: int, device: torch.device,
-                  generator: torch.Generator) -> torch.Tensor:
+def random_tokens(
+    shape: tuple[int, ...], vocab_size: int, device: torch.device, generator: torch.Generator
+) -> torch.Tensor:
     """Uniform random token ids (never zeros: MEASURING.md rule 3), int64 on device."""
     return torch.randint(0, vocab_size, shape, generator=generator).to(device)
 

@@ -59,7 +59,8 @@ class Clock:
             raise BenchError("a variant needs at least one input set")
         if inner < 1 or (inner != 1 and timing != "cuda_graph"):
             raise BenchError(
-                f"inner={inner}: more than one call per sample needs cuda_graph timing")
+                f"inner={inner}: more than one call per sample needs cuda_graph timing"
+            )
         self.fn, self.inputs, self.timing = fn, inputs, timing
         self.device, self.inner = device, inner
         self._graphs: list[torch.cuda.CUDAGraph] = []

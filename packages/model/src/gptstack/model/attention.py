@@ -118,9 +118,7 @@ _BACKENDS: dict[str, AttentionBackend] = {
 }
 
 
-def register_attention_backend(
-    name: str, fn: AttentionBackend, *, replace: bool = False
-) -> None:
+def register_attention_backend(name: str, fn: AttentionBackend, *, replace: bool = False) -> None:
     """Make `fn` selectable as `GPTConfig(attention=name)`.
 
     Raises ModelError if `name` is taken (pass replace=True to override on purpose).

@@ -58,8 +58,10 @@ class GPTConfig:
                 f"GPTConfig.n_embd is {self.n_embd}, not divisible by n_head={self.n_head}: "
                 f"each head needs n_embd / n_head dimensions; choose n_embd a multiple of n_head"
             )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
-            0.0 <= self.dropout < 1.0
+        if (
+            isinstance(self.dropout, bool)
+            or not isinstance(self.dropout, (int, float))
+            or not (0.0 <= self.dropout < 1.0)
         ):
             raise ModelConfigError(
                 f"GPTConfig.dropout is {self.dropout!r}: it must be a number in [0, 1); "
@@ -67,9 +69,7 @@ class GPTConfig:
             )
         self.dropout = float(self.dropout)
         if not isinstance(self.bias, bool):
-            raise ModelConfigError(
-                f"GPTConfig.bias is {self.bias!r}: it must be true or false"
-            )
+            raise ModelConfigError(f"GPTConfig.bias is {self.bias!r}: it must be true or false")
         from .attention import attention_backends  # torch: only when a config is checked
 
         known = attention_backends()
@@ -100,9 +100,7 @@ class GPTConfig:
     def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
         """Build a config from `to_dict()` output; unknown/missing keys raise ModelConfigError."""
         if not isinstance(d, dict):
-            raise ModelConfigError(
-                f"model config must be a dict of fields, got {type(d).__name__}"
-            )
+            raise ModelConfigError(f"model config must be a dict of fields, got {type(d).__name__}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - set(fields))
         if unknown:
@@ -110,14 +108,11 @@ class GPTConfig:
                 f"model config has unknown key(s) {unknown}; valid keys are {list(fields)}"
             )
         required = [
-            name
-            for name, f in fields.items()
-            if f.default is dataclasses.MISSING and name not in d
+            name for name, f in fields.items() if f.default is dataclasses.MISSING and name not in d
         ]
         if required:
             raise ModelConfigError(
-                f"model config is missing required key(s) {required}; "
-                f"valid keys are {list(fields)}"
+                f"model config is missing required key(s) {required}; valid keys are {list(fields)}"
             )
         return cls(**d)
 

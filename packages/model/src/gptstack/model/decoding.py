@@ -98,8 +98,13 @@ class StaticCacheDecoder:
         self.cuda_graph = cuda_graph
         self.batch_size = batch_size
         self.cache = StaticKVCache(
-            cfg.n_layer, batch_size, cfg.n_head, cfg.block_size, cfg.head_size,
-            device=weight.device, dtype=weight.dtype,
+            cfg.n_layer,
+            batch_size,
+            cfg.n_head,
+            cfg.block_size,
+            cfg.head_size,
+            device=weight.device,
+            dtype=weight.dtype,
         )
         # Static inputs of the decode step: overwritten in place before each call / replay.
         self._token = torch.zeros(batch_size, 1, dtype=torch.long, device=weight.device)
@@ -204,8 +209,10 @@ def stream(
     if window not in WINDOWS:
         raise ModelError(f"window {window!r} is unknown; choose one of {list(WINDOWS)}")
     if vocab_limit is not None and not 1 <= vocab_limit <= module.config.vocab_size:
-        raise ModelError(f"vocab_limit is {vocab_limit!r}: it must be in 1 .. "
-                         f"{module.config.vocab_size} (the model's vocab_size)")
+        raise ModelError(
+            f"vocab_limit is {vocab_limit!r}: it must be in 1 .. "
+            f"{module.config.vocab_size} (the model's vocab_size)"
+        )
     if decoder is None:
         if mode == "kv":
             decoder = KVCacheDecoder(module)
@@ -226,9 +233,16 @@ def stream(
             "build it with StaticCacheDecoder(model, batch_size, cuda_graph=True)"
         )
     if mode == "graph":
-        chunks = decoder.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k,
-                                  top_p=top_p, seed=seed, window=window,
-                                  vocab_limit=vocab_limit)
+        chunks = decoder.generate(
+            idx,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            window=window,
+            vocab_limit=vocab_limit,
+        )
         return (col.to(idx.device) for chunk in chunks for col in chunk.unbind(1))
     generator = make_generator(seed, idx.device)
 
@@ -257,8 +271,7 @@ def _run(
         if decoder is None:
             yield from _stream_naive(module, idx, max_new_tokens, pick, window)
         else:
-            yield from _stream_cached(decoder, module.block_size, idx, max_new_tokens, pick,
-                                      window)
+            yield from _stream_cached(decoder, module.block_size, idx, max_new_tokens, pick, window)
     finally:
         module.train(was_training)
 
@@ -267,17 +280,20 @@ def _next_window(window: Tensor, token: Tensor, block_size: int, policy: str) ->
     """The window (B, <= T) after feeding token (B,): slide keeps the last T ids; halve, when the
     window is full, keeps its last T/2 and appends (FORMAT.md section 8)."""
     if policy == "halve" and window.size(1) == block_size:
-        window = window[:, -(block_size // 2):]
+        window = window[:, -(block_size // 2) :]
     return torch.cat([window, token[:, None]], dim=1)[:, -block_size:]
 
 
 def _stream_naive(
-    model: nn.Module, idx: Tensor, max_new_tokens: int, pick: Callable[[Tensor], Tensor],
+    model: nn.Module,
+    idx: Tensor,
+    max_new_tokens: int,
+    pick: Callable[[Tensor], Tensor],
     policy: str,
 ) -> Iterator[Tensor]:
     """The reference: run the whole window for every new token."""
     T = model.block_size
-    window = idx[:, -window_length(idx.size(1), T, policy):]  # (B, <= block_size)
+    window = idx[:, -window_length(idx.size(1), T, policy) :]  # (B, <= block_size)
     for _ in range(max_new_tokens):
         logits, _ = model(window, last_only=True)  # (B, 1, V)
         token = pick(logits[:, -1])  # (B,)
@@ -295,7 +311,7 @@ def _stream_cached(
 ) -> Iterator[Tensor]:
     """Prefill once, then decode one token per step while the window has room; once it is
     full, re-prefill the window as the policy moves it (see the module docstring)."""
-    window = idx[:, -window_length(idx.size(1), block_size, policy):]  # (B, <= block_size)
+    window = idx[:, -window_length(idx.size(1), block_size, policy) :]  # (B, <= block_size)
     if max_new_tokens == 0:
         return
     logits = decoder.prefill(window)  # (B, V)

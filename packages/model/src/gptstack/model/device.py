@@ -19,7 +19,7 @@ DEVICE_CHOICES = ("auto", "cuda", "cpu")
 
 
 def resolve_device(name: str | torch.device, setting: str = "--device") -> torch.device:
-    """"auto" (the current CUDA GPU if one is visible, else the CPU), "cuda" or "cpu".
+    """ "auto" (the current CUDA GPU if one is visible, else the CPU), "cuda" or "cpu".
 
     `setting` names the option in the error message (e.g. "train.device =").
     Raises ModelError for an unknown name or "cuda" without a visible GPU.

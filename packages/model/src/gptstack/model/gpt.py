@@ -281,5 +281,12 @@ class GPT(nn.Module):
         """AdamW: decay on Linear weights only (not biases, LayerNorms, wte/lm_head, wpe);
         fused when device_type == "cuda" (or as `fused` says); capturable for CUDA graphs.
         See optimizer.py."""
-        return configure_adamw(self, weight_decay, learning_rate, betas, device_type,
-                               capturable=capturable, fused=fused)
+        return configure_adamw(
+            self,
+            weight_decay,
+            learning_rate,
+            betas,
+            device_type,
+            capturable=capturable,
+            fused=fused,
+        )

@@ -71,8 +71,15 @@ class GraphDecoder:
 
     mode = "graph"
 
-    def __init__(self, model: nn.Module, batch_size: int, *, chunk: int = DEFAULT_CHUNK,
-                 cuda_graph: bool | None = None, compile: bool = False) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        batch_size: int,
+        *,
+        chunk: int = DEFAULT_CHUNK,
+        cuda_graph: bool | None = None,
+        compile: bool = False,
+    ) -> None:
         from .gpt import GPT
 
         module = unwrap(model)
@@ -90,8 +97,15 @@ class GraphDecoder:
         self.model, self.device = module, device
         self.batch_size, self.chunk, self.cuda_graph = batch_size, chunk, cuda_graph
         self.block_size = cfg.block_size
-        self.cache = StaticKVCache(cfg.n_layer, batch_size, cfg.n_head, cfg.block_size,
-                                   cfg.head_size, device=device, dtype=weight.dtype)
+        self.cache = StaticKVCache(
+            cfg.n_layer,
+            batch_size,
+            cfg.n_head,
+            cfg.block_size,
+            cfg.head_size,
+            device=device,
+            dtype=weight.dtype,
+        )
         # The decoder's state lives on the device, so captured steps read and advance it:
         self.window = torch.zeros(batch_size, cfg.block_size, dtype=torch.long, device=device)
         self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=device)  # to feed next
@@ -133,7 +147,7 @@ class GraphDecoder:
         """The window is full: keep its last T/2 ids, re-run them with the fed id at positions
         0 .. T/2 (the C engine's rule), one new token into out[:, 0]."""
         T, keep = self.block_size, self.block_size // 2
-        ids = torch.cat([self.window[:, T - keep:], self.token], dim=1)  # (B, keep + 1)
+        ids = torch.cat([self.window[:, T - keep :], self.token], dim=1)  # (B, keep + 1)
         logits, _ = self.model(ids, last_only=True, kv_cache=self.cache, pos=0)
         new = pick(logits[:, -1])
         self.out[:, 0] = new
@@ -165,8 +179,12 @@ class GraphDecoder:
         """Capture one step function. Its warm-up calls must not disturb a generation under way:
         the state is saved first and restored after, and decode warm-ups start at position 0 so
         they never run past the cache."""
-        saved = (self.window.clone(), self.token.clone(), self.pos.clone(),
-                 self.generator.get_state())
+        saved = (
+            self.window.clone(),
+            self.token.clone(),
+            self.pos.clone(),
+            self.generator.get_state(),
+        )
 
         def warm() -> None:
             if kind == "decode":
@@ -186,9 +204,18 @@ class GraphDecoder:
 
     # --- generation --------------------------------------------------------------------------
 
-    def generate(self, idx: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                 window: str = "slide", vocab_limit: int | None = None) -> Iterator[Tensor]:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        window: str = "slide",
+        vocab_limit: int | None = None,
+    ) -> Iterator[Tensor]:
         """Yield the new tokens in chunks: (B, k) int64 CPU tensors, max_new_tokens in all.
 
         idx: (B, T) int64 prompt on the model's device (any T >= 1: the window slides).
@@ -199,24 +226,39 @@ class GraphDecoder:
         if window not in WINDOWS:
             raise ModelError(f"window {window!r} is unknown; choose one of {list(WINDOWS)}")
         if idx.dim() != 2 or idx.size(0) != self.batch_size or idx.size(1) < 1:
-            raise ModelError(f"prompt must be ({self.batch_size}, T >= 1) token ids for this "
-                             f"decoder, got shape {tuple(idx.shape)}")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-                or max_new_tokens < 0:
+            raise ModelError(
+                f"prompt must be ({self.batch_size}, T >= 1) token ids for this "
+                f"decoder, got shape {tuple(idx.shape)}"
+            )
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 0
+        ):
             raise ModelError(f"max_new_tokens is {max_new_tokens!r}: it must be an integer >= 0")
-        return self._generate(idx, max_new_tokens, temperature, top_k, top_p, seed, window,
-                              vocab_limit)
+        return self._generate(
+            idx, max_new_tokens, temperature, top_k, top_p, seed, window, vocab_limit
+        )
 
     @torch.no_grad()  # on a generator function, torch applies no_grad around each resume
-    def _generate(self, idx: Tensor, n: int, temperature: float, top_k: int | None,
-                  top_p: float | None, seed: int | None, window: str,
-                  vocab_limit: int | None) -> Iterator[Tensor]:
+    def _generate(
+        self,
+        idx: Tensor,
+        n: int,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+        window: str,
+        vocab_limit: int | None,
+    ) -> Iterator[Tensor]:
         was_training = self.model.training
         self.model.eval()
         try:
             if n > 0:
-                yield from self._chunks(idx, n, temperature, top_k, top_p, seed, window,
-                                        vocab_limit)
+                yield from self._chunks(
+                    idx, n, temperature, top_k, top_p, seed, window, vocab_limit
+                )
         finally:
             self.model.train(was_training)
 
@@ -226,8 +268,9 @@ class GraphDecoder:
         def pick(logits: Tensor) -> Tensor:
             if vocab_limit is not None:
                 logits = logits[:, :vocab_limit]
-            return sample(logits, temperature=temperature, top_k=top_k, top_p=top_p,
-                          generator=self.generator)
+            return sample(
+                logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=self.generator
+            )
 
         T = self.block_size
         L = window_length(idx.size(1), T, window)
@@ -288,10 +331,11 @@ class GraphDecoder:
             for s in self._sizes():
                 if s <= T and ("decode", s, *key) not in self._graphs:
                     self._graphs[("decode", s, *key)] = self._capture(
-                        "decode", self._step("decode", s, pick))
+                        "decode", self._step("decode", s, pick)
+                    )
         if n > 1 and prompt_len + n > T:
             kind = "halve" if window == "halve" else "slide"
-            for s in ([1] if kind == "halve" else self._sizes()):
+            for s in [1] if kind == "halve" else self._sizes():
                 if (kind, s, *key) not in self._graphs:
                     self._graphs[(kind, s, *key)] = self._capture(kind, self._step(kind, s, pick))
 

@@ -38,7 +38,10 @@ def run_on_side_stream(fn: Callable[[], R], device: torch.device, calls: int = 1
 
 
 def capture(
-    fn: Callable[[], R], device: torch.device, *, warmup: int = WARMUP_CALLS,
+    fn: Callable[[], R],
+    device: torch.device,
+    *,
+    warmup: int = WARMUP_CALLS,
     generators: Sequence[torch.Generator] = (),
 ) -> tuple[torch.cuda.CUDAGraph, R]:
     """Warm fn up `warmup` times on a side stream, then capture one call into a CUDA graph.

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from gptstack.tokenizer import atomic_path
 from safetensors.torch import save_file
 from torch import nn
+
+from gptstack.tokenizer import atomic_path
 
 from .errors import ModelError
 

@@ -20,12 +20,12 @@ from .errors import ModelError
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Raise ModelError for an out-of-range sampling setting."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-        temperature >= 0.0
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not (temperature >= 0.0)
     ):
-        raise ModelError(
-            f"temperature is {temperature!r}: it must be a number >= 0 (0 = greedy)"
-        )
+        raise ModelError(f"temperature is {temperature!r}: it must be a number >= 0 (0 = greedy)")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ModelError(f"top_k is {top_k!r}: it must be an integer >= 1, or None for no limit")
     if top_p is not None and (

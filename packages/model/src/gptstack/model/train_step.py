@@ -4,6 +4,10 @@
                      grad_clip=1.0, cuda_graph=True)
     loss = step.step(batches, lr)      # batches: grad_accum (x, y) pairs of (B, T) int64
 
+Data parallel (DDP, FSDP2): pass the wrapped model as `fwd` and its gradient-sync switch as
+`no_sync` (e.g. `ddp.no_sync`): it is entered around every micro-batch but the last, so gradients
+are reduced across processes once per step, on the last backward (nanoGPT's train.py does the same).
+
 This is the step `gptstack train` runs and the training ladder of `gptstack bench train`
 measures: the ladder's rungs are this class's options (plus the optimizer and compile choices of
 whoever builds `fwd`), so the benchmark times the real thing.
@@ -22,6 +26,7 @@ Dropout stays random: the CUDA generator advances its Philox offset at each repl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -34,43 +39,58 @@ Batch = Sequence[tuple[torch.Tensor, torch.Tensor]]  # grad_accum (x, y) pairs o
 
 
 class TrainStep:
-    """`step(batches, lr) -> loss` (the last micro-batch's loss, a device tensor: reading it
-    synchronizes, so the loop reads it only when it logs).
+    """`step(batches, lr) -> loss` (the mean loss of the step's micro-batches, a device tensor:
+    reading it synchronizes, so the loop reads it only when it logs).
 
     fwd: `model` or a compiled wrapper of it, called as fwd(x, y) -> (logits, loss).
     bf16: autocast forward and loss in bfloat16. grad_clip: clip the global grad norm (0: off).
     cuda_graph: capture the whole step once and replay it (CUDA; capturable optimizer).
     cudagraph_mark_step: call torch.compiler.cudagraph_mark_step_begin() before each step, which
     torch.compile(mode="reduce-overhead") needs when its graphs are replayed step after step.
+    no_sync: a context-manager factory entered around the forward and backward of every
+    micro-batch but the last (DDP's `no_sync`), or None.
     """
 
-    def __init__(self, fwd: Callable, params: Sequence[torch.nn.Parameter],
-                 optimizer: torch.optim.Optimizer, *, device: torch.device, bf16: bool,
-                 grad_clip: float, cuda_graph: bool = False,
-                 cudagraph_mark_step: bool = False) -> None:
+    def __init__(
+        self,
+        fwd: Callable,
+        params: Sequence[torch.nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        *,
+        device: torch.device,
+        bf16: bool,
+        grad_clip: float,
+        cuda_graph: bool = False,
+        cudagraph_mark_step: bool = False,
+        no_sync: Callable[[], AbstractContextManager] | None = None,
+    ) -> None:
         if cuda_graph and device.type != "cuda":
             raise ValueError(f"cuda_graph=True needs a CUDA device, got {device}")
         self.fwd, self.params, self.optimizer = fwd, list(params), optimizer
         self.grad_clip, self.bf16, self.device = grad_clip, bf16, device
         self.cuda_graph, self.cudagraph_mark_step = cuda_graph, cudagraph_mark_step
+        self.no_sync = no_sync
         self.warmup_left = WARMUP_STEPS if cuda_graph else 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.static_loss: torch.Tensor | None = None
 
     def _body(self, batches: Batch) -> torch.Tensor:
-        loss = None
-        for x, y in batches:
-            with autocast(self.device, bf16=self.bf16, graph_safe=self.cuda_graph):
-                _, loss = self.fwd(x, y)
-            (loss / len(batches)).backward()
+        total = None
+        for i, (x, y) in enumerate(batches):
+            last = i == len(batches) - 1
+            with nullcontext() if last or self.no_sync is None else self.no_sync():
+                with autocast(self.device, bf16=self.bf16, graph_safe=self.cuda_graph):
+                    _, loss = self.fwd(x, y)
+                (loss / len(batches)).backward()
+            total = loss.detach() if total is None else total + loss.detach()
         if self.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
         self.optimizer.step()
-        # The returned loss must not keep the step's autograd graph alive: a live graph holds
-        # AccumulateGrad nodes created on the warm-up side stream, and the next backward on
-        # another stream then warns (and syncs) about the stream mismatch.
-        return loss.detach()
+        # The returned loss must not keep the step's autograd graph alive (hence detach above): a
+        # live graph holds AccumulateGrad nodes created on the warm-up side stream, and the next
+        # backward on another stream then warns (and syncs) about the stream mismatch.
+        return total / len(batches)
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -108,5 +128,6 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         # The warm-up steps ran on real batches already: capture without more warm-up calls,
         # which would be extra optimizer steps.
-        self.graph, self.static_loss = capture(lambda: self._body(self.static), self.device,
-                                               warmup=0)
+        self.graph, self.static_loss = capture(
+            lambda: self._body(self.static), self.device, warmup=0
+        )

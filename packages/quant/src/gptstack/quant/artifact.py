@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+
 from gptstack.tokenizer import write_atomic
 
 from .errors import (
@@ -92,8 +93,9 @@ def _tensor_arrays(entry: TensorEntry, data: TensorData) -> tuple[np.ndarray, np
     return arr.astype("<f4"), None
 
 
-def artifact_bytes(spec: ModelSpec, tables: TokenizerTables,
-                   tensors: Mapping[str, TensorData]) -> bytes:
+def artifact_bytes(
+    spec: ModelSpec, tables: TokenizerTables, tensors: Mapping[str, TensorData]
+) -> bytes:
     """The whole `.gsm` file for this model (FORMAT.md sections 2-5) as bytes.
 
     tensors: every name of FORMAT.md section 4 for this config; int8 tensors as (q int8 (R, K),
@@ -125,32 +127,63 @@ def artifact_bytes(spec: ModelSpec, tables: TokenizerTables,
         )
     buf = bytearray(layout.file_bytes)
     struct.pack_into(
-        HEADER_STRUCT.format, buf, 0, MAGIC, VERSION, HEADER_BYTES, layout.file_bytes,
-        spec.vocab_size, spec.block_size, spec.n_layer, spec.n_head, spec.n_embd,
-        FLAG_BIAS if spec.bias else 0, spec.layernorm_eps, arena, HEADER_BYTES,
-        layout.tokenizer_bytes, layout.tensor_table_offset, len(layout.entries),
-        layout.payload_offset, layout.payload_bytes,
-        NO_TOKEN if spec.bos_token is None else spec.bos_token, b"",
+        HEADER_STRUCT.format,
+        buf,
+        0,
+        MAGIC,
+        VERSION,
+        HEADER_BYTES,
+        layout.file_bytes,
+        spec.vocab_size,
+        spec.block_size,
+        spec.n_layer,
+        spec.n_head,
+        spec.n_embd,
+        FLAG_BIAS if spec.bias else 0,
+        spec.layernorm_eps,
+        arena,
+        HEADER_BYTES,
+        layout.tokenizer_bytes,
+        layout.tensor_table_offset,
+        len(layout.entries),
+        layout.payload_offset,
+        layout.payload_bytes,
+        NO_TOKEN if spec.bos_token is None else spec.bos_token,
+        b"",
     )
     section = pack_tokenizer(tables)
-    buf[HEADER_BYTES:HEADER_BYTES + len(section)] = section
+    buf[HEADER_BYTES : HEADER_BYTES + len(section)] = section
     for i, entry in enumerate(layout.entries):
         shape4 = list(entry.shape) + [0] * (MAX_NDIM - len(entry.shape))
         struct.pack_into(
-            ENTRY_STRUCT.format, buf, layout.tensor_table_offset + i * TENSOR_ENTRY_BYTES,
-            entry.name.encode(), entry.dtype, len(entry.shape), *shape4, entry.offset,
-            entry.nbytes, entry.scale_offset, 0, 0, 0,
+            ENTRY_STRUCT.format,
+            buf,
+            layout.tensor_table_offset + i * TENSOR_ENTRY_BYTES,
+            entry.name.encode(),
+            entry.dtype,
+            len(entry.shape),
+            *shape4,
+            entry.offset,
+            entry.nbytes,
+            entry.scale_offset,
+            0,
+            0,
+            0,
         )
         values, scales = _tensor_arrays(entry, tensors[entry.name])
-        buf[entry.offset:entry.offset + entry.nbytes] = values.tobytes()
+        buf[entry.offset : entry.offset + entry.nbytes] = values.tobytes()
         if scales is not None:
-            buf[entry.scale_offset:entry.scale_offset + scales.nbytes] = scales.tobytes()
+            buf[entry.scale_offset : entry.scale_offset + scales.nbytes] = scales.tobytes()
     struct.pack_into("<I", buf, layout.file_bytes - 4, zlib.crc32(memoryview(buf)[:-4]))
     return bytes(buf)
 
 
-def write_artifact(path: str | os.PathLike, spec: ModelSpec, tables: TokenizerTables,
-                   tensors: Mapping[str, TensorData]) -> Path:
+def write_artifact(
+    path: str | os.PathLike,
+    spec: ModelSpec,
+    tables: TokenizerTables,
+    tensors: Mapping[str, TensorData],
+) -> Path:
     """Write the artifact atomically (gptstack.tokenizer.write_atomic)."""
     data = artifact_bytes(spec, tables, tensors)
     return write_atomic(path, data)
@@ -164,8 +197,15 @@ class Artifact:
     float32 copy (q * scale per row, or the f32 tensor itself).
     """
 
-    def __init__(self, data: bytes | bytearray | memoryview, name: str, header: Header,
-                 spec: ModelSpec, tables: TokenizerTables, entries: list[TensorEntry]) -> None:
+    def __init__(
+        self,
+        data: bytes | bytearray | memoryview,
+        name: str,
+        header: Header,
+        spec: ModelSpec,
+        tables: TokenizerTables,
+        entries: list[TensorEntry],
+    ) -> None:
         self.data, self.name, self.header = data, name, header
         self.spec, self.tables, self.entries = spec, tables, entries
         self._values: dict[str, np.ndarray] = {}
@@ -173,11 +213,13 @@ class Artifact:
         for e in entries:
             if e.dtype == DTYPE_I8:
                 self._values[e.name] = np.frombuffer(
-                    data, np.int8, math.prod(e.shape), e.offset).reshape(e.shape)
+                    data, np.int8, math.prod(e.shape), e.offset
+                ).reshape(e.shape)
                 self._scales[e.name] = np.frombuffer(data, "<f4", e.shape[0], e.scale_offset)
             else:
                 self._values[e.name] = np.frombuffer(
-                    data, "<f4", math.prod(e.shape), e.offset).reshape(e.shape)
+                    data, "<f4", math.prod(e.shape), e.offset
+                ).reshape(e.shape)
 
     @property
     def names(self) -> list[str]:
@@ -219,7 +261,8 @@ def read_artifact(source: str | os.PathLike | bytes | bytearray | memoryview) ->
             data = path.read_bytes()
         except OSError as e:
             raise ArtifactError(
-                f"cannot read artifact {path}: {e.strerror}; check the path") from None
+                f"cannot read artifact {path}: {e.strerror}; check the path"
+            ) from None
         where = str(path)
     return _validate(data, where)
 
@@ -232,49 +275,67 @@ def _validate(data: bytes | bytearray | memoryview, where: str) -> Artifact:
     if given < HEADER_BYTES:
         raise TruncatedArtifactError(
             f"artifact {where} is {given} bytes, shorter than the {HEADER_BYTES}-byte header: "
-            f"the file is cut short, copy or {fix} again")
+            f"the file is cut short, copy or {fix} again"
+        )
     fields = HEADER_STRUCT.unpack_from(view)
     magic, reserved = fields[0], fields[-1]
     h = Header(*fields[1:-1])
     # 2-4: magic, version, header fields
     if magic != MAGIC:
         raise BadMagicError(
-            f"artifact {where} starts with {magic!r}, not {MAGIC!r}: it is not a gptstack model")
+            f"artifact {where} starts with {magic!r}, not {MAGIC!r}: it is not a gptstack model"
+        )
     if h.version != VERSION:
         raise UnsupportedVersionError(
             f"artifact {where} is format version {h.version}; this gptstack reads version "
-            f"{VERSION}: {fix} with this version")
+            f"{VERSION}: {fix} with this version"
+        )
     if h.header_bytes != HEADER_BYTES:
-        raise BadHeaderError(f"artifact {where}: header_bytes is {h.header_bytes}, expected "
-                             f"{HEADER_BYTES}; {fix}")
+        raise BadHeaderError(
+            f"artifact {where}: header_bytes is {h.header_bytes}, expected {HEADER_BYTES}; {fix}"
+        )
     if any(reserved):
         raise BadHeaderError(f"artifact {where}: reserved header bytes 76..127 are not zero; {fix}")
     if h.flags & ~FLAG_BIAS:
-        raise BadHeaderError(f"artifact {where}: flags is 0x{h.flags:X}, only bit 0 (bias) is "
-                             f"known; {fix}")
+        raise BadHeaderError(
+            f"artifact {where}: flags is 0x{h.flags:X}, only bit 0 (bias) is known; {fix}"
+        )
     # 5-6: file size
     if h.file_bytes > given:
         raise TruncatedArtifactError(
             f"artifact {where} is {given} bytes but its header says file_bytes {h.file_bytes}: "
-            f"the file is cut short, copy or {fix} again")
+            f"the file is cut short, copy or {fix} again"
+        )
     if h.file_bytes < given:
         raise BadHeaderError(
             f"artifact {where} is {given} bytes but its header says file_bytes {h.file_bytes}: "
-            f"{given - h.file_bytes} trailing bytes; {fix}")
+            f"{given - h.file_bytes} trailing bytes; {fix}"
+        )
     # 7: CRC
     stored = struct.unpack_from("<I", view, h.file_bytes - 4)[0]
-    actual = zlib.crc32(view[:h.file_bytes - 4])
+    actual = zlib.crc32(view[: h.file_bytes - 4])
     if stored != actual:
-        raise BadCrcError(f"artifact {where}: CRC-32 is 0x{actual:08X}, the file says "
-                          f"0x{stored:08X}: the file is damaged, copy or {fix} again")
+        raise BadCrcError(
+            f"artifact {where}: CRC-32 is 0x{actual:08X}, the file says "
+            f"0x{stored:08X}: the file is damaged, copy or {fix} again"
+        )
     # 8: config
     bos = None if h.bos_token == NO_TOKEN else h.bos_token
-    problem = config_problem(h.vocab_size, h.block_size, h.n_layer, h.n_head, h.n_embd,
-                              h.layernorm_eps, bos)
+    problem = config_problem(
+        h.vocab_size, h.block_size, h.n_layer, h.n_head, h.n_embd, h.layernorm_eps, bos
+    )
     if problem:
         raise BadConfigError(f"artifact {where}: {problem}; {fix}")
-    spec = ModelSpec(h.vocab_size, h.block_size, h.n_layer, h.n_head, h.n_embd,
-                     bool(h.flags & FLAG_BIAS), h.layernorm_eps, bos)
+    spec = ModelSpec(
+        h.vocab_size,
+        h.block_size,
+        h.n_layer,
+        h.n_head,
+        h.n_embd,
+        bool(h.flags & FLAG_BIAS),
+        h.layernorm_eps,
+        bos,
+    )
     # 9: section offsets and sizes
     expected = {
         "tokenizer_offset": HEADER_BYTES,
@@ -284,17 +345,23 @@ def _validate(data: bytes | bytearray | memoryview, where: str) -> Artifact:
     }
     for name, value in expected.items():
         if getattr(h, name) != value:
-            raise BadOffsetError(f"artifact {where}: {name} is {getattr(h, name)}, the layout "
-                                 f"of section 2 puts it at {value}; {fix}")
+            raise BadOffsetError(
+                f"artifact {where}: {name} is {getattr(h, name)}, the layout "
+                f"of section 2 puts it at {value}; {fix}"
+            )
     if h.payload_bytes % 16:
-        raise BadOffsetError(f"artifact {where}: payload_bytes {h.payload_bytes} is not a "
-                             f"multiple of 16; {fix}")
+        raise BadOffsetError(
+            f"artifact {where}: payload_bytes {h.payload_bytes} is not a multiple of 16; {fix}"
+        )
     # 10: tokenizer
-    tables = parse_tokenizer(view[h.tokenizer_offset:h.tokenizer_offset + h.tokenizer_bytes],
-                             h.vocab_size, where)
+    tables = parse_tokenizer(
+        view[h.tokenizer_offset : h.tokenizer_offset + h.tokenizer_bytes], h.vocab_size, where
+    )
     if bos is not None and bos >= tables.n_tokens:
-        raise BadTokenizerError(f"artifact {where}: bos_token {bos} is not one of the "
-                                f"{tables.n_tokens} tokenizer tokens; {fix}")
+        raise BadTokenizerError(
+            f"artifact {where}: bos_token {bos} is not one of the "
+            f"{tables.n_tokens} tokenizer tokens; {fix}"
+        )
     # 11-12: tensor table, then tensor offsets
     entries = _read_table(view, h, spec, where)
     payload_end = h.payload_offset + h.payload_bytes
@@ -303,24 +370,30 @@ def _validate(data: bytes | bytearray | memoryview, where: str) -> Artifact:
         if e.dtype == DTYPE_I8:
             spans.append(("scale_offset", e.scale_offset, 4 * e.shape[0]))
         elif e.scale_offset != 0:
-            raise BadOffsetError(f"artifact {where}: f32 tensor {e.name} has scale_offset "
-                                 f"{e.scale_offset}, expected 0; {fix}")
+            raise BadOffsetError(
+                f"artifact {where}: f32 tensor {e.name} has scale_offset "
+                f"{e.scale_offset}, expected 0; {fix}"
+            )
         for field_name, at, size in spans:
             if at % 16 or at < h.payload_offset or at + size > payload_end:
                 raise BadOffsetError(
                     f"artifact {where}: tensor {e.name} {field_name} {at} (+{size} bytes) is not "
                     f"16-byte aligned inside the payload [{h.payload_offset}, {payload_end}); "
-                    f"{fix}")
+                    f"{fix}"
+                )
     # 13: arena
     need = arena_bytes(spec)
     if h.arena_bytes != need:
-        raise BadHeaderError(f"artifact {where}: arena_bytes is {h.arena_bytes}, section 11 gives "
-                             f"{need} for this config; {fix}")
+        raise BadHeaderError(
+            f"artifact {where}: arena_bytes is {h.arena_bytes}, section 11 gives "
+            f"{need} for this config; {fix}"
+        )
     return Artifact(data, where, h, spec, tables, entries)
 
 
 def _read_table(view: memoryview, h: Header, spec: ModelSpec, where: str) -> list[TensorEntry]:
     """FORMAT.md section 6 step 11: names, order, dtypes, shapes and nbytes of the table."""
+
     def bad(msg: str) -> BadTensorError:
         return BadTensorError(f"artifact {where}: tensor table: {msg}; re-run `gptstack export`")
 
@@ -330,7 +403,8 @@ def _read_table(view: memoryview, h: Header, spec: ModelSpec, where: str) -> lis
     entries = []
     for i, (name, dtype, shape) in enumerate(required):
         raw_name, dt, ndim, *rest = ENTRY_STRUCT.unpack_from(
-            view, h.tensor_table_offset + i * TENSOR_ENTRY_BYTES)
+            view, h.tensor_table_offset + i * TENSOR_ENTRY_BYTES
+        )
         shape4, (offset, nbytes, scale_offset), reserved = rest[:4], rest[4:7], rest[7:]
         end = raw_name.find(b"\0")
         if end < 0 or any(raw_name[end:]):
@@ -341,11 +415,13 @@ def _read_table(view: memoryview, h: Header, spec: ModelSpec, where: str) -> lis
         if dt != dtype:
             raise bad(f"{name} has dtype {dt}, expected {dtype}")
         if ndim != len(shape) or tuple(shape4[:ndim]) != shape or any(shape4[ndim:]):
-            raise bad(f"{name} has shape {tuple(shape4[:min(ndim, 4)])} (ndim {ndim}), "
-                      f"expected {shape}")
+            raise bad(
+                f"{name} has shape {tuple(shape4[: min(ndim, 4)])} (ndim {ndim}), expected {shape}"
+            )
         if nbytes != math.prod(shape) * dtype_bytes[dtype]:
-            raise bad(f"{name} has nbytes {nbytes}, "
-                      f"expected {math.prod(shape) * dtype_bytes[dtype]}")
+            raise bad(
+                f"{name} has nbytes {nbytes}, expected {math.prod(shape) * dtype_bytes[dtype]}"
+            )
         if any(reserved):
             raise bad(f"{name} has nonzero reserved words")
         entries.append(TensorEntry(name, dtype, shape, offset, nbytes, scale_offset))

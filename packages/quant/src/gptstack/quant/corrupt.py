@@ -36,8 +36,11 @@ from .layout import Header
 
 # Byte offset of each header field (FORMAT.md section 2): the 4-byte magic, then Header's fields
 # in file order, 4 bytes each (u32 or f32, as HEADER_STRUCT packs them), then the reserved bytes.
-HEADER_FIELDS = {"magic": 0, **{f.name: 4 + 4 * i for i, f in enumerate(fields(Header))},
-                 "reserved": 4 + 4 * len(fields(Header))}
+HEADER_FIELDS = {
+    "magic": 0,
+    **{f.name: 4 + 4 * i for i, f in enumerate(fields(Header))},
+    "reserved": 4 + 4 * len(fields(Header)),
+}
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,9 @@ def corrupted_artifacts(data: bytes) -> list[Corruption]:
     def u32(at: int) -> int:
         return struct.unpack_from("<I", data, at)[0]
 
-    def add(name: str, step: int, error: type[ArtifactError],
-            edit: Callable[[bytearray], object]) -> None:
+    def add(
+        name: str, step: int, error: type[ArtifactError], edit: Callable[[bytearray], object]
+    ) -> None:
         buf = bytearray(data)
         out = edit(buf)
         blob = bytes(out) if isinstance(out, (bytes, bytearray)) else bytes(buf)
@@ -99,23 +103,38 @@ def corrupted_artifacts(data: bytes) -> list[Corruption]:
         add(f"truncated to {keep} bytes", 5, TruncatedArtifactError, lambda b, k=keep: b[:k])
     add("16 trailing bytes", 6, BadHeaderError, lambda b: b + bytes(16))
     # 7: CRC
-    for name, at in (("tokenizer", h.tokenizer_offset + 40), ("payload", h.payload_offset + 3),
-                     ("stored CRC", h.file_bytes - 1)):
-        add(f"bit flipped in the {name}", 7, BadCrcError,
-            lambda b, a=at: b.__setitem__(a, b[a] ^ 0x10))
+    for name, at in (
+        ("tokenizer", h.tokenizer_offset + 40),
+        ("payload", h.payload_offset + 3),
+        ("stored CRC", h.file_bytes - 1),
+    ):
+        add(
+            f"bit flipped in the {name}",
+            7,
+            BadCrcError,
+            lambda b, a=at: b.__setitem__(a, b[a] ^ 0x10),
+        )
     # 8: config
     add("vocab_size 0", 8, BadConfigError, put(f["vocab_size"], 0))
     add("odd block_size", 8, BadConfigError, put(f["block_size"], h.block_size + 1))
     add("n_embd not a multiple of 4", 8, BadConfigError, put(f["n_embd"], h.n_embd + 2))
-    add("n_head not dividing n_embd", 8, BadConfigError,
-        put(f["n_head"], next(n for n in range(2, h.n_embd + 2) if h.n_embd % n)))
+    add(
+        "n_head not dividing n_embd",
+        8,
+        BadConfigError,
+        put(f["n_head"], next(n for n in range(2, h.n_embd + 2) if h.n_embd % n)),
+    )
     add("layernorm_eps 0", 8, BadConfigError, put(f["layernorm_eps"], 0.0, "<f"))
     add("layernorm_eps NaN", 8, BadConfigError, put(f["layernorm_eps"], math.nan, "<f"))
     add("bos_token = vocab_size", 8, BadConfigError, put(f["bos_token"], h.vocab_size))
     # 9: section offsets
     add("tokenizer_offset 144", 9, BadOffsetError, put(f["tokenizer_offset"], 144))
-    add("tensor_table_offset + 16", 9, BadOffsetError,
-        put(f["tensor_table_offset"], h.tensor_table_offset + 16))
+    add(
+        "tensor_table_offset + 16",
+        9,
+        BadOffsetError,
+        put(f["tensor_table_offset"], h.tensor_table_offset + 16),
+    )
     add("payload_offset + 16", 9, BadOffsetError, put(f["payload_offset"], h.payload_offset + 16))
     add("payload_bytes - 16", 9, BadOffsetError, put(f["payload_bytes"], h.payload_bytes - 16))
     # 10: tokenizer section (offsets inside it, FORMAT.md section 3)
@@ -128,7 +147,8 @@ def corrupted_artifacts(data: bytes) -> list[Corruption]:
 
     def swap(a: int, b: int, size: int) -> Callable[[bytearray], None]:
         def edit(buf: bytearray) -> None:
-            buf[a:a + size], buf[b:b + size] = buf[b:b + size], buf[a:a + size]
+            buf[a : a + size], buf[b : b + size] = buf[b : b + size], buf[a : a + size]
+
         return edit
 
     add("tokenizer kind 7", 10, BadTokenizerError, put(t0, 7))
@@ -137,18 +157,30 @@ def corrupted_artifacts(data: bytes) -> list[Corruption]:
     add("token_offsets[0] = 1", 10, BadTokenizerError, put(t0 + 32, 1))
     add("sorted_ids out of order", 10, BadTokenizerError, swap(sorted_at, sorted_at + 4, 4))
     if tables.kind == "bpe":
-        add("byte_to_token[0] = byte_to_token[1]", 10, BadTokenizerError,
-            put(b2t, tables.byte_to_token[1]))
+        add(
+            "byte_to_token[0] = byte_to_token[1]",
+            10,
+            BadTokenizerError,
+            put(b2t, tables.byte_to_token[1]),
+        )
     if len(tables.pairs) >= 2:
         add("pairs out of order", 10, BadTokenizerError, swap(pairs_at, pairs_at + 12, 12))
     if tables.n_tokens < h.vocab_size:
         add("bos_token a padding id", 10, BadTokenizerError, put(f["bos_token"], tables.n_tokens))
     # 11: tensor table
     entry = [h.tensor_table_offset + i * TENSOR_ENTRY_BYTES for i in range(h.n_tensors)]
-    add("first tensor renamed", 11, BadTensorError,
-        lambda b: b.__setitem__(slice(entry[0], entry[0] + 3), b"WTE"))
-    add("name without NUL padding", 11, BadTensorError,
-        lambda b: b.__setitem__(slice(entry[0], entry[0] + 48), b"x" * 48))
+    add(
+        "first tensor renamed",
+        11,
+        BadTensorError,
+        lambda b: b.__setitem__(slice(entry[0], entry[0] + 3), b"WTE"),
+    )
+    add(
+        "name without NUL padding",
+        11,
+        BadTensorError,
+        lambda b: b.__setitem__(slice(entry[0], entry[0] + 48), b"x" * 48),
+    )
     add("wte dtype f32", 11, BadTensorError, put(entry[0] + 48, DTYPE_F32))
     add("wte rows + 1", 11, BadTensorError, put(entry[0] + 56, h.vocab_size + 1))
     add("wte nbytes + 1", 11, BadTensorError, put(entry[0] + 76, art.entries[0].nbytes + 1))
@@ -166,8 +198,12 @@ def corrupted_artifacts(data: bytes) -> list[Corruption]:
     add("wte offset misaligned", 12, BadOffsetError, put(entry[0] + 72, art.entries[0].offset + 4))
     add("wpe data past the payload", 12, BadOffsetError, put(entry[1] + 72, end - 16))
     add("wpe scales past the payload", 12, BadOffsetError, put(entry[1] + 80, end))
-    add("f32 tensor with a scale_offset", 12, BadOffsetError,
-        put(entry[f32_index] + 80, art.entries[0].offset))
+    add(
+        "f32 tensor with a scale_offset",
+        12,
+        BadOffsetError,
+        put(entry[f32_index] + 80, art.entries[0].offset),
+    )
     # 13: arena
     add("arena_bytes + 16", 13, BadHeaderError, put(f["arena_bytes"], h.arena_bytes + 16))
     return cases

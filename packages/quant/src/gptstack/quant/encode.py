@@ -59,7 +59,8 @@ class PromptEncoder:
         if self.tables.pattern != "gpt2":
             raise UnsupportedPatternError(
                 f"prompt encoding supports the GPT-2 pattern only, this tokenizer uses "
-                f"{self.tables.pattern!r}: give token ids, or start from bos_token")
+                f"{self.tables.pattern!r}: give token ids, or start from bos_token"
+            )
         out: list[int] = []
         for chunk in split_chunks(data):
             out.extend(self._encode_chunk(chunk))
@@ -71,14 +72,16 @@ class PromptEncoder:
         except UnicodeDecodeError as e:
             raise UnknownCharacterError(
                 f"prompt byte 0x{data[e.start]:02X} at offset {e.start} is not UTF-8: "
-                "a char tokenizer takes whole characters") from None
+                "a char tokenizer takes whole characters"
+            ) from None
         out = []
         for i, ch in enumerate(text):
             tok = self._ordinary.get(ch.encode("utf-8"))
             if tok is None:
                 raise UnknownCharacterError(
                     f"prompt character {ch!r} (position {i}) is not in the char vocabulary: "
-                    "remove it or retrain the tokenizer on text that has it")
+                    "remove it or retrain the tokenizer on text that has it"
+                )
             out.append(tok)
         return out
 
@@ -95,7 +98,7 @@ class PromptEncoder:
                     best, at = merged, i  # strict <: the leftmost on ties
             if best is None:
                 break
-            parts[at:at + 2] = [best]
+            parts[at : at + 2] = [best]
         return parts
 
 
@@ -106,8 +109,9 @@ def encode(tables: TokenizerTables, text: str | bytes) -> list[int]:
 
 # Unicode Table 3-7 (well-formed UTF-8): allowed second byte per lead byte, and sequence length.
 def _second_byte_range(lead: int) -> tuple[int, int]:
-    return {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF),
-            0xF4: (0x80, 0x8F)}.get(lead, (0x80, 0xBF))
+    return {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(
+        lead, (0x80, 0xBF)
+    )
 
 
 def _sequence_length(lead: int) -> int:
@@ -151,12 +155,14 @@ class StreamDecoder:
 
     def push(self, token: int) -> bytes:
         if not 0 <= token < self.tables.n_tokens:
-            raise QuantError(f"token id {token} has no bytes: the tokenizer has "
-                             f"{self.tables.n_tokens} tokens (ids >= that are padding rows)")
+            raise QuantError(
+                f"token id {token} has no bytes: the tokenizer has "
+                f"{self.tables.n_tokens} tokens (ids >= that are padding rows)"
+            )
         buf = self._pending + self.tables.token_bytes[token]
         hold = incomplete_tail(buf)
-        self._pending = buf[len(buf) - hold:]
-        return buf[:len(buf) - hold]
+        self._pending = buf[len(buf) - hold :]
+        return buf[: len(buf) - hold]
 
     def flush(self) -> bytes:
         out, self._pending = self._pending, b""

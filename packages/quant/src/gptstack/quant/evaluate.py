@@ -19,15 +19,16 @@ from .reference import forward_sequence
 
 def _window_losses(art: Artifact, inputs: np.ndarray, targets: np.ndarray, act: str) -> float:
     """Sum over rows of -log softmax(logits)[target], float64; inputs/targets (B, T')."""
-    logits = forward_sequence(art, inputs, act=act).astype(np.float64)   # (B, T', V)
+    logits = forward_sequence(art, inputs, act=act).astype(np.float64)  # (B, T', V)
     top = logits.max(axis=-1, keepdims=True)
     lse = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]
     picked = np.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return float(np.sum(lse - picked))
 
 
-def evaluate_loss(art: Artifact, tokens: np.ndarray, *, act: str = "int8",
-                  batch: int = 8) -> dict[str, float | int | str]:
+def evaluate_loss(
+    art: Artifact, tokens: np.ndarray, *, act: str = "int8", batch: int = 8
+) -> dict[str, float | int | str]:
     """Mean cross-entropy (nats) over all V logits of every next-token prediction in tokens.
 
     tokens: 1-D integer ids (< vocab_size), at least 2. batch: windows per forward pass.
@@ -44,8 +45,10 @@ def evaluate_loss(art: Artifact, tokens: np.ndarray, *, act: str = "int8",
     V = art.spec.vocab_size
     if ids.min() < 0 or ids.max() >= V:
         bad = int(ids.max() if ids.max() >= V else ids.min())
-        raise QuantError(f"token id {bad} is outside the model's vocabulary 0 .. {V - 1}: "
-                         "tokenize with the artifact's own tokenizer")
+        raise QuantError(
+            f"token id {bad} is outside the model's vocabulary 0 .. {V - 1}: "
+            "tokenize with the artifact's own tokenizer"
+        )
     T = art.spec.block_size
     n = len(ids) - 1
     n_full = n // T
@@ -57,5 +60,5 @@ def evaluate_loss(art: Artifact, tokens: np.ndarray, *, act: str = "int8",
     rest = n - n_full * T
     if rest:
         s = n_full * T
-        total += _window_losses(art, ids[None, s:s + rest], ids[None, s + 1:s + 1 + rest], act)
+        total += _window_losses(art, ids[None, s : s + rest], ids[None, s + 1 : s + 1 + rest], act)
     return {"loss": total / n, "n_tokens": n, "act": act}

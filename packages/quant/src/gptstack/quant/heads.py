@@ -20,8 +20,15 @@ from . import fmath
 F32 = np.float32
 
 
-def attend(q: np.ndarray, k: np.ndarray, k_scale: np.ndarray, v: np.ndarray, v_scale: np.ndarray,
-           start: int, n_head: int) -> np.ndarray:
+def attend(
+    q: np.ndarray,
+    k: np.ndarray,
+    k_scale: np.ndarray,
+    v: np.ndarray,
+    v_scale: np.ndarray,
+    start: int,
+    n_head: int,
+) -> np.ndarray:
     """Steps 3-5 of `attention`: queries q (B, Tq, C) at positions start .. start+Tq−1 over the
     cached rows k, v (B, start+Tq, C) (int8, or float32 for act="fp32") with their row scales
     (B, start+Tq) → out (B, Tq, C), each query seeing the keys up to its own position."""
@@ -36,21 +43,21 @@ def attend(q: np.ndarray, k: np.ndarray, k_scale: np.ndarray, v: np.ndarray, v_s
         return np.ascontiguousarray(heads, F32).reshape(-1, hs, G)
 
     def per_head(row_scales: np.ndarray) -> np.ndarray:
-        return np.repeat(row_scales.T, n_head, axis=1)            # (B, T') → (T', G)
+        return np.repeat(row_scales.T, n_head, axis=1)  # (B, T') → (T', G)
 
     qh, keys, vals = heads_last(q), heads_last(k), heads_last(v)
     # 3. score_t = ((q · kq_t) · ks_t) · (1 / sqrt(hs))
-    scores = _head_dots(qh, keys, start) * per_head(k_scale)      # (Tq, start+Tq, G)
+    scores = _head_dots(qh, keys, start) * per_head(k_scale)  # (Tq, start+Tq, G)
     scores *= F32(1) / np.sqrt(F32(hs))
     # 4. softmax over t <= the query's position (the rest masked to -inf: exp gives 0)
     for j in range(Tq - 1):
-        scores[j, start + j + 1:] = -np.inf
+        scores[j, start + j + 1 :] = -np.inf
     e = fmath.exp(scores - np.max(scores, axis=1, keepdims=True))
     rows = np.arange(Tq)
-    running = np.add.accumulate(e, axis=1)                         # sequential, t ascending
-    w = e / running[rows, start + rows][:, None, :]                # each sum stops at its query
+    running = np.add.accumulate(e, axis=1)  # sequential, t ascending
+    w = e / running[rows, start + rows][:, None, :]  # each sum stops at its query
     # 5. out_i = Σ_t (w_t · vs_t) · vq_t[i], t ascending
-    out = _weighted_values(w * per_head(v_scale), vals, start)    # (Tq, hs, G)
+    out = _weighted_values(w * per_head(v_scale), vals, start)  # (Tq, hs, G)
     return out.reshape(Tq, hs, B, n_head).transpose(2, 0, 3, 1).reshape(B, Tq, C)
 
 
@@ -67,11 +74,11 @@ def _head_dots(qh: np.ndarray, keys: np.ndarray, start: int) -> np.ndarray:
     dots = np.zeros((Tq, keys.shape[0], G), F32)
     for j0 in range(0, Tq, _QUERY_BLOCK):
         j1 = min(Tq, j0 + _QUERY_BLOCK)
-        acc = dots[j0:j1, :start + j1]                             # a view: written in place
-        np.multiply(qh[j0:j1, 0, None, :], keys[None, :start + j1, 0, :], out=acc)
+        acc = dots[j0:j1, : start + j1]  # a view: written in place
+        np.multiply(qh[j0:j1, 0, None, :], keys[None, : start + j1, 0, :], out=acc)
         tmp = np.empty_like(acc)
         for i in range(1, hs):
-            np.multiply(qh[j0:j1, i, None, :], keys[None, :start + j1, i, :], out=tmp)
+            np.multiply(qh[j0:j1, i, None, :], keys[None, : start + j1, i, :], out=tmp)
             acc += tmp
     return dots
 
@@ -83,7 +90,7 @@ def _weighted_values(coef: np.ndarray, vals: np.ndarray, start: int) -> np.ndarr
     out = coef[:, 0, None, :] * vals[None, 0]
     tmp = np.empty_like(out)
     for t in range(1, coef.shape[1]):
-        lo = max(0, t - start)                                     # queries that see key t
+        lo = max(0, t - start)  # queries that see key t
         np.multiply(coef[lo:, t, None, :], vals[None, t], out=tmp[lo:])
         out[lo:] += tmp[lo:]
     return out

@@ -42,11 +42,17 @@ assert HEADER_STRUCT.size == HEADER_BYTES and ENTRY_STRUCT.size == TENSOR_ENTRY_
 TensorData = Union[tuple[np.ndarray, np.ndarray], np.ndarray]
 
 
-def config_problem(V: int, T: int, L: int, nh: int, C: int, eps: float,
-                   bos: int | None) -> str | None:
+def config_problem(
+    V: int, T: int, L: int, nh: int, C: int, eps: float, bos: int | None
+) -> str | None:
     """The first config rule of FORMAT.md section 2 that these values break, or None."""
-    for name, value in (("vocab_size", V), ("block_size", T), ("n_layer", L), ("n_head", nh),
-                        ("n_embd", C)):
+    for name, value in (
+        ("vocab_size", V),
+        ("block_size", T),
+        ("n_layer", L),
+        ("n_head", nh),
+        ("n_embd", C),
+    ):
         if not 1 <= value <= U32_MAX:
             return f"{name} is {value}, expected 1 .. {U32_MAX}"
     if T < 2 or T % 2:
@@ -87,8 +93,15 @@ class ModelSpec:
         object.__setattr__(self, "layernorm_eps", float(np.float32(self.layernorm_eps)))
         if self.bos_token is not None:
             object.__setattr__(self, "bos_token", int(self.bos_token))
-        problem = config_problem(self.vocab_size, self.block_size, self.n_layer, self.n_head,
-                                  self.n_embd, self.layernorm_eps, self.bos_token)
+        problem = config_problem(
+            self.vocab_size,
+            self.block_size,
+            self.n_layer,
+            self.n_head,
+            self.n_embd,
+            self.layernorm_eps,
+            self.bos_token,
+        )
         if problem:
             raise BadConfigError(f"model config: {problem}")
 
@@ -161,7 +174,6 @@ def plan_layout(spec: ModelSpec, tables: TokenizerTables) -> Layout:
         if dtype == DTYPE_I8:
             scale_offset, cursor = cursor, align(cursor + 4 * shape[0])
         entries.append(TensorEntry(name, dtype, shape, offset, nbytes, scale_offset))
-    return Layout(tok_bytes, table_offset, payload_offset, cursor - payload_offset, cursor + 4,
-                  entries)
-
-
+    return Layout(
+        tok_bytes, table_offset, payload_offset, cursor - payload_offset, cursor + 4, entries
+    )

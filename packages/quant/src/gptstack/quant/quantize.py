@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .layout import ModelSpec, TensorData
 from .errors import BadConfigError, QuantError
 from .format import DTYPE_I8, required_tensors
+from .layout import ModelSpec, TensorData
 from .tables import TokenizerTables
 
 # Clipping search (clip=True): the threshold is alpha * max|row|. A coarse pass tries alpha on a
@@ -109,8 +109,9 @@ def dequantize_rows(q: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return np.asarray(q).astype(np.float32) * np.asarray(scales, np.float32)[:, None]
 
 
-def quantize_tensors(spec: ModelSpec, weights: dict[str, np.ndarray], *,
-                     clip: bool = False) -> dict[str, TensorData]:
+def quantize_tensors(
+    spec: ModelSpec, weights: dict[str, np.ndarray], *, clip: bool = False
+) -> dict[str, TensorData]:
     """Float tensors (FORMAT.md section 4 names) → artifact tensors: int8 per row or float32.
 
     Raises QuantError naming missing, unexpected or mis-shaped tensors.
@@ -120,9 +121,11 @@ def quantize_tensors(spec: ModelSpec, weights: dict[str, np.ndarray], *,
     missing = [name for name, _, _ in required if name not in weights]
     extra = sorted(set(weights) - names)
     if missing or extra:
-        raise QuantError(f"tensors do not match the model config: missing {missing[:8]}"
-                         f"{' ...' if len(missing) > 8 else ''}, unexpected {extra[:8]}"
-                         f"{' ...' if len(extra) > 8 else ''}")
+        raise QuantError(
+            f"tensors do not match the model config: missing {missing[:8]}"
+            f"{' ...' if len(missing) > 8 else ''}, unexpected {extra[:8]}"
+            f"{' ...' if len(extra) > 8 else ''}"
+        )
     out: dict[str, TensorData] = {}
     for name, dtype, shape in required:
         w = np.asarray(weights[name])
@@ -138,9 +141,14 @@ def quantize_tensors(spec: ModelSpec, weights: dict[str, np.ndarray], *,
     return out
 
 
-def quantize_checkpoint(ckpt_dir: str | os.PathLike, tables: TokenizerTables, *,
-                        clip: bool = False, bos_token: int | None = None,
-                        layernorm_eps: float = 1e-5) -> tuple[ModelSpec, dict[str, TensorData]]:
+def quantize_checkpoint(
+    ckpt_dir: str | os.PathLike,
+    tables: TokenizerTables,
+    *,
+    clip: bool = False,
+    bos_token: int | None = None,
+    layernorm_eps: float = 1e-5,
+) -> tuple[ModelSpec, dict[str, TensorData]]:
     """Read `ckpt_dir/config.json` and `ckpt_dir/model.safetensors` and quantize for the artifact.
 
     config.json's "model" object gives vocab_size, block_size, n_layer, n_head, n_embd, bias (and
@@ -155,20 +163,28 @@ def quantize_checkpoint(ckpt_dir: str | os.PathLike, tables: TokenizerTables, *,
     config_path, weights_path = ckpt / "config.json", ckpt / "model.safetensors"
     for p in (config_path, weights_path):
         if not p.is_file():
-            raise QuantError(f"checkpoint {ckpt} has no {p.name}: point at a directory written by "
-                             "`gptstack train`")
+            raise QuantError(
+                f"checkpoint {ckpt} has no {p.name}: point at a directory written by "
+                "`gptstack train`"
+            )
     try:
         model_cfg = json.loads(config_path.read_text())["model"]
         spec = ModelSpec(
-            vocab_size=model_cfg["vocab_size"], block_size=model_cfg["block_size"],
-            n_layer=model_cfg["n_layer"], n_head=model_cfg["n_head"], n_embd=model_cfg["n_embd"],
-            bias=model_cfg["bias"], layernorm_eps=model_cfg.get("layernorm_eps", layernorm_eps),
+            vocab_size=model_cfg["vocab_size"],
+            block_size=model_cfg["block_size"],
+            n_layer=model_cfg["n_layer"],
+            n_head=model_cfg["n_head"],
+            n_embd=model_cfg["n_embd"],
+            bias=model_cfg["bias"],
+            layernorm_eps=model_cfg.get("layernorm_eps", layernorm_eps),
             bos_token=bos_token,
         )
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise QuantError(f"{config_path}: cannot read the model config ({type(e).__name__}: {e}); "
-                         "it needs a \"model\" object with vocab_size, block_size, n_layer, "
-                         "n_head, n_embd and bias") from None
+        raise QuantError(
+            f"{config_path}: cannot read the model config ({type(e).__name__}: {e}); "
+            'it needs a "model" object with vocab_size, block_size, n_layer, '
+            "n_head, n_embd and bias"
+        ) from None
     except BadConfigError as e:
         raise QuantError(f"{config_path}: {e}") from None
     try:
@@ -180,9 +196,13 @@ def quantize_checkpoint(ckpt_dir: str | os.PathLike, tables: TokenizerTables, *,
             raise QuantError(f"{weights_path}: tensor {name} is {w.dtype}, expected float32")
     head = weights.pop("lm_head.weight", None)
     if head is not None and not np.array_equal(head, weights.get("wte.weight")):
-        raise QuantError(f"{weights_path}: lm_head.weight differs from wte.weight; the artifact "
-                         "ties them (FORMAT.md section 4): train with weight tying")
+        raise QuantError(
+            f"{weights_path}: lm_head.weight differs from wte.weight; the artifact "
+            "ties them (FORMAT.md section 4): train with weight tying"
+        )
     if tables.n_tokens > spec.vocab_size:
-        raise QuantError(f"the tokenizer has {tables.n_tokens} tokens but the checkpoint's "
-                         f"vocab_size is {spec.vocab_size}: use the checkpoint's tokenizer.json")
+        raise QuantError(
+            f"the tokenizer has {tables.n_tokens} tokens but the checkpoint's "
+            f"vocab_size is {spec.vocab_size}: use the checkpoint's tokenizer.json"
+        )
     return spec, quantize_tensors(spec, weights, clip=clip)

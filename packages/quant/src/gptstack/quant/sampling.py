@@ -46,8 +46,16 @@ def sample(logits: np.ndarray, temperature: float, top_k: int, rng: Pcg32, n_tok
     return int(order[min(idx, k - 1)])
 
 
-def generate(art: Artifact, prompt_ids: Sequence[int], n_new: int, temperature: float = 1.0,
-             top_k: int = 0, seed: int = 0, *, act: str = "int8") -> list[int]:
+def generate(
+    art: Artifact,
+    prompt_ids: Sequence[int],
+    n_new: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+    *,
+    act: str = "int8",
+) -> list[int]:
     """Feed the prompt (empty: [bos_token]) and sample n_new tokens; returns the new ids only.
 
     Raises QuantError for an empty prompt when the artifact has no bos_token, or a bad id.

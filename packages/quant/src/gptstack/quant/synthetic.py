@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from .artifact import artifact_bytes
-from .layout import ModelSpec
 from .errors import QuantError
 from .format import required_tensors
+from .layout import ModelSpec
 from .quantize import quantize_tensors
 from .tables import TokenizerTables
 
@@ -32,8 +32,14 @@ _EXTRA_CHARS = "éüßçñøÆ€£αβγλΩ中文字😀🙂"
 _INIT_STD = 0.02
 
 
-def synthetic_tables(kind: str = "bpe", n_tokens: int = 512, *, seed: int = 0,
-                     n_special: int = 1, pattern: str | None = "gpt2") -> TokenizerTables:
+def synthetic_tables(
+    kind: str = "bpe",
+    n_tokens: int = 512,
+    *,
+    seed: int = 0,
+    n_special: int = 1,
+    pattern: str | None = "gpt2",
+) -> TokenizerTables:
     """Tokenizer tables of n_tokens tokens (Vt), the last n_special of them special.
 
     BPE: the 256 one-byte tokens at seeded random ids among 0..255, then merged tokens (each the
@@ -49,8 +55,10 @@ def synthetic_tables(kind: str = "bpe", n_tokens: int = 512, *, seed: int = 0,
     if kind == "char":
         pool = "\n" + "".join(chr(c) for c in range(32, 127)) + _EXTRA_CHARS
         if not 1 <= n_ordinary <= len(pool):
-            raise QuantError(f"a synthetic char vocabulary has 1 .. {len(pool)} ordinary tokens, "
-                             f"asked for {n_ordinary}")
+            raise QuantError(
+                f"a synthetic char vocabulary has 1 .. {len(pool)} ordinary tokens, "
+                f"asked for {n_ordinary}"
+            )
         chars = sorted(rng.choice(list(pool), size=n_ordinary, replace=False).tolist())
         tokens = [c.encode() for c in chars] + special
         return TokenizerTables("char", None, tokens, list(range(n_ordinary, n_tokens)))
@@ -58,7 +66,8 @@ def synthetic_tables(kind: str = "bpe", n_tokens: int = 512, *, seed: int = 0,
         raise QuantError(f"kind {kind!r} is unknown: use 'bpe' or 'char'")
     if n_ordinary < 256:
         raise QuantError(
-            f"byte-level BPE needs at least 256 ordinary tokens, asked for {n_ordinary}")
+            f"byte-level BPE needs at least 256 ordinary tokens, asked for {n_ordinary}"
+        )
     tokens: list[bytes] = [bytes([b]) for b in rng.permutation(256).tolist()]
     known = set(tokens)
 
@@ -84,8 +93,9 @@ def synthetic_tables(kind: str = "bpe", n_tokens: int = 512, *, seed: int = 0,
     return TokenizerTables("bpe", pattern, tokens + special, list(range(n_ordinary, n_tokens)))
 
 
-def synthetic_weights(spec: ModelSpec, *, seed: int = 0,
-                      style: str = "random") -> dict[str, np.ndarray]:
+def synthetic_weights(
+    spec: ModelSpec, *, seed: int = 0, style: str = "random"
+) -> dict[str, np.ndarray]:
     """Float32 tensors for every name of FORMAT.md section 4.
 
     style "random": GPT-2 initialization, with LayerNorm weights 1 ± 0.1 and small nonzero biases so
@@ -119,8 +129,17 @@ def synthetic_weights(spec: ModelSpec, *, seed: int = 0,
     return out
 
 
-def synthetic_artifact(spec: ModelSpec, tables: TokenizerTables, *, seed: int = 0,
-                       style: str = "random", clip: bool = False) -> bytes:
+def synthetic_artifact(
+    spec: ModelSpec,
+    tables: TokenizerTables,
+    *,
+    seed: int = 0,
+    style: str = "random",
+    clip: bool = False,
+) -> bytes:
     """The bytes of a valid artifact with synthetic_weights(spec, seed, style) quantized."""
-    return artifact_bytes(spec, tables, quantize_tensors(spec, synthetic_weights(
-        spec, seed=seed, style=style), clip=clip))
+    return artifact_bytes(
+        spec,
+        tables,
+        quantize_tensors(spec, synthetic_weights(spec, seed=seed, style=style), clip=clip),
+    )

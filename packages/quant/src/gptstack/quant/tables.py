@@ -104,7 +104,8 @@ class TokenizerTables:
         for a, b in zip(self.special_ids, self.special_ids[1:]):
             if b <= a:
                 raise BadTokenizerError(
-                    f"special_ids {self.special_ids} are not strictly ascending")
+                    f"special_ids {self.special_ids} are not strictly ascending"
+                )
         for i in self.special_ids:
             if not 0 <= i < n:
                 raise BadTokenizerError(f"special id {i} is not a token id (0 .. {n - 1})")
@@ -126,7 +127,9 @@ class TokenizerTables:
 def tokenizer_section_bytes(tables: TokenizerTables) -> int:
     """Size of the tokenizer section for these tables (the header's `tokenizer_bytes`)."""
     return _section_size(
-        tables.n_tokens, sum(len(t) for t in tables.token_bytes), len(tables.pairs),
+        tables.n_tokens,
+        sum(len(t) for t in tables.token_bytes),
+        len(tables.pairs),
         len(tables.special_ids),
     )
 
@@ -143,8 +146,16 @@ def pack_tokenizer(tables: TokenizerTables) -> bytes:
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype("<u4")
     blob = b"".join(tables.token_bytes)
     parts = [
-        _SECTION_HEAD.pack(tables.kind_code, tables.pattern_code, tables.n_tokens,
-                           len(tables.pairs), len(tables.special_ids), len(blob), 0, 0),
+        _SECTION_HEAD.pack(
+            tables.kind_code,
+            tables.pattern_code,
+            tables.n_tokens,
+            len(tables.pairs),
+            len(tables.special_ids),
+            len(blob),
+            0,
+            0,
+        ),
         offsets.tobytes(),
         blob,
     ]
@@ -168,11 +179,13 @@ def parse_tokenizer(section: memoryview, vocab_size: int, where: str) -> Tokeniz
 
     def bad(msg: str) -> BadTokenizerError:
         return BadTokenizerError(
-            f"artifact {where}: tokenizer section: {msg}; re-run `gptstack export`")
+            f"artifact {where}: tokenizer section: {msg}; re-run `gptstack export`"
+        )
 
     if len(section) < _SECTION_HEAD.size:
-        raise bad(f"tokenizer_bytes is {len(section)}, "
-                  f"smaller than its {_SECTION_HEAD.size}-byte head")
+        raise bad(
+            f"tokenizer_bytes is {len(section)}, smaller than its {_SECTION_HEAD.size}-byte head"
+        )
     head = _SECTION_HEAD.unpack_from(section)
     kind, pattern, n_tokens, n_pairs, n_special, blob_bytes, r0, r1 = head
     kinds = {v: k for k, v in _KINDS.items()}
@@ -195,7 +208,7 @@ def parse_tokenizer(section: memoryview, vocab_size: int, where: str) -> Tokeniz
     pos += 4 * (n_tokens + 1)
     if offsets[0] != 0 or offsets[-1] != blob_bytes or np.any(np.diff(offsets) < 1):
         raise bad("token_offsets must start at 0, end at blob_bytes and grow by at least 1")
-    blob = bytes(section[pos:pos + blob_bytes])
+    blob = bytes(section[pos : pos + blob_bytes])
     pos += blob_bytes
     pos += (-pos) % 4
 
@@ -220,6 +233,8 @@ def parse_tokenizer(section: memoryview, vocab_size: int, where: str) -> Tokeniz
         raise bad("sorted_ids is not the ordinary ids sorted by their bytes")
     pairs = list(zip(flat_pairs[0::3], flat_pairs[1::3], flat_pairs[2::3]))
     if pairs != tables.pairs:
-        raise bad(f"the pair table ({n_pairs} entries) is not every split of every ordinary token "
-                  f"into two ordinary tokens ({len(tables.pairs)} entries), sorted")
+        raise bad(
+            f"the pair table ({n_pairs} entries) is not every split of every ordinary token "
+            f"into two ordinary tokens ({len(tables.pairs)} entries), sorted"
+        )
     return tables

@@ -14,8 +14,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import TokenizerError
 from .atomic import write_atomic
+from .errors import TokenizerError
 from .fileformat import FORMAT_NAME, FORMAT_VERSION, canonical_bytes
 
 AllowedSpecial = Literal["all"] | Collection[str]

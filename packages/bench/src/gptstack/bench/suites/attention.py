@@ -1,6 +1,7 @@
 """Suite `attention`: does batching the heads pay, and which attention kernel should we use?
 
-    data = run_attention([shape_esp32, shape_char, shape_gpt2], options=SuiteOptions(device="cuda", out=path))
+    data = run_attention([shape_esp32, shape_char, shape_gpt2],
+                         options=SuiteOptions(device="cuda", out=path))
 
 Op level (causal self-attention, q/k/v (B, nh, T, hs), forward): a Python loop over heads (one
 (B, 1, T, hs) attention each, what a per-head implementation does), the batched `manual`
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
+
 from gptstack.model import (
     attention_backends,
     get_attention_backend,
@@ -32,8 +34,8 @@ from ..harness import Variant, compare
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, random_tokens
 from .common import (
-    SuiteOptions,
     SuiteContext,
+    SuiteOptions,
     check_close,
     dtype_name,
     reference_dtype,
@@ -48,8 +50,17 @@ NATIVE_BACKEND = "gptstack"  # registered by gptstack.cuda_ops when it is instal
 
 def per_head_loop(q, k, v, *, q_start=0, kv_len=None, dropout_p=0.0):
     """Attention one head at a time: nh (B, 1, T, hs) problems and a concatenation."""
-    heads = [manual_attention(q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1], q_start=q_start,
-                              kv_len=kv_len, dropout_p=dropout_p) for h in range(q.size(1))]
+    heads = [
+        manual_attention(
+            q[:, h : h + 1],
+            k[:, h : h + 1],
+            v[:, h : h + 1],
+            q_start=q_start,
+            kv_len=kv_len,
+            dropout_p=dropout_p,
+        )
+        for h in range(q.size(1))
+    ]
     return torch.cat(heads, dim=1)  # (B, nh, T, hs)
 
 
@@ -58,8 +69,10 @@ def _native_backend() -> tuple[Any, str]:
     try:
         import gptstack.cuda_ops  # noqa: F401  (registers the "gptstack" backend)
     except ImportError as e:
-        return None, (f"no native kernel yet: {e.name or 'gptstack.cuda_ops'} cannot be "
-                      f"imported (gptstack.cuda_ops is not installed)")
+        return None, (
+            f"no native kernel yet: {e.name or 'gptstack.cuda_ops'} cannot be "
+            f"imported (gptstack.cuda_ops is not installed)"
+        )
     if NATIVE_BACKEND not in attention_backends():
         return None, "gptstack.cuda_ops did not register a 'gptstack' attention backend"
     return get_attention_backend(NATIVE_BACKEND), ""
@@ -75,21 +88,32 @@ class Backend(NamedTuple):
 def _backends() -> list[Backend]:
     """Every backend of the suite, the native one probed (imported) once per run."""
     native, why_native = _native_backend()
-    return [Backend("per-head loop", PER_HEAD_BACKEND, per_head_loop, ""),
-            Backend("manual (batched heads)", "manual", get_attention_backend("manual"), ""),
-            Backend("sdpa", "sdpa", get_attention_backend("sdpa"), ""),
-            Backend("native (cuda_ops)", NATIVE_BACKEND, native, why_native)]
+    return [
+        Backend("per-head loop", PER_HEAD_BACKEND, per_head_loop, ""),
+        Backend("manual (batched heads)", "manual", get_attention_backend("manual"), ""),
+        Backend("sdpa", "sdpa", get_attention_backend("sdpa"), ""),
+        Backend("native (cuda_ops)", NATIVE_BACKEND, native, why_native),
+    ]
 
 
-def _op_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype,
-             backends: list[Backend]) -> None:
+def _op_rows(
+    ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype, backends: list[Backend]
+) -> None:
     B, nh, hs = shape.batch_size, shape.n_head, shape.head_size
     group = f"{shape.name} B={B} nh={nh} T={T} hs={hs}"
-    params = {"model": shape.name, "batch": B, "n_head": nh, "seq_len": T, "head_size": hs,
-              "dtype": dtype_name(dtype)}
+    params = {
+        "model": shape.name,
+        "batch": B,
+        "n_head": nh,
+        "seq_len": T,
+        "head_size": hs,
+        "dtype": dtype_name(dtype),
+    }
     g = torch.Generator().manual_seed(3)
-    inputs = [tuple(torch.randn(B, nh, T, hs, generator=g).to(ctx.device, dtype)
-                    for _ in range(3)) for _ in range(INPUT_SETS)]
+    inputs = [
+        tuple(torch.randn(B, nh, T, hs, generator=g).to(ctx.device, dtype) for _ in range(3))
+        for _ in range(INPUT_SETS)
+    ]
     q, k, v = inputs[0]
     rd = reference_dtype(dtype)
     ref = manual_attention(q.to(rd), k.to(rd), v.to(rd))
@@ -104,8 +128,9 @@ def _op_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype,
     ctx.progress.row(f"op {group}")
     with torch.no_grad():
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
-    _emit(ctx, "op", group, params, backends, cmp, checks, not_run,
-          flops=2 * B * nh * T * T * hs)  # QK^T and PV, causal half: 2 * (2 B nh T^2 hs) / 2
+    _emit(
+        ctx, "op", group, params, backends, cmp, checks, not_run, flops=2 * B * nh * T * T * hs
+    )  # QK^T and PV, causal half: 2 * (2 B nh T^2 hs) / 2
 
 
 def _model_checks(model, idx: torch.Tensor, backends: list[Backend]) -> dict[str, dict]:
@@ -125,15 +150,20 @@ def _model_checks(model, idx: torch.Tensor, backends: list[Backend]) -> dict[str
             for name, backend, fn, _ in backends:
                 if fn is not None:
                     m32.set_attention_backend(backend)
-                    out[name] = check_close(m32(idx[:1])[0], ref, torch.float32,
-                                            "manual backend in float64 (model in float32, batch 1)")
+                    out[name] = check_close(
+                        m32(idx[:1])[0],
+                        ref,
+                        torch.float32,
+                        "manual backend in float64 (model in float32, batch 1)",
+                    )
             return out
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-def _model_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype,
-                backends: list[Backend]) -> None:
+def _model_rows(
+    ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype, backends: list[Backend]
+) -> None:
     B = shape.batch_size
     group = f"{shape.name} B={B} T={T}"
     params = {"model": shape.name, "batch": B, "seq_len": T, "dtype": dtype_name(dtype)}
@@ -156,24 +186,46 @@ def _model_rows(ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype
     ctx.progress.row(f"model forward {group}")
     with torch.no_grad():
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
-    _emit(ctx, "model", group, params, backends, cmp, checks, not_run,
-          flops=B * T * model.flops_per_token(T) // 3)  # forward = 1/3 of 6N + attention
+    _emit(
+        ctx,
+        "model",
+        group,
+        params,
+        backends,
+        cmp,
+        checks,
+        not_run,
+        flops=B * T * model.flops_per_token(T) // 3,
+    )  # forward = 1/3 of 6N + attention
 
 
 def _emit(ctx, section, group, params, backends, cmp, checks, not_run, *, flops: int) -> None:
     for name, *_ in backends:
         if name in not_run or name not in cmp.measurements:
             status, note = not_run.get(name, ("error", cmp.failures.get(name, "did not run")))
-            ctx.result.add_row(make_row(section=section, group=group, name=name, params=params,
-                                        status=status, note=note))
+            ctx.result.add_row(
+                make_row(
+                    section=section, group=group, name=name, params=params, status=status, note=note
+                )
+            )
             continue
         m = cmp.measurements[name]
-        ratios = ratio_entries(cmp, name, {"vs_loop": "per-head loop",
-                                           "vs_manual": "manual (batched heads)"})
+        ratios = ratio_entries(
+            cmp, name, {"vs_loop": "per-head loop", "vs_manual": "manual (batched heads)"}
+        )
         metrics = {"flops": flops, "flops_per_s": flops / m.stats["median"]}
-        ctx.result.add_row(make_row(section=section, group=group, name=name, params=params,
-                                    measurement=m, metrics=metrics, ratios=ratios,
-                                    check=checks[name]))
+        ctx.result.add_row(
+            make_row(
+                section=section,
+                group=group,
+                name=name,
+                params=params,
+                measurement=m,
+                metrics=metrics,
+                ratios=ratios,
+                check=checks[name],
+            )
+        )
 
 
 def run_attention(
@@ -188,8 +240,12 @@ def run_attention(
     options = options or SuiteOptions()
     shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
     backends = _backends()
-    params = {"shapes": [s.to_dict() for s in shapes], "seq_len": seq_len, "dtype": dtype,
-              "backends": [b.label for b in backends]}
+    params = {
+        "shapes": [s.to_dict() for s in shapes],
+        "seq_len": seq_len,
+        "dtype": dtype,
+        "backends": [b.label for b in backends],
+    }
     ctx = SuiteContext.create("attention", params, options)
     _declare(ctx)
     dt = resolve_dtype(dtype, ctx.device)
@@ -203,22 +259,46 @@ def run_attention(
 
 
 def _declare(ctx: SuiteContext) -> None:
-    cols = [Column("time ms (median, min–max)", "time_s", "time_ms"),
-            Column("TFLOP/s", "metrics.flops_per_s", "tflops"),
-            Column("× vs per-head loop", "ratios.vs_loop", "ratio"),
-            Column("× vs manual", "ratios.vs_manual", "ratio"),
-            Column("check (rel. err)", "check", "check"), Column("note", "note")]
-    ctx.result.table("Attention op (forward, causal)", "op",
-                     [Column("shape", "group"), Column("implementation", "name"),
-                      Column("dtype", "params.dtype"), *cols],
-                     about="q, k, v random (B, nh, T, hs); FLOPs count QKᵀ and PV with the causal "
-                           "half skipped (2·B·nh·T²·hs).")
-    ctx.result.table("Whole-model forward by attention backend", "model",
-                     [Column("model", "group"), Column("backend", "name"),
-                      Column("dtype", "params.dtype"), *cols],
-                     about="GPT forward (B, T) -> logits, no grad, random weights; FLOPs = "
-                           "B·T·flops_per_token(T)/3 (the forward third of 6N + attention).")
+    cols = [
+        Column("time ms (median, min–max)", "time_s", "time_ms"),
+        Column("TFLOP/s", "metrics.flops_per_s", "tflops"),
+        Column("× vs per-head loop", "ratios.vs_loop", "ratio"),
+        Column("× vs manual", "ratios.vs_manual", "ratio"),
+        Column("check (rel. err)", "check", "check"),
+        Column("note", "note"),
+    ]
+    ctx.result.table(
+        "Attention op (forward, causal)",
+        "op",
+        [
+            Column("shape", "group"),
+            Column("implementation", "name"),
+            Column("dtype", "params.dtype"),
+            *cols,
+        ],
+        about="q, k, v random (B, nh, T, hs); FLOPs count QKᵀ and PV with the causal "
+        "half skipped (2·B·nh·T²·hs).",
+    )
+    ctx.result.table(
+        "Whole-model forward by attention backend",
+        "model",
+        [
+            Column("model", "group"),
+            Column("backend", "name"),
+            Column("dtype", "params.dtype"),
+            *cols,
+        ],
+        about="GPT forward (B, T) -> logits, no grad, random weights; FLOPs = "
+        "B·T·flops_per_token(T)/3 (the forward third of 6N + attention).",
+    )
     for section in ("op", "model"):
-        ctx.result.plot("bars", section, f"Attention ({section}): speedup over the manual backend",
-                        value="ratios.vs_manual.median", label="group", series="name", log=True,
-                        ylabel="× vs manual (median of pairs)")
+        ctx.result.plot(
+            "bars",
+            section,
+            f"Attention ({section}): speedup over the manual backend",
+            value="ratios.vs_manual.median",
+            label="group",
+            series="name",
+            log=True,
+            ylabel="× vs manual (median of pairs)",
+        )

@@ -1,9 +1,9 @@
 """What every suite shares: its options, the device, the progress line and the result file.
 
-    options = SuiteOptions(device="cuda", out=path, smoke=False)   # the same for every suite
-    ctx = SuiteContext.create("train", params, options)
-    ... ctx.result.add_row(...)
-    data = ctx.finish()
+options = SuiteOptions(device="cuda", out=path, smoke=False)   # the same for every suite
+ctx = SuiteContext.create("train", params, options)
+... ctx.result.add_row(...)
+data = ctx.finish()
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from gptstack.model import ModelError, resolve_device as resolve_model_device
+
+from gptstack.model import ModelError
+from gptstack.model import resolve_device as resolve_model_device
 
 from ..environment import environment
 from ..errors import BenchError
@@ -49,7 +51,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
-        dtype, str(dtype))
+        dtype, str(dtype)
+    )
 
 
 def reference_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -74,7 +77,8 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, agains
 def check_compile_backend(backend: str) -> None:
     if backend not in COMPILE_BACKENDS:
         raise BenchError(
-            f"compile backend {backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}")
+            f"compile backend {backend!r} is unknown: use {', '.join(COMPILE_BACKENDS)}"
+        )
 
 
 def compile_callable(fn: Any, backend: str, mode: str | None = None, **kwargs: Any) -> Any:
@@ -133,17 +137,24 @@ class SuiteContext:
     compile_backend: str
 
     @classmethod
-    def create(cls, suite: str, params: dict[str, Any],
-               options: SuiteOptions | None = None) -> SuiteContext:
+    def create(
+        cls, suite: str, params: dict[str, Any], options: SuiteOptions | None = None
+    ) -> SuiteContext:
         o = options or SuiteOptions()
         dev = resolve_device(o.device)
         settings = o.settings or (Settings.smoke() if o.smoke else Settings())
         check_compile_backend(o.compile_backend)
         params = {**params, "smoke": o.smoke, "compile_backend": o.compile_backend}
-        result = Result(suite, params=params, settings=settings.to_dict(),
-                        env=environment(dev, o.command), path=o.out)
-        return cls(dev, settings, Progress(suite, enabled=o.progress), result, o.smoke,
-                   o.compile_backend)
+        result = Result(
+            suite,
+            params=params,
+            settings=settings.to_dict(),
+            env=environment(dev, o.command),
+            path=o.out,
+        )
+        return cls(
+            dev, settings, Progress(suite, enabled=o.progress), result, o.smoke, o.compile_backend
+        )
 
     @property
     def cuda(self) -> bool:

@@ -25,8 +25,8 @@ from ..opregistry import Op, OpSize, load_native_candidates, registered_ops
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape
 from .common import (
-    SuiteOptions,
     SuiteContext,
+    SuiteOptions,
     check_close,
     compile_callable,
     dtype_name,
@@ -42,13 +42,19 @@ def _upcast(inputs: tuple, dtype: torch.dtype) -> tuple:
     return tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
 
 
-def _measure_op(ctx: SuiteContext, op: Op, size: OpSize, dtype: torch.dtype, floors: dict,
-                graph_inner: int) -> None:
+def _measure_op(
+    ctx: SuiteContext, op: Op, size: OpSize, dtype: torch.dtype, floors: dict, graph_inner: int
+) -> None:
     group = f"{op.name} @ {size.name}"
     g = torch.Generator(device=ctx.device).manual_seed(5)
     inputs = [op.make_inputs(size, ctx.device, dtype, g) for _ in range(INPUT_SETS)]
-    params = {"op": op.name, "size": size.to_dict(), "dtype": dtype_name(dtype),
-              "shapes": [list(x.shape) for x in inputs[0]], "about": op.about}
+    params = {
+        "op": op.name,
+        "size": size.to_dict(),
+        "dtype": dtype_name(dtype),
+        "shapes": [list(x.shape) for x in inputs[0]],
+        "about": op.about,
+    }
     rd = reference_dtype(dtype)
     ref = op.reference(*_upcast(inputs[0], rd))
     impls: dict[str, Any] = {"eager": op.reference}
@@ -70,47 +76,74 @@ def _measure_op(ctx: SuiteContext, op: Op, size: OpSize, dtype: torch.dtype, flo
     inner = graph_inner if ctx.cuda else 1
 
     def variants(t: str, n: int) -> list[Variant]:
-        return [Variant(name, lambda x, fn=fn: fn(*x), inputs, timing=t, inner=n)
-                for name, fn in impls.items()]
+        return [
+            Variant(name, lambda x, fn=fn: fn(*x), inputs, timing=t, inner=n)
+            for name, fn in impls.items()
+        ]
 
     with torch.no_grad():
-        cmp = compare(variants(timing, inner), ctx.settings, device=ctx.device,
-                      progress=ctx.progress)
+        cmp = compare(
+            variants(timing, inner), ctx.settings, device=ctx.device, progress=ctx.progress
+        )
         note = None
         if cmp.failures and timing == "cuda_graph":
             failed = "; ".join(f"{k}: {v}" for k, v in cmp.failures.items())
-            note = (f"CUDA graph timing failed ({failed}); timed with CUDA events, launch "
-                    f"overhead included")
-            cmp = compare(variants("cuda_events", 1), ctx.settings, device=ctx.device,
-                          progress=ctx.progress)
+            note = (
+                f"CUDA graph timing failed ({failed}); timed with CUDA events, launch "
+                f"overhead included"
+            )
+            cmp = compare(
+                variants("cuda_events", 1), ctx.settings, device=ctx.device, progress=ctx.progress
+            )
     nbytes, flops = op.bytes_moved(inputs[0]), op.flops(inputs[0])
     copy_bw = floors.get("copy", {}).get("bytes_per_s")
     mm_rate = floors.get("matmul", {}).get("flops_per_s")
     for name in ["eager", "torch.compile", *op.candidates]:
         if name in not_run or name not in cmp.measurements:
             status, why = not_run.get(name, ("error", cmp.failures.get(name, "did not run")))
-            ctx.result.add_row(make_row(section="ops", group=group, name=name, params=params,
-                                        status=status, note=why))
+            ctx.result.add_row(
+                make_row(
+                    section="ops", group=group, name=name, params=params, status=status, note=why
+                )
+            )
             continue
         m = cmp.measurements[name]
         t = m.stats["median"]
         floor_t = max(nbytes / copy_bw if copy_bw else 0.0, flops / mm_rate if mm_rate else 0.0)
-        metrics = {"bytes_moved": nbytes, "flops": flops, "bytes_per_s": nbytes / t,
-                   "flops_per_s": flops / t,
-                   "copy_fraction": nbytes / t / copy_bw if copy_bw else None,
-                   "floor_fraction": floor_t / t if floor_t else None}
+        metrics = {
+            "bytes_moved": nbytes,
+            "flops": flops,
+            "bytes_per_s": nbytes / t,
+            "flops_per_s": flops / t,
+            "copy_fraction": nbytes / t / copy_bw if copy_bw else None,
+            "floor_fraction": floor_t / t if floor_t else None,
+        }
         # eager gets no vs_compile: compile's speedup over eager is on the compile row
-        baselines = {"vs_eager": "eager",
-                     "vs_compile": None if name == "eager" else "torch.compile"}
+        baselines = {
+            "vs_eager": "eager",
+            "vs_compile": None if name == "eager" else "torch.compile",
+        }
         ratios = ratio_entries(cmp, name, baselines)
-        ctx.result.add_row(make_row(section="ops", group=group, name=name, params=params,
-                                    measurement=m, metrics=metrics, ratios=ratios,
-                                    check=checks[name], note=note))
+        ctx.result.add_row(
+            make_row(
+                section="ops",
+                group=group,
+                name=name,
+                params=params,
+                measurement=m,
+                metrics=metrics,
+                ratios=ratios,
+                check=checks[name],
+                note=note,
+            )
+        )
 
 
 def op_sizes(shapes: Sequence[ModelShape], seq_len: int | None = None) -> list[OpSize]:
-    return [OpSize(s.name, s.batch_size, min(seq_len or s.block_size, s.block_size), s.n_embd,
-                   s.n_head) for s in shapes]
+    return [
+        OpSize(s.name, s.batch_size, min(seq_len or s.block_size, s.block_size), s.n_embd, s.n_head)
+        for s in shapes
+    ]
 
 
 def run_ops(
@@ -134,10 +167,16 @@ def run_ops(
         raise BenchError(f"graph_inner is {graph_inner}: it must be >= 1")
     shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
     sizes = op_sizes(shapes, seq_len)
-    params = {"ops": {n: {"about": registry[n].about, "candidates": list(registry[n].candidates)}
-                      for n in names},
-              "sizes": [s.to_dict() for s in sizes], "dtype": dtype, "graph_inner": graph_inner,
-              "native": native}
+    params = {
+        "ops": {
+            n: {"about": registry[n].about, "candidates": list(registry[n].candidates)}
+            for n in names
+        },
+        "sizes": [s.to_dict() for s in sizes],
+        "dtype": dtype,
+        "graph_inner": graph_inner,
+        "native": native,
+    }
     ctx = SuiteContext.create("ops", params, options)
     _declare(ctx)
     dt = resolve_dtype(dtype, ctx.device)
@@ -152,21 +191,34 @@ def run_ops(
 
 def _declare(ctx: SuiteContext) -> None:
     ctx.result.table(
-        "Ops against the measured floor", "ops",
-        [Column("op @ sizes of", "group"), Column("implementation", "name"),
-         Column("dtype", "params.dtype"),
-         Column("µs (median, min–max)", "time_s", "time_us"),
-         Column("GB/s", "metrics.bytes_per_s", "gbs"),
-         Column("of copy bw", "metrics.copy_fraction", "pct"),
-         Column("GFLOP/s", "metrics.flops_per_s", "gflops"),
-         Column("of floor", "metrics.floor_fraction", "pct"),
-         Column("× vs eager", "ratios.vs_eager", "ratio"),
-         Column("× vs compile", "ratios.vs_compile", "ratio"),
-         Column("check (rel. err)", "check", "check"), Column("note", "note")],
+        "Ops against the measured floor",
+        "ops",
+        [
+            Column("op @ sizes of", "group"),
+            Column("implementation", "name"),
+            Column("dtype", "params.dtype"),
+            Column("µs (median, min–max)", "time_s", "time_us"),
+            Column("GB/s", "metrics.bytes_per_s", "gbs"),
+            Column("of copy bw", "metrics.copy_fraction", "pct"),
+            Column("GFLOP/s", "metrics.flops_per_s", "gflops"),
+            Column("of floor", "metrics.floor_fraction", "pct"),
+            Column("× vs eager", "ratios.vs_eager", "ratio"),
+            Column("× vs compile", "ratios.vs_compile", "ratio"),
+            Column("check (rel. err)", "check", "check"),
+            Column("note", "note"),
+        ],
         about="Floor = max(bytes / copy bandwidth, FLOPs / matmul rate), both measured in this "
-              "run (`floors` in the JSON); 'of floor' = floor time / measured time. Above 100 %: "
-              "the op's data stayed in a cache, which the copy floor (a buffer far larger than "
-              "the caches) cannot use. Sizes and FLOP counts per op: `params.about` in the JSON.")
-    ctx.result.plot("bars", "ops", "Ops: fraction of the measured floor",
-                    value="metrics.floor_fraction", label="group", series="name", log=False,
-                    ylabel="floor time / measured time")
+        "run (`floors` in the JSON); 'of floor' = floor time / measured time. Above 100 %: "
+        "the op's data stayed in a cache, which the copy floor (a buffer far larger than "
+        "the caches) cannot use. Sizes and FLOP counts per op: `params.about` in the JSON.",
+    )
+    ctx.result.plot(
+        "bars",
+        "ops",
+        "Ops: fraction of the measured floor",
+        value="metrics.floor_fraction",
+        label="group",
+        series="name",
+        log=False,
+        ylabel="floor time / measured time",
+    )

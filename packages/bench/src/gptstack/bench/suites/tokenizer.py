@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import BenchError
 from ..harness import Variant, compare, error_text
 from ..results import Column, make_row, ratio_entries
-from .common import SuiteOptions, SuiteContext
+from .common import SuiteContext, SuiteOptions
 
 CHUNKS = 4  # rotating encode inputs
 SMOKE_CHARS = 100_000  # --smoke: the first 100k characters of the corpus
@@ -45,15 +45,20 @@ def _hf_trainer(vocab_size: int) -> tuple[Callable[[str], Any] | None, str]:
     try:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     except ImportError:
-        return None, ("HuggingFace `tokenizers` is not installed (a dev dependency of the "
-                      "workspace: `uv sync`); row skipped")
+        return None, (
+            "HuggingFace `tokenizers` is not installed (a dev dependency of the "
+            "workspace: `uv sync`); row skipped"
+        )
 
     def train(text: str):
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
         tok.train_from_iterator([text], trainer)
         return tok
 
@@ -62,7 +67,7 @@ def _hf_trainer(vocab_size: int) -> tuple[Callable[[str], Any] | None, str]:
 
 def _chunks(text: str, n: int) -> list[str]:
     size = len(text) // n
-    return [text[i * size:(i + 1) * size] for i in range(n)]
+    return [text[i * size : (i + 1) * size] for i in range(n)]
 
 
 def _train_rows(ctx: SuiteContext, text: str, vocab_size: int, pattern: str) -> dict[str, Any]:
@@ -77,8 +82,9 @@ def _train_rows(ctx: SuiteContext, text: str, vocab_size: int, pattern: str) -> 
 
     variants = [Variant(OURS_TRAIN, ours, [text])]
     if hf_train is not None:
-        variants.append(Variant(HF_TRAIN, lambda t: trained.__setitem__(HF_TRAIN, hf_train(t)),
-                                [text]))
+        variants.append(
+            Variant(HF_TRAIN, lambda t: trained.__setitem__(HF_TRAIN, hf_train(t)), [text])
+        )
     nbytes = len(text.encode())
     group = f"{nbytes:,} bytes → vocab {vocab_size}"
     params = {"vocab_size": vocab_size, "pattern": pattern, "bytes": nbytes}
@@ -86,23 +92,48 @@ def _train_rows(ctx: SuiteContext, text: str, vocab_size: int, pattern: str) -> 
     cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
     for name in (OURS_TRAIN, HF_TRAIN):
         if name == HF_TRAIN and hf_train is None:
-            ctx.result.add_row(make_row(section="train", group=group, name=name, params=params,
-                                        status="skipped", note=why))
+            ctx.result.add_row(
+                make_row(
+                    section="train",
+                    group=group,
+                    name=name,
+                    params=params,
+                    status="skipped",
+                    note=why,
+                )
+            )
             continue
         if name not in cmp.measurements:
-            ctx.result.add_row(make_row(section="train", group=group, name=name, params=params,
-                                        status="error", note=cmp.failures.get(name, "did not run")))
+            ctx.result.add_row(
+                make_row(
+                    section="train",
+                    group=group,
+                    name=name,
+                    params=params,
+                    status="error",
+                    note=cmp.failures.get(name, "did not run"),
+                )
+            )
             continue
         tok = trained[name]
         vocab = tok.vocab_size if name == OURS_TRAIN else tok.get_vocab_size()
-        n_tokens = (len(tok.encode(text)) if name == OURS_TRAIN else len(tok.encode(text).ids))
-        ctx.result.add_row(make_row(
-            section="train", group=group, name=name, params=params,
-            measurement=cmp.measurements[name],
-            ratios=ratio_entries(cmp, name, {"vs_ours": OURS_TRAIN}),
-            metrics={"vocab_reached": vocab, "corpus_tokens": n_tokens,
-                     "bytes_per_token": nbytes / n_tokens},
-            check={"ok": vocab == vocab_size, "against": f"vocabulary of {vocab_size} reached"}))
+        n_tokens = len(tok.encode(text)) if name == OURS_TRAIN else len(tok.encode(text).ids)
+        ctx.result.add_row(
+            make_row(
+                section="train",
+                group=group,
+                name=name,
+                params=params,
+                measurement=cmp.measurements[name],
+                ratios=ratio_entries(cmp, name, {"vs_ours": OURS_TRAIN}),
+                metrics={
+                    "vocab_reached": vocab,
+                    "corpus_tokens": n_tokens,
+                    "bytes_per_token": nbytes / n_tokens,
+                },
+                check={"ok": vocab == vocab_size, "against": f"vocabulary of {vocab_size} reached"},
+            )
+        )
     return trained
 
 
@@ -110,16 +141,23 @@ def _encoders(trained: dict[str, Any]) -> dict[str, tuple[Callable | None, Calla
     """name -> (encode, decode, why missing)."""
     out: dict[str, tuple[Callable | None, Callable | None, str]] = {}
     ours = trained.get(OURS_TRAIN)
-    out[OURS_ENC] = ((ours.encode, ours.decode, "") if ours is not None
-                     else (None, None, "our trainer failed (see the train rows)"))
+    out[OURS_ENC] = (
+        (ours.encode, ours.decode, "")
+        if ours is not None
+        else (None, None, "our trainer failed (see the train rows)")
+    )
     try:
         from gptstack.tokenizer import gpt2_tokenizer
 
         enc = gpt2_tokenizer().encoding
         out[TIKTOKEN_ENC] = (enc.encode_ordinary, enc.decode, "")
     except Exception as e:
-        out[TIKTOKEN_ENC] = (None, None, f"GPT-2 ranks unavailable offline ({error_text(e)}); "
-                                         f"put gpt2.tiktoken in $GPTSTACK_DATA_DIR")
+        out[TIKTOKEN_ENC] = (
+            None,
+            None,
+            f"GPT-2 ranks unavailable offline ({error_text(e)}); "
+            f"put gpt2.tiktoken in $GPTSTACK_DATA_DIR",
+        )
     hf = trained.get(HF_TRAIN)
     if hf is None:
         why = "no HF tokenizer (see the train rows)"
@@ -128,7 +166,9 @@ def _encoders(trained: dict[str, Any]) -> dict[str, tuple[Callable | None, Calla
         out[HF_ENC] = (lambda t: hf.encode(t).ids, hf.decode, "")
         out[HF_BATCH_ENC] = (
             lambda t: [i for e in hf.encode_batch(t.splitlines(keepends=True)) for i in e.ids],
-            hf.decode, "")
+            hf.decode,
+            "",
+        )
     return out
 
 
@@ -142,8 +182,10 @@ def _encode_rows(ctx: SuiteContext, text: str, trained: dict[str, Any]) -> None:
         if enc is None:
             continue
         try:
-            checks[name] = {"ok": all(dec(enc(c)) == c for c in chunks),
-                            "against": "decode(encode(chunk)) == chunk, every chunk"}
+            checks[name] = {
+                "ok": all(dec(enc(c)) == c for c in chunks),
+                "against": "decode(encode(chunk)) == chunk, every chunk",
+            }
         except Exception as e:
             checks[name] = {"ok": False, "against": f"round trip raised {error_text(e)}"}
         variants.append(Variant(name, enc, chunks))
@@ -153,14 +195,30 @@ def _encode_rows(ctx: SuiteContext, text: str, trained: dict[str, Any]) -> None:
     for name, (enc, _, why) in encoders.items():
         if enc is None or name not in cmp.measurements:
             status = "skipped" if enc is None else "error"
-            ctx.result.add_row(make_row(section="encode", group=group, name=name, params=params,
-                                        status=status, note=why or cmp.failures.get(name, "?")))
+            ctx.result.add_row(
+                make_row(
+                    section="encode",
+                    group=group,
+                    name=name,
+                    params=params,
+                    status=status,
+                    note=why or cmp.failures.get(name, "?"),
+                )
+            )
             continue
         m = cmp.measurements[name]
-        ctx.result.add_row(make_row(section="encode", group=group, name=name, params=params,
-                                    measurement=m, check=checks[name],
-                                    ratios=ratio_entries(cmp, name, {"vs_ours": OURS_ENC}),
-                                    metrics={"bytes_per_s": mean_bytes / m.stats["median"]}))
+        ctx.result.add_row(
+            make_row(
+                section="encode",
+                group=group,
+                name=name,
+                params=params,
+                measurement=m,
+                check=checks[name],
+                ratios=ratio_entries(cmp, name, {"vs_ours": OURS_ENC}),
+                metrics={"bytes_per_s": mean_bytes / m.stats["median"]},
+            )
+        )
 
 
 def run_tokenizer(
@@ -175,16 +233,24 @@ def run_tokenizer(
     options = options or SuiteOptions()
     path = Path(data) if data is not None else default_corpus()
     if not path.is_file():
-        raise BenchError(f"corpus {path} not found: pass --data FILE, or set GPTSTACK_DATA_DIR to "
-                         f"a folder with tinyshakespeare.txt (`gptstack train` downloads it)")
+        raise BenchError(
+            f"corpus {path} not found: pass --data FILE, or set GPTSTACK_DATA_DIR to "
+            f"a folder with tinyshakespeare.txt (`gptstack train` downloads it)"
+        )
     text = path.read_text(encoding="utf-8")
     if options.smoke:
         text = text[:SMOKE_CHARS]
     if vocab_size <= 256:
         raise BenchError(f"vocab_size is {vocab_size}: byte-level BPE needs more than 256")
-    params = {"data": str(path), "chars": len(text), "bytes": len(text.encode()),
-              "vocab_size": vocab_size, "pattern": pattern, "chunks": CHUNKS,
-              "threads_available": os.cpu_count()}
+    params = {
+        "data": str(path),
+        "chars": len(text),
+        "bytes": len(text.encode()),
+        "vocab_size": vocab_size,
+        "pattern": pattern,
+        "chunks": CHUNKS,
+        "threads_available": os.cpu_count(),
+    }
     ctx = SuiteContext.create("tokenizer", params, options.on_cpu())
     _declare(ctx)
     trained = _train_rows(ctx, text, vocab_size, pattern)
@@ -194,20 +260,40 @@ def run_tokenizer(
 
 def _declare(ctx: SuiteContext) -> None:
     ctx.result.table(
-        "BPE training time", "train",
-        [Column("corpus", "group"), Column("trainer", "name"),
-         Column("s (median, min–max)", "time_s", "time_s"),
-         Column("× vs ours", "ratios.vs_ours", "ratio"),
-         Column("vocab", "metrics.vocab_reached", "int"),
-         Column("bytes/token", "metrics.bytes_per_token", "num"),
-         Column("check", "check", "check"), Column("note", "note")])
+        "BPE training time",
+        "train",
+        [
+            Column("corpus", "group"),
+            Column("trainer", "name"),
+            Column("s (median, min–max)", "time_s", "time_s"),
+            Column("× vs ours", "ratios.vs_ours", "ratio"),
+            Column("vocab", "metrics.vocab_reached", "int"),
+            Column("bytes/token", "metrics.bytes_per_token", "num"),
+            Column("check", "check", "check"),
+            Column("note", "note"),
+        ],
+    )
     ctx.result.table(
-        "Encoding speed", "encode",
-        [Column("input", "group"), Column("tokenizer", "name"),
-         Column("MB/s", "metrics.bytes_per_s", "mbs"),
-         Column("ms per chunk (median, min–max)", "time_s", "time_ms"),
-         Column("× vs ours", "ratios.vs_ours", "ratio"),
-         Column("round trip", "check", "check"), Column("note", "note")],
-        about="MB/s = mean chunk bytes / median time per chunk.")
-    ctx.result.plot("bars", "encode", "Encoding speed", value="metrics.bytes_per_s",
-                    label="group", series="name", log=False, ylabel="bytes/s")
+        "Encoding speed",
+        "encode",
+        [
+            Column("input", "group"),
+            Column("tokenizer", "name"),
+            Column("MB/s", "metrics.bytes_per_s", "mbs"),
+            Column("ms per chunk (median, min–max)", "time_s", "time_ms"),
+            Column("× vs ours", "ratios.vs_ours", "ratio"),
+            Column("round trip", "check", "check"),
+            Column("note", "note"),
+        ],
+        about="MB/s = mean chunk bytes / median time per chunk.",
+    )
+    ctx.result.plot(
+        "bars",
+        "encode",
+        "Encoding speed",
+        value="metrics.bytes_per_s",
+        label="group",
+        series="name",
+        log=False,
+        ylabel="bytes/s",
+    )

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
 from gptstack.model import TrainStep, compile_model, configure_adamw
 from gptstack.model.train_step import WARMUP_STEPS
 
@@ -34,7 +35,7 @@ from ..harness import Comparison, Variant, compare, error_text
 from ..peaks import peak_flops
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape, random_tokens
-from .common import SuiteOptions, SuiteContext, compile_callable, release_memory
+from .common import SuiteContext, SuiteOptions, compile_callable, release_memory
 
 # Optimizer hyper-parameters of the presets (AdamW, weight decay 0.1, beta2 0.99 / 0.95); their
 # values do not change the work of a step, a small lr keeps warm-up steps from moving the loss.
@@ -62,31 +63,121 @@ class Rung:
 
 
 RUNGS: tuple[Rung, ...] = (
-    Rung("fp32", "fp32 eager", None, "fp32", False, None, False, False,
-         "fp32 weights and math, TF32 off, AdamW (foreach)"),
-    Rung("tf32", "TF32 matmuls", "fp32", "tf32", False, None, False, True,
-         "fp32 weights, matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)"),
-    Rung("bf16", "bf16 autocast", "tf32", "bf16", False, None, False, False,
-         "torch.autocast(dtype=bfloat16) around forward and loss"),
-    Rung("fused", "+ fused AdamW", "bf16", "bf16", True, None, False, False,
-         "AdamW(fused=True): one kernel updates every parameter"),
-    Rung("graph-eager", "+ whole-step CUDA graph (no compile)", "fused", "bf16", True, None, True,
-         True, "eager model; forward, backward, clip and AdamW(fused, capturable) captured in "
-         "one torch.cuda.CUDAGraph, replayed each step"),
-    Rung("compile", "+ torch.compile", "fused", "bf16", True, "default", False, False,
-         "torch.compile(model), default mode: what `gptstack train` does today on CUDA"),
-    Rung("reduce-overhead", "+ compile(mode=reduce-overhead)", "compile", "bf16", True,
-         "reduce-overhead", False, True,
-         "Inductor CUDA graph trees around forward and backward; clip and AdamW stay eager"),
-    Rung("graph", "+ whole-step CUDA graph", "compile", "bf16", True, "default", True, True,
-         "compiled model; forward, backward, clip and AdamW(fused, capturable) captured in one "
-         "torch.cuda.CUDAGraph, replayed each step"),
-    Rung("regional", "whole-step graph, regional compile", "graph", "bf16", True, "regional",
-         True, True, "as the whole-step graph, with each block and the head compiled once "
-         "(gptstack.model.compile_model 'regional': shorter start-up)"),
-    Rung("native", "+ gptstack.cuda_ops kernels", "regional", "bf16", True, "regional", True,
-         True, "ops='gptstack' (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss) "
-         "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops", native=True),
+    Rung(
+        "fp32",
+        "fp32 eager",
+        None,
+        "fp32",
+        False,
+        None,
+        False,
+        False,
+        "fp32 weights and math, TF32 off, AdamW (foreach)",
+    ),
+    Rung(
+        "tf32",
+        "TF32 matmuls",
+        "fp32",
+        "tf32",
+        False,
+        None,
+        False,
+        True,
+        "fp32 weights, matmuls on TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32)",
+    ),
+    Rung(
+        "bf16",
+        "bf16 autocast",
+        "tf32",
+        "bf16",
+        False,
+        None,
+        False,
+        False,
+        "torch.autocast(dtype=bfloat16) around forward and loss",
+    ),
+    Rung(
+        "fused",
+        "+ fused AdamW",
+        "bf16",
+        "bf16",
+        True,
+        None,
+        False,
+        False,
+        "AdamW(fused=True): one kernel updates every parameter",
+    ),
+    Rung(
+        "graph-eager",
+        "+ whole-step CUDA graph (no compile)",
+        "fused",
+        "bf16",
+        True,
+        None,
+        True,
+        True,
+        "eager model; forward, backward, clip and AdamW(fused, capturable) captured in "
+        "one torch.cuda.CUDAGraph, replayed each step",
+    ),
+    Rung(
+        "compile",
+        "+ torch.compile",
+        "fused",
+        "bf16",
+        True,
+        "default",
+        False,
+        False,
+        "torch.compile(model), default mode: what `gptstack train` does today on CUDA",
+    ),
+    Rung(
+        "reduce-overhead",
+        "+ compile(mode=reduce-overhead)",
+        "compile",
+        "bf16",
+        True,
+        "reduce-overhead",
+        False,
+        True,
+        "Inductor CUDA graph trees around forward and backward; clip and AdamW stay eager",
+    ),
+    Rung(
+        "graph",
+        "+ whole-step CUDA graph",
+        "compile",
+        "bf16",
+        True,
+        "default",
+        True,
+        True,
+        "compiled model; forward, backward, clip and AdamW(fused, capturable) captured in one "
+        "torch.cuda.CUDAGraph, replayed each step",
+    ),
+    Rung(
+        "regional",
+        "whole-step graph, regional compile",
+        "graph",
+        "bf16",
+        True,
+        "regional",
+        True,
+        True,
+        "as the whole-step graph, with each block and the head compiled once "
+        "(gptstack.model.compile_model 'regional': shorter start-up)",
+    ),
+    Rung(
+        "native",
+        "+ gptstack.cuda_ops kernels",
+        "regional",
+        "bf16",
+        True,
+        "regional",
+        True,
+        True,
+        "ops='gptstack' (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss) "
+        "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops",
+        native=True,
+    ),
 )
 RUNG_KEYS = tuple(r.key for r in RUNGS)
 _BY_KEY = {r.key: r for r in RUNGS}
@@ -95,9 +186,11 @@ BASELINE = "fp32"
 # gptstack.model.TrainStep): bf16 autocast, TF32 allowed, regional torch.compile, and the whole
 # step (forward, backward, clip 1.0, fused capturable AdamW) replayed as one CUDA graph.
 TRAIN_DEFAULT = "regional"  # on CUDA; on a CPU `gptstack train` runs eager (no compile, no graph)
-TRAIN_DEFAULT_TEXT = ("bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
-                      "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
-                      "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep)")
+TRAIN_DEFAULT_TEXT = (
+    "bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
+    "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
+    "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep)"
+)
 
 
 def _set_tf32(allowed: bool) -> None:
@@ -111,30 +204,46 @@ class RungStep:
     `step(batch)` runs one optimizer step on grad_accum (x, y) pairs of (B, T) int64 tokens;
     `first_loss` is the loss of the first step it ran (from the shared initial weights)."""
 
-    def __init__(self, rung: Rung, base: torch.nn.Module, device: torch.device,
-                 backend: str) -> None:
+    def __init__(
+        self, rung: Rung, base: torch.nn.Module, device: torch.device, backend: str
+    ) -> None:
         self.rung, self.device = rung, device
         if rung.native:  # same weights, the native kernels
-            self.model = type(base)(dataclasses.replace(base.config, ops="gptstack",
-                                                        attention="gptstack"))
+            self.model = type(base)(
+                dataclasses.replace(base.config, ops="gptstack", attention="gptstack")
+            )
             self.model.load_state_dict(base.state_dict())
             self.model = self.model.to(device).train()
         else:
             self.model = copy.deepcopy(base).to(device).train()
         # step_graph needs the capturable (and so fused) AdamW: step count and lr on the device
-        self.opt = configure_adamw(self.model, WEIGHT_DECAY, LR, BETAS, device.type,
-                                   capturable=rung.step_graph, fused=rung.fused)
+        self.opt = configure_adamw(
+            self.model,
+            WEIGHT_DECAY,
+            LR,
+            BETAS,
+            device.type,
+            capturable=rung.step_graph,
+            fused=rung.fused,
+        )
         fwd: Callable = self.model
         if rung.compile == "regional":
             kwargs = {} if backend == "inductor" else {"backend": backend}
             fwd = compile_model(self.model, "regional", dynamic=False, **kwargs)
         elif rung.compile is not None:
-            fwd = compile_callable(self.model, backend,
-                                   None if rung.compile == "default" else rung.compile)
-        self.train_step = TrainStep(fwd, self.model.parameters(), self.opt, device=device,
-                                    bf16=rung.dtype == "bf16", grad_clip=GRAD_CLIP,
-                                    cuda_graph=rung.step_graph,
-                                    cudagraph_mark_step=rung.compile == "reduce-overhead")
+            fwd = compile_callable(
+                self.model, backend, None if rung.compile == "default" else rung.compile
+            )
+        self.train_step = TrainStep(
+            fwd,
+            self.model.parameters(),
+            self.opt,
+            device=device,
+            bf16=rung.dtype == "bf16",
+            grad_clip=GRAD_CLIP,
+            cuda_graph=rung.step_graph,
+            cudagraph_mark_step=rung.compile == "reduce-overhead",
+        )
         self.first_loss: float | None = None
 
     def first_steps(self, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
@@ -167,14 +276,20 @@ def _cudagraph_skips() -> int | None:
     try:
         from torch._dynamo.utils import counters
 
-        return int(sum(counters["inductor"].get(k, 0) for k in counters["inductor"]
-                       if "cudagraph_skip" in k))
+        return int(
+            sum(
+                counters["inductor"].get(k, 0)
+                for k in counters["inductor"]
+                if "cudagraph_skip" in k
+            )
+        )
     except Exception:
         return None
 
 
-def _build_rungs(ctx: SuiteContext, base: torch.nn.Module, rungs: Sequence[Rung],
-                 inputs: list) -> tuple[dict[str, RungStep], dict[str, dict], dict[str, tuple]]:
+def _build_rungs(
+    ctx: SuiteContext, base: torch.nn.Module, rungs: Sequence[Rung], inputs: list
+) -> tuple[dict[str, RungStep], dict[str, dict], dict[str, tuple]]:
     """Build each rung from the shared initial weights and run its first step (compilation,
     capture) alone, recording its peak memory. Returns (built, info, not_run) where not_run maps
     a rung key to (status, note)."""
@@ -206,21 +321,29 @@ def _build_rungs(ctx: SuiteContext, base: torch.nn.Module, rungs: Sequence[Rung]
         skips_after = _cudagraph_skips()
         info[rung.key] = {
             "peak_mem_bytes": peak,
-            "cudagraph_skips": (skips_after - skips_before
-                                if None not in (skips_before, skips_after) else None),
+            "cudagraph_skips": (
+                skips_after - skips_before if None not in (skips_before, skips_after) else None
+            ),
         }
         built[rung.key] = step
     return built, info, not_run
 
 
-def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cmp: Comparison,
-                 built: dict[str, RungStep], info: dict[str, dict],
-                 not_run: dict[str, tuple[str, str]], params: dict, seq_len: int,
-                 grad_accum: int) -> None:
+def _ladder_rows(
+    ctx: SuiteContext,
+    shape: ModelShape,
+    rungs: Sequence[Rung],
+    cmp: Comparison,
+    built: dict[str, RungStep],
+    info: dict[str, dict],
+    not_run: dict[str, tuple[str, str]],
+    params: dict,
+    seq_len: int,
+    grad_accum: int,
+) -> None:
     """One row per rung, in ladder order: measured, skipped or failed."""
     tokens = shape.batch_size * seq_len * grad_accum
-    flops_per_token = (next(iter(built.values())).model.flops_per_token(seq_len)
-                       if built else None)
+    flops_per_token = next(iter(built.values())).model.flops_per_token(seq_len) if built else None
     device_name = torch.cuda.get_device_name(ctx.device) if ctx.cuda else "cpu"
     measured = {r.key for r in rungs if r.name in cmp.measurements}
     ref_loss = built[BASELINE].first_loss if BASELINE in built else None
@@ -228,38 +351,75 @@ def _ladder_rows(ctx: SuiteContext, shape: ModelShape, rungs: Sequence[Rung], cm
         name = rung.name
         if rung.key in not_run:
             status, note = not_run[rung.key]
-            ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name,
-                                        params=params, status=status, note=note))
+            ctx.result.add_row(
+                make_row(
+                    section="ladder",
+                    group=shape.name,
+                    name=name,
+                    params=params,
+                    status=status,
+                    note=note,
+                )
+            )
             continue
         if name not in cmp.measurements:
-            ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name,
-                                        params=params, status="error",
-                                        note=cmp.failures.get(name, "did not run")))
+            ctx.result.add_row(
+                make_row(
+                    section="ladder",
+                    group=shape.name,
+                    name=name,
+                    params=params,
+                    status="error",
+                    note=cmp.failures.get(name, "did not run"),
+                )
+            )
             continue
         m = cmp.measurements[name]
         med = m.stats["median"]
         peak = peak_flops(device_name, rung.dtype) if ctx.cuda else None
         tok_s = tokens / med
         metrics = {
-            "ms_per_step": med * 1e3, "tokens_per_step": tokens, "tokens_per_s": tok_s,
+            "ms_per_step": med * 1e3,
+            "tokens_per_step": tokens,
+            "tokens_per_s": tok_s,
             "flops_per_token": flops_per_token,
             "mfu": flops_per_token * tok_s / peak.flops if peak else None,
             "mfu_peak": peak.label if peak else None,
             **info[rung.key],
         }
         parent_key = _ancestor_measured(rung, measured)
-        ratios = ratio_entries(cmp, name, {
-            "vs_previous": _rung_name(parent_key) if parent_key else None,
-            "vs_fp32": _rung_name(BASELINE), "vs_train_default": _rung_name(TRAIN_DEFAULT)})
+        ratios = ratio_entries(
+            cmp,
+            name,
+            {
+                "vs_previous": _rung_name(parent_key) if parent_key else None,
+                "vs_fp32": _rung_name(BASELINE),
+                "vs_train_default": _rung_name(TRAIN_DEFAULT),
+            },
+        )
         check = None
         first = built[rung.key].first_loss
         if ref_loss is not None and first is not None:
             rel = abs(first - ref_loss) / abs(ref_loss)
-            check = {"rel_err": rel, "tol": LOSS_SANITY_RTOL, "ok": rel < LOSS_SANITY_RTOL,
-                     "against": "fp32 eager first-step loss (sanity bound: dropout differs)",
-                     "loss": first}
-        ctx.result.add_row(make_row(section="ladder", group=shape.name, name=name, params=params,
-                                    measurement=m, metrics=metrics, ratios=ratios, check=check))
+            check = {
+                "rel_err": rel,
+                "tol": LOSS_SANITY_RTOL,
+                "ok": rel < LOSS_SANITY_RTOL,
+                "against": "fp32 eager first-step loss (sanity bound: dropout differs)",
+                "loss": first,
+            }
+        ctx.result.add_row(
+            make_row(
+                section="ladder",
+                group=shape.name,
+                name=name,
+                params=params,
+                measurement=m,
+                metrics=metrics,
+                ratios=ratios,
+                check=check,
+            )
+        )
 
 
 def _summarize(ctx: SuiteContext, shape: ModelShape) -> None:
@@ -280,13 +440,23 @@ def _summarize(ctx: SuiteContext, shape: ModelShape) -> None:
 ThreadPolicy = Callable[[int, int], int]  # (rows per forward call, parameters) -> threads
 
 
-def _thread_rows(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module, inputs: list,
-                 rung: Rung, policy: ThreadPolicy, default: int, params: dict) -> None:
+def _thread_rows(
+    ctx: SuiteContext,
+    shape: ModelShape,
+    base: torch.nn.Module,
+    inputs: list,
+    rung: Rung,
+    policy: ThreadPolicy,
+    default: int,
+    params: dict,
+) -> None:
     """One training step of `rung` at PyTorch's default threads and at the policy's."""
     rows = shape.batch_size * params["seq_len"]
     chosen = policy(rows, base.num_params())
-    settings = {f"PyTorch default ({default} thread{'s' * (default != 1)})": default,
-                f"thread policy ({chosen} thread{'s' * (chosen != 1)})": chosen}
+    settings = {
+        f"PyTorch default ({default} thread{'s' * (default != 1)})": default,
+        f"thread policy ({chosen} thread{'s' * (chosen != 1)})": chosen,
+    }
     variants = []
     for name, threads in settings.items():
         torch.set_num_threads(threads)
@@ -306,30 +476,51 @@ def _thread_rows(ctx: SuiteContext, shape: ModelShape, base: torch.nn.Module, in
     for name, threads in settings.items():
         row_params = {**params, "threads": threads, "rung": rung.name}
         if name not in cmp.measurements:
-            ctx.result.add_row(make_row(section="threads", group=shape.name, name=name,
-                                        params=row_params, status="error",
-                                        note=cmp.failures.get(name, "did not run")))
+            ctx.result.add_row(
+                make_row(
+                    section="threads",
+                    group=shape.name,
+                    name=name,
+                    params=row_params,
+                    status="error",
+                    note=cmp.failures.get(name, "did not run"),
+                )
+            )
             continue
         m = cmp.measurements[name]
         med = m.stats["median"]
-        ctx.result.add_row(make_row(
-            section="threads", group=shape.name, name=name, params=row_params, measurement=m,
-            metrics={"ms_per_step": med * 1e3, "tokens_per_s": tokens / med},
-            ratios=ratio_entries(cmp, name, {"vs_default": baseline})))
+        ctx.result.add_row(
+            make_row(
+                section="threads",
+                group=shape.name,
+                name=name,
+                params=row_params,
+                measurement=m,
+                metrics={"ms_per_step": med * 1e3, "tokens_per_s": tokens / med},
+                ratios=ratio_entries(cmp, name, {"vs_default": baseline}),
+            )
+        )
 
 
 def _declare_threads(ctx: SuiteContext, rung: Rung) -> None:
     ctx.result.table(
-        "CPU threads: the thread policy against PyTorch's default", "threads",
-        [Column("preset", "group"), Column("threads", "name"), Column("B", "params.batch", "int"),
-         Column("T", "params.seq_len", "int"),
-         Column("ms/step (median, min–max)", "time_s", "time_ms"),
-         Column("tokens/s", "metrics.tokens_per_s", "int"),
-         Column("× vs default", "ratios.vs_default", "ratio"), Column("note", "note")],
+        "CPU threads: the thread policy against PyTorch's default",
+        "threads",
+        [
+            Column("preset", "group"),
+            Column("threads", "name"),
+            Column("B", "params.batch", "int"),
+            Column("T", "params.seq_len", "int"),
+            Column("ms/step (median, min–max)", "time_s", "time_ms"),
+            Column("tokens/s", "metrics.tokens_per_s", "int"),
+            Column("× vs default", "ratios.vs_default", "ratio"),
+            Column("note", "note"),
+        ],
         about=f"The '{rung.name}' step (what `gptstack train` runs on this CPU), the two thread "
-              "counts alternated step by step in one process. PyTorch's default is one thread "
-              "per core; the policy (gptstack.tools.threads) also caps it at the cgroup CPU "
-              "quota and runs small work on one thread.")
+        "counts alternated step by step in one process. PyTorch's default is one thread "
+        "per core; the policy (gptstack.tools.threads) also caps it at the cgroup CPU "
+        "quota and runs small work on one thread.",
+    )
 
 
 def run_train(
@@ -353,32 +544,54 @@ def run_train(
         raise BenchError(f"grad_accum is {grad_accum}: it must be >= 1")
     chosen = [r for r in RUNGS if r.key in rungs]
     shapes = [s.smoke() for s in shapes] if options.smoke else list(shapes)
-    params = {"shapes": [s.to_dict() for s in shapes], "rungs": [asdict(r) for r in chosen],
-              "seq_len": seq_len, "grad_accum": grad_accum, "lr": LR, "betas": list(BETAS),
-              "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-              "train_default": {"rung": _rung_name(TRAIN_DEFAULT), "what": TRAIN_DEFAULT_TEXT}}
+    params = {
+        "shapes": [s.to_dict() for s in shapes],
+        "rungs": [asdict(r) for r in chosen],
+        "seq_len": seq_len,
+        "grad_accum": grad_accum,
+        "lr": LR,
+        "betas": list(BETAS),
+        "weight_decay": WEIGHT_DECAY,
+        "grad_clip": GRAD_CLIP,
+        "train_default": {"rung": _rung_name(TRAIN_DEFAULT), "what": TRAIN_DEFAULT_TEXT},
+    }
     ctx = SuiteContext.create("train", params, options)
     _declare(ctx)
     threads = thread_policy is not None and not ctx.cuda
     if threads:
         if thread_rung not in RUNG_KEYS or _BY_KEY[thread_rung].gpu_only:
-            raise BenchError(f"thread_rung {thread_rung!r}: choose a CPU rung of "
-                             f"{', '.join(r.key for r in RUNGS if not r.gpu_only)}")
+            raise BenchError(
+                f"thread_rung {thread_rung!r}: choose a CPU rung of "
+                f"{', '.join(r.key for r in RUNGS if not r.gpu_only)}"
+            )
         _declare_threads(ctx, _BY_KEY[thread_rung])
     default_threads = torch.get_num_threads()
     if not ctx.cuda:
-        ctx.result.note("CPU run: TF32 and the CUDA-graph rungs are GPU only (skipped rows); no "
-                        "MFU (no peak table for CPUs).")
+        ctx.result.note(
+            "CPU run: TF32 and the CUDA-graph rungs are GPU only (skipped rows); no "
+            "MFU (no peak table for CPUs)."
+        )
     for shape in shapes:
         T = min(seq_len or shape.block_size, shape.block_size)
         ctx.progress.row(f"{shape.name} B={shape.batch_size} T={T}")
         g = torch.Generator().manual_seed(1)
-        inputs = [[(random_tokens((shape.batch_size, T), shape.vocab_size, ctx.device, g),
-                    random_tokens((shape.batch_size, T), shape.vocab_size, ctx.device, g))
-                   for _ in range(grad_accum)] for _ in range(INPUT_SETS)]
+        inputs = [
+            [
+                (
+                    random_tokens((shape.batch_size, T), shape.vocab_size, ctx.device, g),
+                    random_tokens((shape.batch_size, T), shape.vocab_size, ctx.device, g),
+                )
+                for _ in range(grad_accum)
+            ]
+            for _ in range(INPUT_SETS)
+        ]
         base = shape.build(torch.device("cpu"), seed=0)
-        row_params = {"batch": shape.batch_size, "seq_len": T, "grad_accum": grad_accum,
-                      "n_params": base.num_params()}
+        row_params = {
+            "batch": shape.batch_size,
+            "seq_len": T,
+            "grad_accum": grad_accum,
+            "n_params": base.num_params(),
+        }
         built, info, not_run = _build_rungs(ctx, base, chosen, inputs)
         variants = [Variant(r.name, built[r.key].step, inputs) for r in chosen if r.key in built]
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
@@ -386,8 +599,16 @@ def run_train(
         _summarize(ctx, shape)
         if threads:
             del built
-            _thread_rows(ctx, shape, base, inputs, _BY_KEY[thread_rung], thread_policy,
-                         default_threads, row_params)
+            _thread_rows(
+                ctx,
+                shape,
+                base,
+                inputs,
+                _BY_KEY[thread_rung],
+                thread_policy,
+                default_threads,
+                row_params,
+            )
             built = None
         del built, base
         torch._dynamo.reset()  # fresh compile caches per preset (recompile limits)
@@ -399,23 +620,38 @@ def run_train(
 
 def _declare(ctx: SuiteContext) -> None:
     ctx.result.table(
-        "Training step ladder", "ladder",
-        [Column("preset", "group"), Column("rung", "name"), Column("B", "params.batch", "int"),
-         Column("T", "params.seq_len", "int"),
-         Column("ms/step (median, min–max)", "time_s", "time_ms"),
-         Column("tokens/s", "metrics.tokens_per_s", "int"), Column("MFU", "metrics.mfu", "pct"),
-         Column("peak MiB", "metrics.peak_mem_bytes", "mib"),
-         Column("× vs previous", "ratios.vs_previous", "ratio"),
-         Column("× vs fp32 eager", "ratios.vs_fp32", "ratio"),
-         Column("× vs train default", "ratios.vs_train_default", "ratio"),
-         Column("loss check", "check", "check"), Column("note", "note")],
+        "Training step ladder",
+        "ladder",
+        [
+            Column("preset", "group"),
+            Column("rung", "name"),
+            Column("B", "params.batch", "int"),
+            Column("T", "params.seq_len", "int"),
+            Column("ms/step (median, min–max)", "time_s", "time_ms"),
+            Column("tokens/s", "metrics.tokens_per_s", "int"),
+            Column("MFU", "metrics.mfu", "pct"),
+            Column("peak MiB", "metrics.peak_mem_bytes", "mib"),
+            Column("× vs previous", "ratios.vs_previous", "ratio"),
+            Column("× vs fp32 eager", "ratios.vs_fp32", "ratio"),
+            Column("× vs train default", "ratios.vs_train_default", "ratio"),
+            Column("loss check", "check", "check"),
+            Column("note", "note"),
+        ],
         about="One optimizer step (forward+backward per micro-batch, clip 1.0, AdamW, zero_grad) "
-              "on batches already on the device (data loading is not in the step). "
-              "Ratios: median of per-round speedups (> 1 is faster), min–max in brackets. "
-              "MFU over the dense peak of the rung's dtype, named in `metrics.mfu_peak` of the "
-              "JSON. "
-              "Peak MiB: allocated during the rung's build and first step (model, optimizer "
-              "state, activations, graph pools). 'train default' = " + TRAIN_DEFAULT_TEXT + ".")
-    ctx.result.plot("bars", "ladder", "Training step: speedup over fp32 eager",
-                    value="ratios.vs_fp32.median", label="group", series="name", log=False,
-                    ylabel="× vs fp32 eager (median of pairs)")
+        "on batches already on the device (data loading is not in the step). "
+        "Ratios: median of per-round speedups (> 1 is faster), min–max in brackets. "
+        "MFU over the dense peak of the rung's dtype, named in `metrics.mfu_peak` of the "
+        "JSON. "
+        "Peak MiB: allocated during the rung's build and first step (model, optimizer "
+        "state, activations, graph pools). 'train default' = " + TRAIN_DEFAULT_TEXT + ".",
+    )
+    ctx.result.plot(
+        "bars",
+        "ladder",
+        "Training step: speedup over fp32 eager",
+        value="ratios.vs_fp32.median",
+        label="group",
+        series="name",
+        log=False,
+        ylabel="× vs fp32 eager (median of pairs)",
+    )
