@@ -62,7 +62,9 @@ def cuda_variant(
     forward_warps: int = 0, backward_warps: int = 0, backward: str = "auto"
 ) -> Iterator[None]:
     """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: by shape) and
-    the backward mode "stages", "atomic" or "auto" (by T). For benchmarks and tests."""
+    the backward mode "stages", "atomic" or "auto" (by T). For benchmarks and tests. Each kernel
+    reads the variant when it runs, so the block must hold the backward too (autograd.grad or
+    .backward() inside it); a backward run after the block takes the defaults."""
     for w in (forward_warps, backward_warps):
         if w not in (0, 4, 8):
             raise OpInputError(f"{OP}: warps per CTA is {w}; use 0 (by shape), 4 or 8")
