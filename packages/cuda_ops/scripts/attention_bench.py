@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from gptstack.bench import Column, Result, Settings, Variant, compare, validate_result
 from gptstack.bench.environment import environment
+from gptstack.bench.harness import error_text
 from gptstack.bench.results import (
     load_result,
     make_row,
@@ -75,20 +76,23 @@ CHECK_TOL = 1e-2  # bf16 against float32
 GRAPH_CALLS = {"esp32": 20, "shakespeare-char": 10, "gpt2-124m": 2}  # calls per graph replay
 
 
-def gptstack_fn(variant, p):
+def gptstack_candidate(variant, p):
+    """(attend, scope) of gptstack's kernel in one variant at dropout p. The scope must cover
+    the backward too: the backward kernel reads the variant when autograd runs it."""
+
     def attend(q, k, v):
-        with cuda_variant(*variant):
-            return causal_attention(q, k, v, dropout_p=p)
+        return causal_attention(q, k, v, dropout_p=p)
 
-    return attend
+    return attend, lambda: cuda_variant(*variant)
 
 
-def sdpa_fn(backend, p):
+def sdpa_candidate(backend, p):
+    """(attend, scope) of SDPA held to one backend at dropout p."""
+
     def attend(q, k, v):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
 
-    return attend
+    return attend, lambda: sdpa_kernel(backend)
 
 
 def model_call(attend, qkv, nh):
@@ -99,23 +103,26 @@ def model_call(attend, qkv, nh):
     return attend(q, k, v).transpose(1, 2).contiguous().view(B, T, C)
 
 
-def step_fn(attend, nh, backward):
-    """fn(inputs) for the harness: the forward, or the forward and the backward to qkv."""
+def step_fn(candidate, nh, backward):
+    """fn(inputs) for the harness: the forward, or the forward and the backward to qkv, all of
+    it inside the candidate's scope (its kernel variant or SDPA backend)."""
+    attend, scope = candidate
 
     def run(x):
         qkv, dout = x
-        out = model_call(attend, qkv, nh)
-        return (out, torch.autograd.grad(out, qkv, dout)[0]) if backward else out
+        with scope():
+            out = model_call(attend, qkv, nh)
+            return (out, torch.autograd.grad(out, qkv, dout)[0]) if backward else out
 
     return run
 
 
-def check(attend, x, nh, backward) -> float:
+def check(candidate, x, nh, backward) -> float:
     """Largest relative error of the output (and gradient) against float32 manual attention."""
     qkv, dout = x
     ref_qkv = qkv.detach().float().requires_grad_(backward)
     ref = model_call(manual_attention, ref_qkv, nh)
-    got = step_fn(attend, nh, backward)(x)
+    got = step_fn(candidate, nh, backward)(x)
     pairs = [(got, ref)]
     if backward:
         pairs = [(got[0], ref), (got[1], torch.autograd.grad(ref, ref_qkv, dout.float())[0])]
@@ -123,7 +130,9 @@ def check(attend, x, nh, backward) -> float:
 
 
 def refusal(e: BaseException) -> str:
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
+    """The error's first line, and the one it replaced (error_text: a failed CUDA-graph capture
+    hides the error that broke it)."""
+    return error_text(e)[:300]
 
 
 def kernel_rows(shape, p, backward, timing, settings, device, gen):
@@ -134,13 +143,13 @@ def kernel_rows(shape, p, backward, timing, settings, device, gen):
         dout = torch.randn(B, T, nh * hs, generator=gen).to(device, torch.bfloat16)
         inputs.append((qkv.requires_grad_(backward), dout))
     variants = STEP_VARIANTS if backward else FORWARD_VARIANTS
-    cands = {n: gptstack_fn(v, p) for n, v in variants.items()}
-    cands.update({n: sdpa_fn(b, p) for n, b in SDPA_BACKENDS.items()})
+    cands = {n: gptstack_candidate(v, p) for n, v in variants.items()}
+    cands.update({n: sdpa_candidate(b, p) for n, b in SDPA_BACKENDS.items()})
     checks, not_run = {}, {}
-    for name, attend in cands.items():
+    for name, cand in cands.items():
         try:
             if p == 0:  # with dropout the masks differ by design: it must run and stay finite
-                err = check(attend, inputs[0], nh, backward)
+                err = check(cand, inputs[0], nh, backward)
                 checks[name] = {
                     "rel_err": err,
                     "tol": CHECK_TOL,
@@ -150,11 +159,12 @@ def kernel_rows(shape, p, backward, timing, settings, device, gen):
                 if not err < CHECK_TOL:
                     not_run[name] = ("error", f"wrong result: relative error {err:.2e}")
             else:
-                out = step_fn(attend, nh, backward)(inputs[0])
+                out = step_fn(cand, nh, backward)(inputs[0])
                 if not all(torch.isfinite(t).all() for t in (out if backward else (out,))):
                     not_run[name] = ("error", "non-finite output with dropout")
         except Exception as e:  # noqa: BLE001 (a backend refusing this shape is a result)
-            not_run[name] = ("skipped", refusal(e))
+            # SDPA refusing a shape is a skip; gptstack's kernel failing is an error
+            not_run[name] = ("error" if name.startswith("gptstack") else "skipped", refusal(e))
     inner = GRAPH_CALLS.get(shape.name, 1) if timing == "cuda_graph" else 1
     vs = [
         Variant(n, step_fn(a, nh, backward), inputs, timing=timing, inner=inner)
@@ -371,7 +381,7 @@ def summary(rows) -> str:
             f"{ms.get('gptstack', float('nan')):11.3f} {_speedup(ok, 'gptstack')}  {var:19s} "
             f"{_speedup(ok, var)}"
         )
-    skipped = sorted({(r["name"], r["note"][:90]) for r in rows if r["status"] != "ok"})
+    skipped = sorted({(r["name"], r["note"][:300]) for r in rows if r["status"] != "ok"})
     lines += [f"  not timed: {n}: {why}" for n, why in skipped]
     return "\n".join(lines)
 
