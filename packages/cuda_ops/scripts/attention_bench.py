@@ -35,6 +35,8 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
 from gptstack.bench import Column, Result, Settings, Variant, compare, validate_result
 from gptstack.bench.environment import environment
 from gptstack.bench.harness import error_text
@@ -49,7 +51,6 @@ from gptstack.cuda_ops import causal_attention
 from gptstack.cuda_ops.attention import cuda_variant
 from gptstack.model import manual_attention
 from gptstack.tools.bench_cli import preset_shape
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 PRESETS = ("esp32", "shakespeare-char", "gpt2-124m")
 SDPA_BACKENDS = {

@@ -34,6 +34,7 @@ SHAPES = [(1, 2, 1, 32), (2, 3, 77, 32), (2, 3, 77, 64), (1, 2, 77, 128)]
 
 def workload() -> int:
     import torch
+
     from gptstack.cuda_ops import causal_attention
     from gptstack.cuda_ops.attention import cuda_variant
     from gptstack.cuda_ops.testing import rel_error

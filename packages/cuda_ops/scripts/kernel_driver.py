@@ -21,9 +21,10 @@ import statistics
 import sys
 import time
 
-import gptstack.cuda_ops as ops
 import torch
 import torch.nn.functional as F
+
+import gptstack.cuda_ops as ops
 from gptstack.cuda_ops.testing import assert_close
 
 PRESETS = ["esp32", "shakespeare-char", "gpt2-124m"]

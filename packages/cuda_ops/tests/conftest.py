@@ -7,9 +7,10 @@ the reason.
 
 from __future__ import annotations
 
-import gptstack.cuda_ops as ops
 import pytest
 import torch
+
+import gptstack.cuda_ops as ops
 
 BUILD = ops.build_info()
 CUDA_OK = bool(BUILD["cuda"]) and torch.cuda.is_available()

@@ -9,9 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import gptstack.cuda_ops as ops
 import pytest
 import torch
+
+import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C, OpInputError, OpTypeError
 from gptstack.cuda_ops.attention import HEAD_SIZES, cuda_variant, gptstack_attention
 from gptstack.cuda_ops.testing import assert_close

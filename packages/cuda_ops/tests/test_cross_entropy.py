@@ -8,10 +8,11 @@ import subprocess
 import sys
 import textwrap
 
-import gptstack.cuda_ops as ops
 import pytest
 import torch
 import torch.nn.functional as F
+
+import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C
 from gptstack.cuda_ops.cross_entropy import CHUNK_BYTES, ROW_ALIGN, default_chunk_rows
 from gptstack.cuda_ops.testing import assert_close

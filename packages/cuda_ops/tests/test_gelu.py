@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import gptstack.cuda_ops as ops
 import pytest
 import torch
 import torch.nn.functional as F
+
+import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C
 from gptstack.cuda_ops.testing import assert_close
 

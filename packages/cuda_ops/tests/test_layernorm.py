@@ -3,15 +3,17 @@ opcheck, torch.compile, bad inputs; CUDA kernels (both vector widths, graphs, de
 
 from __future__ import annotations
 
-import gptstack.cuda_ops as ops
 import pytest
 import torch
 import torch.nn.functional as F
+
+import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C
 from gptstack.cuda_ops.testing import assert_close
 
 EPS = 1e-5
-# (shape of x): T=1, C=3 (C=2 makes dx a pure cancellation, ~eps), C not a multiple of 8, and (64, 768) above the OpenMP threshold
+# (shape of x): T=1, C=3 (C=2 makes dx a pure cancellation, ~eps), C not a multiple of 8, and
+# (64, 768) above the OpenMP threshold
 SHAPES = [(1, 3), (1, 1, 7), (2, 5, 37), (3, 257), (4, 3, 64), (64, 768)]
 DTYPES = [torch.float32, torch.bfloat16, torch.float64]
 
