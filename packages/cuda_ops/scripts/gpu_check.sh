@@ -9,8 +9,8 @@
 #   Anywhere, to check the script itself (CPU, tiny sizes; CUDA stages report "no GPU"):
 #     SMOKE=1 OUT=/tmp/gpu-check PYTHON=/path/to/python bash packages/cuda_ops/scripts/gpu_check.sh
 #
-# Stages (STAGES="build test sanitize bench step"; each has a time limit, a failure is reported
-# and the next stage still runs):
+# Stages (STAGES="build test sanitize bench step", or any of them and "attn"; each has a time
+# limit, a failure is reported and the next stage still runs):
 #   build     pip install --no-deps --no-build-isolation -t $SITE ./packages/cuda_ops with
 #             GPTSTACK_CUDA=ON, GPTSTACK_CUDA_ARCHS=$ARCHS (default sm_90a: one arch, quick),
 #             -Xptxas -v (registers and spills of every kernel land in build.log)
@@ -18,15 +18,18 @@
 #   sanitize  compute-sanitizer --tool memcheck on `kernel_driver.py once` (RACECHECK=1 adds
 #             --tool racecheck, for the shared-memory reductions); attention_check.py: the
 #             attention kernels under memcheck, racecheck, synccheck and initcheck
+#             (ATTN_TOOLS: a subset, e.g. "memcheck")
 #   bench     gptstack bench ops (the ops with native candidates, fwd and fwd+bwd),
 #             gptstack bench attention, every preset, and attention_bench.py (the attention
 #             kernel vs each SDPA backend, fwd and fwd+bwd, model steps; into the same JSON)
+#   attn      attention_bench.py alone (kernels only with ATTN_STEPS=0), into its own JSON
 #   step      kernel_driver.py step: forward+backward of each preset, ops=torch vs ops=gptstack,
 #             eager and (STEP_COMPILE=1, default) torch.compile: time ratio and peak memory
 # Files in $OUT (8 at most come back): gpu_check.log (everything), build.log, pytest.log,
 # sanitizer.log, step.json, ops-*.json, attention-*.json, summary.txt.
 # Knobs: PYTHON=python3 SITE=/tmp/site ARCHS=sm_90a STAGES=... OPS_PRESETS, ATTN_PRESETS,
-# STEP_PRESETS (space-separated) TIMEOUT_<STAGE> (seconds) BUDGET_S=1 SMOKE=1.
+# STEP_PRESETS (space-separated) TIMEOUT_<STAGE> (seconds) BUDGET_S=1 SMOKE=1 ATTN_TOOLS
+# ATTN_STEPS=1.
 set -u -o pipefail
 
 cd "$(dirname "$0")/../../.."
@@ -43,6 +46,8 @@ ATTN_PRESETS=${ATTN_PRESETS:-$ALL3}
 STEP_PRESETS=${STEP_PRESETS:-$ALL3}
 STEP_COMPILE=${STEP_COMPILE:-1}
 BUDGET_S=${BUDGET_S:-1}
+ATTN_TOOLS=${ATTN_TOOLS:-"memcheck racecheck synccheck initcheck"}
+ATTN_STEPS=${ATTN_STEPS:-1}
 NATIVE_OPS=layernorm,gelu_tanh,layernorm_fwd_bwd,add_layernorm_fwd_bwd,gelu_tanh_fwd_bwd,cross_entropy_fwd_bwd,linear_cross_entropy_fwd_bwd
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
@@ -129,7 +134,9 @@ for stage in $STAGES; do
                     --error-exitcode 9 "$PY" packages/cuda_ops/scripts/kernel_driver.py once
             fi
             # attention kernels: memcheck, racecheck, synccheck, initcheck (attention_check.py)
-            run_stage attn-sanitize "$OUT/sanitizer.log" 540 "$PY" packages/cuda_ops/scripts/attention_check.py
+            read -r -a TOOLS <<< "$ATTN_TOOLS"
+            run_stage attn-sanitize "$OUT/sanitizer.log" 540 "$PY" \
+                packages/cuda_ops/scripts/attention_check.py --tools "${TOOLS[@]}"
         else
             echo "== sanitize: no compute-sanitizer or no GPU; running the driver alone"
             run_stage driver "$OUT/sanitizer.log" 300 "$PY" packages/cuda_ops/scripts/kernel_driver.py once
@@ -146,6 +153,11 @@ for stage in $STAGES; do
         # the attention result above (one file back); attention_bench.py
         run_stage bench-attn-kernels - 420 "$PY" packages/cuda_ops/scripts/attention_bench.py \
             "${ATTN_BENCH[@]}" "${P[@]}" --merge-into "$OUT/attention-*.json" --out "$OUT" ;;
+    attn)
+        mapfile -t P < <(presets "$ATTN_PRESETS")
+        NO_STEPS=(); [ "$ATTN_STEPS" = 1 ] || NO_STEPS=(--no-steps)
+        run_stage attn - 420 "$PY" packages/cuda_ops/scripts/attention_bench.py \
+            "${ATTN_BENCH[@]}" "${P[@]}" "${NO_STEPS[@]}" --out "$OUT" ;;
     step)
         mapfile -t P < <(presets "$STEP_PRESETS")
         run_stage step - 240 "$PY" packages/cuda_ops/scripts/kernel_driver.py \
@@ -164,7 +176,7 @@ if os.path.exists(b):
     json.dump(data, open(a + ".tmp", "w"), indent=1); os.replace(a + ".tmp", a); os.remove(b)
 EOF
         fi ;;
-    *) echo "== unknown stage '$stage' (build test sanitize bench step)"; STATUS+=("$stage: unknown") ;;
+    *) echo "== unknown stage '$stage' (build test sanitize bench attn step)"; STATUS+=("$stage: unknown") ;;
     esac
 done
 
@@ -181,6 +193,9 @@ done
     tail -n 3 "$OUT/pytest.log" 2>/dev/null
     echo "-- compute-sanitizer"
     grep -hE 'ERROR SUMMARY|once:' "$OUT/sanitizer.log" 2>/dev/null
+    # attention_check.py: one line per tool, and the first errors of a tool that is not clean
+    grep -hE -A12 '^attention_check [a-z]+: ' "$OUT/sanitizer.log" 2>/dev/null \
+        | grep -E '^attention_check|^    ' | head -40
     echo "-- training step, ops=gptstack vs ops=torch (median of pairwise ratios; peak memory)"
     grep -hE '^step ' "$OUT/gpu_check.log" 2>/dev/null
     echo "-- op benchmarks (fastest per row group; every row is in the JSON)"
