@@ -108,3 +108,29 @@ def test_bad_settings_and_clocks_are_refused():
         Clock(lambda _: None, [0], timing="cpu", device=CPU, inner=4)
     with pytest.raises(BenchError, match="unique"):
         compare([Variant("A", print, [0]), Variant("A", print, [0])], Settings(), device=CPU)
+
+
+def test_failure_names_the_error_it_replaced():
+    # a failed CUDA-graph capture: capture_end's error is raised while the body's is handled
+    def capture(_):
+        try:
+            raise ValueError("launch refused\ndetail")
+        finally:
+            raise RuntimeError("operation failed due to a previous error during capture")
+
+    def explicit(_):
+        try:
+            raise KeyError("hidden")
+        except KeyError:
+            raise TypeError("shown") from None  # suppressed context: not reported
+
+    cmp = compare(
+        [Variant("capture", capture, [0]), Variant("explicit", explicit, [0])],
+        Settings(warmup=1, min_repeats=1, min_repeats_slow=1, max_repeats=1, budget_s=0),
+        device=CPU,
+    )
+    text = cmp.failures["capture"]
+    assert text.startswith("RuntimeError: operation failed due to a previous error")
+    assert "; first: ValueError: launch refused" in text and "\n" not in text
+    assert cmp.failures["explicit"].startswith("TypeError: shown")
+    assert "hidden" not in cmp.failures["explicit"]

@@ -3,15 +3,19 @@
 // for the backward its mode: two-stage, or atomic dQ when the caller passes the fp32 scratch);
 // float32 to the SIMT kernels. Each launcher runs on the caller's stream, never allocates or
 // synchronizes (CUDA-graph capturable; the atomic mode's zeroing is a cudaMemsetAsync on that
-// stream), and checks its launch (cuda_common.cuh). The backward's CTA size defaults to 4 warps.
-#include <atomic>
+// stream), and checks its launch (cuda_launch.h). Before an instance's first launch on a device,
+// its LaunchCheck checks that the block fits and raises its shared-memory limit where it needs
+// more than 48 KiB (every hs=64 backward, hs=64 with 8 warps and every hs=128 forward). The
+// backward's CTA size defaults to 4 warps. Built with GS_ATTN_EMULATE (attention_emu/check.cpp)
+// the same launchers run on the CPU against an emulated CUDA runtime that enforces those limits.
+#include <cmath>
 #include <string>
 
 #include "attention.h"
 #include "attention_backward.cuh"
 #include "attention_forward.cuh"
 #include "attention_simt.cuh"
-#include "cuda_common.cuh"
+#include "cuda_launch.h"
 
 namespace gs::attn {
 namespace {
@@ -21,18 +25,10 @@ std::string shape_of(const Dims& d) {
          std::to_string(d.T) + ", hs=" + std::to_string(d.hs) + ")";
 }
 
-// Kernels with more than 48 KiB of dynamic shared memory must say so, once per device (the
-// attribute is per device; a bit per device index, up to 64 devices).
-template <typename Kernel> void allow_smem(Kernel kernel, int bytes, const char* op) {
-  if (bytes <= 48 * 1024) return;
-  static std::atomic<unsigned long long> done{0};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const unsigned long long bit = 1ull << (dev & 63);
-  if (done.load(std::memory_order_relaxed) & bit) return;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  check_launch(op, "(setting " + std::to_string(bytes) + " bytes of shared memory)");
-  done.fetch_or(bit, std::memory_order_relaxed);
+// "hs=64, 8 warps, dropout, two-stage backward": the instance, for LaunchCheck's messages.
+std::string config_of(int hs, int warps, bool drop, const char* kind) {
+  return "hs=" + std::to_string(hs) + ", " + std::to_string(warps) + " warps, " +
+         (drop ? "dropout, " : "no dropout, ") + kind;
 }
 
 template <typename E> View4<const uint16_t> bits(View4<const E> v) {
@@ -54,10 +50,12 @@ int default_forward_warps(int requested, const Dims& d) {
 template <int HS, int NW, bool kDrop>
 void launch_forward(const FwdArgs& a, const Dims& d, cudaStream_t s) {
   using C = FwdConfig<HS, NW>;
-  auto kernel = attention_forward_mma_kernel<HS, NW, kDrop>;
-  allow_smem(kernel, C::kSmemBytes, "causal_attention");
+  const auto kernel = attention_forward_mma_kernel<HS, NW, kDrop>;
+  static LaunchCheck ready;  // one per instance (see cuda_launch.h)
+  ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
+               config_of(HS, NW, kDrop, "forward"), C::kThreads, C::kSmemBytes);
   const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, s>>>(a);
+  launch_kernel(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
   check_launch("causal_attention", shape_of(d));
 }
 
@@ -67,24 +65,28 @@ void launch_backward(const BwdArgs& a, const Dims& d, cudaStream_t s) {
   const unsigned blocks = ceil_div(d.T, C::kRows), bh = static_cast<unsigned>(d.B * d.nh);
   const char* op = "causal_attention_backward";
   if (a.dq_accum == nullptr) {  // two stages: key CTAs (z = 0) and query CTAs (z = 1)
-    auto kernel = attention_backward_mma_kernel<HS, NW, kDrop, false>;
-    allow_smem(kernel, C::kSmemBytes, op);
-    kernel<<<dim3(blocks, bh, 2), C::kThreads, C::kSmemBytes, s>>>(a);
+    const auto kernel = attention_backward_mma_kernel<HS, NW, kDrop, false>;
+    static LaunchCheck ready;  // one per instance (see cuda_launch.h)
+    ready.ensure(reinterpret_cast<const void*>(kernel), op,
+                 config_of(HS, NW, kDrop, "two-stage backward"), C::kThreads, C::kSmemBytes);
+    launch_kernel(kernel, dim3(blocks, bh, 2), dim3(C::kThreads), C::kSmemBytes, s, a);
     check_launch(op, shape_of(d));
     return;
   }
   // atomic dQ: zero the fp32 buffer, key CTAs only, then scale and round into dq
+  const auto kernel = attention_backward_mma_kernel<HS, NW, kDrop, true>;
+  static LaunchCheck ready;  // one per instance (see cuda_launch.h)
+  ready.ensure(reinterpret_cast<const void*>(kernel), op,
+               config_of(HS, NW, kDrop, "atomic-dQ backward"), C::kThreads, C::kSmemAtomic);
   const int64_t n = d.B * d.nh * d.T * d.hs;
   cudaMemsetAsync(a.dq_accum, 0, n * sizeof(float), s);
   check_launch(op, shape_of(d) + " (zeroing dq_accum)");
-  auto kernel = attention_backward_mma_kernel<HS, NW, kDrop, true>;
-  allow_smem(kernel, C::kSmemAtomic, op);
-  kernel<<<dim3(blocks, bh, 1), C::kThreads, C::kSmemAtomic, s>>>(a);
+  launch_kernel(kernel, dim3(blocks, bh, 1), dim3(C::kThreads), C::kSmemAtomic, s, a);
   check_launch(op, shape_of(d));
   const int64_t n8 = n / 8;
   constexpr int kConvertThreads = 256;
-  attention_dq_convert_kernel<<<ceil_div(n8, kConvertThreads), kConvertThreads, 0, s>>>(
-      a.dq_accum, a.dq, a.nh, a.T, HS, a.scale, n8);
+  launch_kernel(attention_dq_convert_kernel, dim3(ceil_div(n8, kConvertThreads)),
+                dim3(kConvertThreads), 0, s, a.dq_accum, a.dq, a.nh, a.T, HS, a.scale, n8);
   check_launch(op, shape_of(d) + " (dq conversion)");
 }
 
@@ -172,7 +174,8 @@ void forward_cuda_f32(const Dims& d, View4<const float> q, View4<const float> k,
   a.out = y;
   a.lse = lse;
   const dim3 grid(ceil_div(d.T, kSimtWarps), static_cast<unsigned>(d.B * d.nh));
-  attention_forward_simt_kernel<<<grid, 32 * kSimtWarps, 0, as_stream(l.stream)>>>(a);
+  launch_kernel(attention_forward_simt_kernel, grid, dim3(32 * kSimtWarps), 0,
+                as_stream(l.stream), a);
   check_launch("causal_attention", shape_of(d));
 }
 
@@ -191,7 +194,8 @@ void backward_cuda_f32(const Dims& d, View4<const float> dy, View4<const float> 
   a.dk = dk;
   a.dv = dv;
   const dim3 grid(ceil_div(d.T, kSimtWarps), static_cast<unsigned>(d.B * d.nh), 2);
-  attention_backward_simt_kernel<<<grid, 32 * kSimtWarps, 0, as_stream(l.stream)>>>(a);
+  launch_kernel(attention_backward_simt_kernel, grid, dim3(32 * kSimtWarps), 0,
+                as_stream(l.stream), a);
   check_launch("causal_attention_backward", shape_of(d));
 }
 

@@ -1,5 +1,5 @@
-// cuda_common.cuh: what every .cu file shares. Checked launches, bf16/float loads and stores
-// computed in float, warp and block reductions. Only .cu files include it.
+// cuda_common.cuh: what every .cu file shares. Checked launches (cuda_launch.h), bf16/float
+// loads and stores computed in float, warp and block reductions. Only .cu files include it.
 //
 // Every launcher takes the caller's cudaStream_t (torch's current stream, passed in from
 // Python), never allocates and never synchronizes, so launches can be captured in a CUDA graph.
@@ -10,22 +10,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <stdexcept>
-#include <string>
-
+#include "cuda_launch.h"
 #include "dtype.h"
 
 namespace gs {
-
-inline void check_launch(const char* op, const std::string& shapes) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + " " + shapes +
-                             ": CUDA error " + cudaGetErrorName(err) + ": " +
-                             cudaGetErrorString(err));
-}
-
-inline cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
 // Element types on the device: float32 stays float, bfloat16 is __nv_bfloat16; both computed
 // in float (llm.c's floatX pattern).
@@ -70,7 +58,5 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   v = lane < warps ? shared[lane] : -INFINITY;
   return warp_max(v);
 }
-
-inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace gs

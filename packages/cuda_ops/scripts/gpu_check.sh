@@ -16,9 +16,11 @@
 #             -Xptxas -v (registers and spills of every kernel land in build.log)
 #   test      pytest -m cuda on packages/cuda_ops/tests and packages/model/tests/test_native_ops.py
 #   sanitize  compute-sanitizer --tool memcheck on `kernel_driver.py once` (RACECHECK=1 adds
-#             --tool racecheck, for the shared-memory reductions)
-#   bench     gptstack bench ops (the ops with native candidates, fwd and fwd+bwd) and
-#             gptstack bench attention, every preset
+#             --tool racecheck, for the shared-memory reductions); attention_check.py: the
+#             attention kernels under memcheck, racecheck, synccheck and initcheck
+#   bench     gptstack bench ops (the ops with native candidates, fwd and fwd+bwd),
+#             gptstack bench attention, every preset, and attention_bench.py (the attention
+#             kernel vs each SDPA backend, fwd and fwd+bwd, model steps; into the same JSON)
 #   step      kernel_driver.py step: forward+backward of each preset, ops=torch vs ops=gptstack,
 #             eager and (STEP_COMPILE=1, default) torch.compile: time ratio and peak memory
 # Files in $OUT (8 at most come back): gpu_check.log (everything), build.log, pytest.log,
@@ -55,9 +57,10 @@ export PYTHONPATH PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gptstack-inductor-cache}
 if [ "$SMOKE" = 1 ]; then
     CUDA_MODE=AUTO; DEVICE=cpu; BENCH=(--device cpu --smoke --compile-backend aot_eager)
-    STEP_ARGS=(--smoke); STEP_COMPILE=0
+    STEP_ARGS=(--smoke); STEP_COMPILE=0; ATTN_BENCH=(--device cpu --smoke)
 else
     CUDA_MODE=ON; DEVICE=cuda; BENCH=(--device cuda --budget-s "$BUDGET_S"); STEP_ARGS=()
+    ATTN_BENCH=(--device cuda --budget-s "$BUDGET_S")
 fi
 
 echo "== gpu_check.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) SMOKE=$SMOKE OUT=$OUT ARCHS=$ARCHS"
@@ -125,9 +128,12 @@ for stage in $STAGES; do
                 run_stage racecheck "$OUT/sanitizer.log" 300 compute-sanitizer --tool racecheck \
                     --error-exitcode 9 "$PY" packages/cuda_ops/scripts/kernel_driver.py once
             fi
+            # attention kernels: memcheck, racecheck, synccheck, initcheck (attention_check.py)
+            run_stage attn-sanitize "$OUT/sanitizer.log" 540 "$PY" packages/cuda_ops/scripts/attention_check.py
         else
             echo "== sanitize: no compute-sanitizer or no GPU; running the driver alone"
             run_stage driver "$OUT/sanitizer.log" 300 "$PY" packages/cuda_ops/scripts/kernel_driver.py once
+            run_stage attn-driver "$OUT/sanitizer.log" 300 "$PY" packages/cuda_ops/scripts/attention_check.py --workload
         fi ;;
     bench)
         mapfile -t P < <(presets "$OPS_PRESETS")
@@ -135,7 +141,11 @@ for stage in $STAGES; do
             "${BENCH[@]}" "${P[@]}" --ops "$NATIVE_OPS" --out "$OUT" --no-progress
         mapfile -t P < <(presets "$ATTN_PRESETS")
         run_stage bench-attn - 120 "$PY" -m gptstack.tools.cli bench \
-            attention "${BENCH[@]}" "${P[@]}" --out "$OUT" --no-progress ;;
+            attention "${BENCH[@]}" "${P[@]}" --out "$OUT" --no-progress
+        # attention kernel vs every SDPA backend, fwd and fwd+bwd, and model steps: added to
+        # the attention result above (one file back); attention_bench.py
+        run_stage bench-attn-kernels - 420 "$PY" packages/cuda_ops/scripts/attention_bench.py \
+            "${ATTN_BENCH[@]}" "${P[@]}" --merge-into "$OUT/attention-*.json" --out "$OUT" ;;
     step)
         mapfile -t P < <(presets "$STEP_PRESETS")
         run_stage step - 240 "$PY" packages/cuda_ops/scripts/kernel_driver.py \

@@ -13,7 +13,7 @@ import gptstack.cuda_ops as ops
 import pytest
 import torch
 from gptstack.cuda_ops import _C, OpInputError, OpTypeError
-from gptstack.cuda_ops.attention import cuda_variant, gptstack_attention
+from gptstack.cuda_ops.attention import HEAD_SIZES, cuda_variant, gptstack_attention
 from gptstack.cuda_ops.testing import assert_close
 from gptstack.model import GPT, GPTConfig, manual_attention, sdpa_attention
 
@@ -326,14 +326,13 @@ def test_torch_compile_fullgraph_cpu(gen):
         assert_close(g, g_ref, torch.float32, "compiled grad")
 
 
-@pytest.mark.slow
-def test_kernels_under_emulator(tmp_path):
-    """The CUDA kernels' own device code, run on the CPU by csrc/attention_emu (see check.cpp):
-    fragment layouts, masking, tails, dropout and the shared-memory protocol."""
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    """csrc/attention_emu/check.cpp built with the CPU kernels and the real CUDA launchers."""
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler to build the emulator")
-    exe = tmp_path / "check"
+    exe = tmp_path_factory.mktemp("emu") / "check"
     subprocess.run(
         [
             cxx,
@@ -343,15 +342,49 @@ def test_kernels_under_emulator(tmp_path):
             f"-I{CSRC}",
             str(CSRC / "attention_emu" / "check.cpp"),
             str(CSRC / "attention_cpu.cpp"),
+            "-x",
+            "c++",
+            str(CSRC / "attention_cuda.cu"),
             "-o",
             str(exe),
         ],
         check=True,
         capture_output=True,
     )
-    run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=600)
+    return exe
+
+
+@pytest.mark.slow
+def test_kernels_under_emulator(emulator):
+    """The CUDA kernels' own device code, run on the CPU by csrc/attention_emu (see check.cpp)
+    through the launchers: fragment layouts, masking, tails, dropout, the shared-memory protocol
+    and the launch checks."""
+    run = subprocess.run([str(emulator)], check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count(" ok") == len(run.stdout.strip().splitlines())
+
+
+@pytest.mark.slow
+def test_every_launch_configuration_fits(emulator):
+    """Every bf16 kernel instance the dispatcher can pick (head size x warps x dropout x forward /
+    two-stage / atomic backward) passes the launch rules a GPU enforces, in one process: above
+    48 KiB of shared memory each instance must have raised its own limit (the H200's first run
+    failed where one instance's opt-in stood in for another's). The emulated rules themselves
+    refuse a launch that did not opt in, and a configuration beyond the device's maximum gets an
+    error naming the op, the configuration and the limit ("limits")."""
+    run = subprocess.run(
+        [str(emulator), "limits", "all"], check=False, capture_output=True, text=True, timeout=120
+    )
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert lines[0].startswith("limits:") and lines[0].endswith(" ok")
+    configs = [line for line in lines if line.startswith("cfg ")]
+    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3  # x {4, 8} warps x dropout x 3 kinds
+    for line in configs:
+        assert line.endswith(" ok"), line
+        smem = int(line.split(": ")[1].split(" bytes")[0])
+        assert ("(opted in)" in line) == (smem > 48 * 1024), line
+    assert any("(opted in)" in line for line in configs)  # the sweep covers the opt-in path
 
 
 # --- CUDA ------------------------------------------------------------------------------------

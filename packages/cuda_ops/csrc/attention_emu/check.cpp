@@ -1,13 +1,19 @@
 // check.cpp: runs the CUDA attention kernels under the warp emulator (emu.h) and compares them
 // with the CPU implementation (attention_cpu.cpp) on fresh random inputs. No GPU needed: this is
 // how the kernels' fragment layouts, masking, dropout stream, tails and shared-memory protocol
-// are tested in CI. Built and run by tests/test_attention.py (test_kernels_under_emulator):
+// are tested in CI. The bf16 cases go through the real launchers (attention_cuda.cu, compiled as
+// C++ against the emulated runtime of runtime.h), so launch configurations are checked too.
+// Built and run by tests/test_attention.py (test_kernels_under_emulator):
 //
 //   g++ -std=c++17 -O1 -DGS_ATTN_EMULATE -I csrc csrc/attention_emu/check.cpp
-//       csrc/attention_cpu.cpp -o check && ./check [case ...]
+//       csrc/attention_cpu.cpp -x c++ csrc/attention_cuda.cu -o check && ./check [case ...]
 //
-// A case is "kind:hs:warps:T:dropout:layout", e.g. "bwd:64:4:130:1:packed"; none = the default
-// list. Prints one line per case and exits 1 if any is off (tolerances: MEASURING.md rule 5).
+// A case is "kind:hs:warps:T:dropout:layout", e.g. "bwd:64:4:130:1:packed", or "limits" (the
+// emulated launch rules and the launchers' error for a configuration that cannot fit), or "all"
+// (every configuration the dispatcher can launch: head size x warps x dropout x forward /
+// two-stage / atomic backward, launch checks only, one line each with its shared memory);
+// none = the default list, then "limits" and "all". Prints one line per case and exits 1 if
+// any is off (tolerances: MEASURING.md rule 5).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +26,7 @@
 #include "../attention_backward.cuh"
 #include "../attention_forward.cuh"
 #include "../attention_simt.cuh"
+#include "runtime.h"
 
 using namespace gs;
 using namespace gs::attn;
@@ -85,6 +92,22 @@ struct Bits {
   }
 };
 
+View4<const bf16_t> as_bf16(View4<const uint16_t> v) {
+  return {reinterpret_cast<const bf16_t*>(v.p), v.sb, v.sh, v.st};
+}
+View4<bf16_t> as_bf16(View4<uint16_t> v) {
+  return {reinterpret_cast<bf16_t*>(v.p), v.sb, v.sh, v.st};
+}
+
+CudaLaunch launch_of(const DropoutSpec& drop, int warps) {
+  CudaLaunch l;
+  l.threshold = drop.threshold;
+  l.drop_scale = static_cast<float>(drop.scale);
+  l.seed = &kSeed;
+  l.warps = warps;
+  return l;
+}
+
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -105,8 +128,8 @@ DropoutSpec drop_spec(const Case& c) {
   return d;
 }
 
-template <int HS, int NW, bool kDrop> bool run_mma(const Case& c, std::mt19937& rng) {
-  const Dims d{kB, kNh, c.T, HS};
+bool run_bf16(const Case& c, std::mt19937& rng) {
+  const Dims d{kB, kNh, c.T, c.hs};
   const DropoutSpec drop = drop_spec(c);
   Operands in(c, rng), grad(c, rng);  // grad.v[0]: dY (the other two unused)
   Bits in_h(in.buf), grad_h(grad.buf);
@@ -114,20 +137,18 @@ template <int HS, int NW, bool kDrop> bool run_mma(const Case& c, std::mt19937& 
   Out y_ref(c);
   std::vector<float> lse_ref(kB * kNh * c.T);
   forward_cpu<float>(d, in.v[0], in.v[1], in.v[2], y_ref.vf(), lse_ref.data(), drop, false, 1);
-  // kernel forward
+  // kernel forward, through the launcher
   Out y(c);
   std::vector<float> lse(lse_ref.size(), NAN);
-  FwdArgs fa{in_h.view(in.buf, in.v[0]), in_h.view(in.buf, in.v[1]), in_h.view(in.buf, in.v[2]),
-             y.vh(), lse.data(), kNh, c.T, kLog2e / std::sqrt(float(HS)), drop.threshold,
-             static_cast<float>(drop.scale), &kSeed};
-  using F = FwdConfig<HS, NW>;
-  emu::launch(attention_forward_mma_kernel<HS, NW, kDrop>,
-              dim3((c.T + F::kRows - 1) / F::kRows, kB * kNh), dim3(F::kThreads), F::kSmemBytes,
-              fa);
+  const View4<const uint16_t> qh = in_h.view(in.buf, in.v[0]), kh = in_h.view(in.buf, in.v[1]),
+                              vh = in_h.view(in.buf, in.v[2]);
+  forward_cuda_bf16(d, as_bf16(qh), as_bf16(kh), as_bf16(vh), as_bf16(y.vh()), lse.data(),
+                    launch_of(drop, c.warps));
   const std::vector<float> yk = y.from_bits();
   double e_y = rel_err(yk, y_ref.f), e_lse = rel_err(lse, lse_ref);
   bool ok = e_y < kBf16Tol && e_lse < 1e-5;
-  std::printf("%s hs=%d warps=%d T=%d dropout=%d %s: y %.2e lse %.2e", c.kind.c_str(), HS, NW,
+  std::printf("%s hs=%d warps=%d T=%d dropout=%d %s: y %.2e lse %.2e", c.kind.c_str(), c.hs,
+              c.warps,
               c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse);
   if (c.kind == "bwd" || c.kind == "atm") {
     const bool atomic = c.kind == "atm";
@@ -139,25 +160,12 @@ template <int HS, int NW, bool kDrop> bool run_mma(const Case& c, std::mt19937& 
     backward_cpu<float>(d, grad.v[0], in.v[0], in.v[1], in.v[2], yv, lse_ref.data(), dq_r.vf(),
                         dk_r.vf(), dv_r.vf(), drop, false, 1);
     Out dq(c), dk(c), dv(c);
-    BwdArgs ba{grad_h.view(grad.buf, grad.v[0]), fa.q, fa.k, fa.v,
-               {y.h.data(), y.sb, y.sh, y.st}, lse.data(), dq.vh(), dk.vh(), dv.vh(), kNh, c.T,
-               1.0f / std::sqrt(float(HS)), kLog2e / std::sqrt(float(HS)), drop.threshold,
-               static_cast<float>(drop.scale), &kSeed, nullptr};
-    using Bc = BwdConfig<HS, NW>;
-    const dim3 grid((c.T + Bc::kRows - 1) / Bc::kRows, kB * kNh, atomic ? 1 : 2);
-    std::vector<float> dq_accum;
-    if (!atomic) {
-      emu::launch(attention_backward_mma_kernel<HS, NW, kDrop, false>, grid, dim3(Bc::kThreads),
-                  Bc::kSmemBytes, ba);
-    } else {  // as launch_backward: zeroed buffer, key CTAs, conversion
-      dq_accum.assign(size_t(kB) * kNh * c.T * HS, 0.0f);
-      ba.dq_accum = dq_accum.data();
-      emu::launch(attention_backward_mma_kernel<HS, NW, kDrop, true>, grid, dim3(Bc::kThreads),
-                  Bc::kSmemAtomic, ba);
-      const int64_t n8 = int64_t(dq_accum.size()) / 8;
-      emu::launch(attention_dq_convert_kernel, dim3(unsigned((n8 + 127) / 128)), dim3(128), 0,
-                  dq_accum.data(), ba.dq, kNh, c.T, HS, ba.scale, n8);
-    }
+    std::vector<float> dq_accum;  // the atomic mode's scratch; empty: two stages
+    if (atomic) dq_accum.assign(size_t(kB) * kNh * c.T * c.hs, 0.0f);
+    backward_cuda_bf16(d, as_bf16(grad_h.view(grad.buf, grad.v[0])), as_bf16(qh), as_bf16(kh),
+                       as_bf16(vh), as_bf16(View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}),
+                       lse.data(), as_bf16(dq.vh()), as_bf16(dk.vh()), as_bf16(dv.vh()),
+                       atomic ? dq_accum.data() : nullptr, launch_of(drop, c.warps));
     const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
                  e_v = rel_err(dv.from_bits(), dv_r.f);
     std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
@@ -174,32 +182,13 @@ bool run_f32(const Case& c, std::mt19937& rng) {
   Out y_ref(c), y(c);
   std::vector<float> lse_ref(kB * kNh * c.T), lse(lse_ref.size(), NAN);
   forward_cpu<float>(d, in.v[0], in.v[1], in.v[2], y_ref.vf(), lse_ref.data(), drop, false, 1);
-  SimtArgs a{};
-  a.q = in.v[0];
-  a.k = in.v[1];
-  a.v = in.v[2];
-  a.out = y.vf();
-  a.lse = lse.data();
-  a.nh = kNh;
-  a.T = c.T;
-  a.hs = c.hs;
-  a.scale = 1.0f / std::sqrt(float(c.hs));
-  a.threshold = drop.threshold;
-  a.drop_scale = static_cast<float>(drop.scale);
-  a.seed = &kSeed;
-  const dim3 grid((c.T + kSimtWarps - 1) / kSimtWarps, kB * kNh);
-  emu::launch(attention_forward_simt_kernel, grid, dim3(32 * kSimtWarps), 0, a);
+  forward_cuda_f32(d, in.v[0], in.v[1], in.v[2], y.vf(), lse.data(), launch_of(drop, 0));
   Out dq_r(c), dk_r(c), dv_r(c), dq(c), dk(c), dv(c);
   View4<const float> yv{y.f.data(), y.sb, y.sh, y.st};
   backward_cpu<float>(d, grad.v[0], in.v[0], in.v[1], in.v[2], yv, lse_ref.data(), dq_r.vf(),
                       dk_r.vf(), dv_r.vf(), drop, false, 1);
-  a.dy = grad.v[0];
-  a.y = yv;
-  a.dq = dq.vf();
-  a.dk = dk.vf();
-  a.dv = dv.vf();
-  emu::launch(attention_backward_simt_kernel, dim3(grid.x, grid.y, 2), dim3(32 * kSimtWarps), 0,
-              a);
+  backward_cuda_f32(d, grad.v[0], in.v[0], in.v[1], in.v[2], yv, lse.data(), dq.vf(), dk.vf(),
+                    dv.vf(), launch_of(drop, 0));
   const double e[5] = {rel_err(y.f, y_ref.f), rel_err(lse, lse_ref), rel_err(dq.f, dq_r.f),
                        rel_err(dk.f, dk_r.f), rel_err(dv.f, dv_r.f)};
   bool ok = true;
@@ -210,20 +199,114 @@ bool run_f32(const Case& c, std::mt19937& rng) {
   return ok;
 }
 
-template <int HS> bool run_hs(const Case& c, std::mt19937& rng) {
-  if (c.warps == 8) return c.dropout ? run_mma<HS, 8, true>(c, rng) : run_mma<HS, 8, false>(c, rng);
-  return c.dropout ? run_mma<HS, 4, true>(c, rng) : run_mma<HS, 4, false>(c, rng);
+// Shared memory of the bf16 instance (attention_forward.cuh, attention_backward.cuh).
+template <int HS, int NW> int smem_bytes(const std::string& kind) {
+  if (kind == "fwd") return FwdConfig<HS, NW>::kSmemBytes;
+  return kind == "atm" ? BwdConfig<HS, NW>::kSmemAtomic : BwdConfig<HS, NW>::kSmemBytes;
+}
+template <int HS> int smem_bytes(int warps, const std::string& kind) {
+  return warps == 8 ? smem_bytes<HS, 8>(kind) : smem_bytes<HS, 4>(kind);
+}
+int smem_bytes(int hs, int warps, const std::string& kind) {
+  return hs == 32 ? smem_bytes<32>(warps, kind)
+                  : hs == 64 ? smem_bytes<64>(warps, kind) : smem_bytes<128>(warps, kind);
+}
+
+// Case "all": every configuration the dispatcher can launch, through the launchers with the
+// emulated launch checks only (the kernels do not run), in one process, so that one instance's
+// state cannot stand in for another's (the H200's first run failed exactly so). One line each.
+bool run_all_configs() {
+  emu::g_launch_only = true;
+  bool all_ok = true;
+  for (int hs : {32, 64, 128})
+    for (int warps : {4, 8})
+      for (int drop : {0, 1})
+        for (const char* kind : {"fwd", "bwd", "atm"}) {
+          const Case c{kind, hs, warps, 130, drop == 1, true};
+          const Dims d{3, 5, c.T, hs};
+          const DropoutSpec spec = drop_spec(c);
+          // pointers are never dereferenced: the launches are only checked
+          const View4<const bf16_t> in{nullptr, 0, 0, 0};
+          const View4<bf16_t> out{nullptr, 0, 0, 0};
+          float dummy = 0.0f;
+          const long before = emu::g_launches;
+          std::string error;
+          try {
+            if (c.kind == "fwd")
+              forward_cuda_bf16(d, in, in, in, out, nullptr, launch_of(spec, warps));
+            else
+              backward_cuda_bf16(d, in, in, in, in, in, nullptr, out, out, out,
+                                 c.kind == "atm" ? &dummy : nullptr, launch_of(spec, warps));
+          } catch (const std::exception& e) {
+            error = e.what();
+          }
+          const long expected = c.kind == "atm" ? 2 : 1;  // atomic: + the dQ conversion
+          const bool ok = error.empty() && emu::g_launches - before == expected;
+          const int bytes = smem_bytes(hs, warps, c.kind);
+          std::printf("cfg %s hs=%d warps=%d dropout=%d: %d bytes of shared memory%s%s  %s\n",
+                      kind, hs, warps, drop, bytes, bytes > 48 * 1024 ? " (opted in)" : "",
+                      error.empty() ? "" : (": " + error).c_str(), ok ? "ok" : "FAIL");
+          all_ok = all_ok && ok;
+        }
+  emu::g_launch_only = false;
+  return all_ok;
+}
+
+// Case "limits": the emulated runtime refuses what a GPU refuses (so "all" can fail), and a
+// configuration beyond the device's opt-in maximum gets the launchers' own error.
+bool run_limits() {
+  emu::g_launch_only = true;
+  const int saved_device = emu::g_device;
+  emu::g_device = 7;  // a device no other case used: nothing opted in there yet
+  const auto kernel = attention_dq_convert_kernel;
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  auto try_launch = [&](size_t smem) {
+    emu::launch_checked(kernel, dim3(1), dim3(32), smem, nullptr, View4<uint16_t>{}, 1, 1, 32,
+                        1.0f, int64_t(0));
+    return cudaGetLastError();
+  };
+  bool ok = try_launch(48 * 1024) == cudaSuccess;
+  ok = ok && try_launch(48 * 1024 + 16) == cudaErrorInvalidValue;  // not opted in
+  ok = ok && cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  emu::g_smem_optin + 1) == cudaErrorInvalidValue;
+  cudaGetLastError();
+  ok = ok && cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) ==
+                 cudaSuccess;
+  ok = ok && try_launch(64 * 1024) == cudaSuccess && try_launch(64 * 1024 + 16) != cudaSuccess;
+  emu::launch_checked(kernel, dim3(1, 70000), dim3(32), 0, nullptr, View4<uint16_t>{}, 1, 1, 32,
+                      1.0f, int64_t(0));
+  ok = ok && cudaGetLastError() == cudaErrorInvalidConfiguration;
+  // hs=128 with 8 warps needs 104448 bytes: on a device that allows 100 KiB the launcher says so
+  const int saved_optin = emu::g_smem_optin;
+  emu::g_smem_optin = 100 * 1024;
+  std::string error;
+  try {
+    const View4<const bf16_t> in{nullptr, 0, 0, 0};
+    forward_cuda_bf16(Dims{1, 1, 64, 128}, in, in, in, View4<bf16_t>{nullptr, 0, 0, 0}, nullptr,
+                      launch_of(DropoutSpec{}, 8));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const bool named = error.find("causal_attention") != std::string::npos &&
+                     error.find("hs=128, 8 warps") != std::string::npos &&
+                     error.find("104448") != std::string::npos &&
+                     error.find("102400") != std::string::npos;
+  ok = ok && named && cudaGetLastError() == cudaSuccess;
+  emu::g_smem_optin = saved_optin;
+  emu::g_device = saved_device;
+  emu::g_launch_only = false;
+  std::printf("limits: 48 KiB without opt-in, opt-in up to the device maximum, grid y <= 65535; "
+              "too large: \"%s\"  %s\n", error.c_str(), ok ? "ok" : "FAIL");
+  return ok;
 }
 
 bool run(const Case& c, std::mt19937& rng) {
   if (c.kind == "f32") return run_f32(c, rng);
-  switch (c.hs) {
-    case 32: return run_hs<32>(c, rng);
-    case 64: return run_hs<64>(c, rng);
-    case 128: return run_hs<128>(c, rng);
+  if (!supported_head_size(c.hs) || (c.warps != 4 && c.warps != 8)) {
+    std::printf("bad case: head size %d, %d warps\n", c.hs, c.warps);
+    return false;
   }
-  std::printf("bad head size %d\n", c.hs);
-  return false;
+  return run_bf16(c, rng);
 }
 
 Case parse(const std::string& s) {
@@ -250,12 +333,18 @@ int main(int argc, char** argv) {
              "bwd:128:4:70:1:packed", "bwd:128:8:33:0:contig", "bwd:32:8:129:0:contig",
              "atm:32:4:64:1:packed",  "atm:64:4:150:0:contig", "atm:64:8:200:1:packed",
              "atm:128:4:70:1:contig", "atm:128:8:45:0:packed", "atm:32:8:7:0:contig",
-             "f32:32:4:45:1:packed",  "f32:64:4:20:0:contig",  "f32:128:4:9:1:contig"};
+             "f32:32:4:45:1:packed",  "f32:64:4:20:0:contig",  "f32:128:4:9:1:contig",
+             "limits",                "all"};
   std::mt19937 rng(2024);
   bool ok = true;
   for (const std::string& s : cases) {
     try {
-      ok = run(parse(s), rng) && ok;
+      if (s == "all")
+        ok = run_all_configs() && ok;
+      else if (s == "limits")
+        ok = run_limits() && ok;
+      else
+        ok = run(parse(s), rng) && ok;
     } catch (const std::exception& e) {
       std::printf("%s: %s  FAIL\n", s.c_str(), e.what());
       ok = false;

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#define __global__
+#define __global__ inline  // kernels live in headers: one definition across files
 #define __device__
 #define __host__
 #define __forceinline__ inline

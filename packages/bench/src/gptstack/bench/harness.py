@@ -138,10 +138,23 @@ class Progress:
         self.bar.close()
 
 
-def error_text(e: BaseException) -> str:
+def _one_error(e: BaseException) -> str:
     frame = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
     where = f" (at {frame[0].filename.rsplit('/', 1)[-1]}:{frame[0].lineno})" if frame else ""
     return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}{where}"
+
+
+def error_text(e: BaseException) -> str:
+    """The error's first line and place; when it was raised while handling another (a failed
+    CUDA-graph capture: capture_end's "operation failed due to a previous error during capture"
+    replaces the error that broke the capture), the first error too."""
+    first = e
+    for _ in range(8):  # a chain, never a cycle; 8 is plenty
+        if first.__context__ is None or first.__suppress_context__:
+            break
+        first = first.__context__
+    text = _one_error(e)
+    return text if first is e else f"{text}; first: {_one_error(first)}"
 
 
 def compare(

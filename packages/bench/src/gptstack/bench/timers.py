@@ -35,6 +35,21 @@ TIMINGS = ("cpu", "cuda_events", "cuda_graph", "self")
 CAPTURE_WARMUP_CALLS = 3
 
 
+def release_rng_capture(device: torch.device) -> None:
+    """After a failed capture: give the device's default CUDA generator a fresh copy of its state.
+
+    A capture registers the generator and marks its state as capturing; when the capture fails,
+    capture_end raises before it unmarks it, and every later random op outside a capture (any
+    dropout, in any variant) then fails with "Offset increment outside graph capture encountered
+    unexpectedly". clone_state() copies seed and offset into a state that is not capturing
+    (PyTorch's CUDAGeneratorState::clone), so the variants after a failed one still run.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    gen = torch.cuda.default_generators[index]
+    if hasattr(gen, "graphsafe_set_state") and hasattr(gen, "clone_state"):
+        gen.graphsafe_set_state(gen.clone_state())
+
+
 def default_timing(device: torch.device) -> str:
     return "cuda_events" if device.type == "cuda" else "cpu"
 
@@ -82,9 +97,13 @@ class Clock:
                 self.fn(x)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(self.inner):
-                self.fn(x)
+        try:
+            with torch.cuda.graph(graph):
+                for _ in range(self.inner):
+                    self.fn(x)
+        except BaseException:
+            release_rng_capture(self.device)
+            raise
         torch.cuda.synchronize(self.device)
         return graph
 

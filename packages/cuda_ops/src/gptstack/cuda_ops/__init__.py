@@ -11,9 +11,9 @@ whole public API; see README.md.
 """
 
 from ._ext import _C
+from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
-from .attention import causal_attention, gptstack_attention
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
+from torch.utils.dlpack import to_dlpack
 
 from ._checks import CPU_FLOATS, CUDA_BUILT, CUDA_FLOATS, _names
 from ._ext import _C, stream_of, threads
@@ -61,7 +62,9 @@ def cuda_variant(
     forward_warps: int = 0, backward_warps: int = 0, backward: str = "auto"
 ) -> Iterator[None]:
     """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: by shape) and
-    the backward mode "stages", "atomic" or "auto" (by T). For benchmarks and tests."""
+    the backward mode "stages", "atomic" or "auto" (by T). For benchmarks and tests. Each kernel
+    reads the variant when it runs, so the block must hold the backward too (autograd.grad or
+    .backward() inside it); a backward run after the block takes the defaults."""
     for w in (forward_warps, backward_warps):
         if w not in (0, 4, 8):
             raise OpInputError(f"{OP}: warps per CTA is {w}; use 0 (by shape), 4 or 8")
@@ -101,6 +104,12 @@ def _new_rows(q: Tensor) -> Tensor:
     )
 
 
+def _dl(t: Tensor | None):
+    """t as a DLPack capsule, strides kept (_ext.dl would make the model's views contiguous,
+    the copy this op exists to avoid); None stays None."""
+    return None if t is None else to_dlpack(t.detach())
+
+
 def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -111,14 +120,13 @@ def _attention(
 ) -> tuple[Tensor, Tensor]:
     y = _new_rows(q)
     lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q.dtype), device=q.device)
-    s = None if seed is None else seed.detach()
     _C.attention_forward(
-        y,
-        lse,
-        q.detach(),
-        k.detach(),
-        v.detach(),
-        s,
+        _dl(y),
+        _dl(lse),
+        _dl(q),
+        _dl(k),
+        _dl(v),
+        _dl(seed),
         dropout_p,
         _variant["forward_warps"],
         stream_of(q),
@@ -143,25 +151,24 @@ def _attention_backward(
     dropout_p: float,
     seed: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    dy = dy.detach().to(q.dtype)
+    dy = dy.to(q.dtype)
     if not _rows_ok(dy) or (dy.is_cuda and dy.data_ptr() % 16):
         dy = dy.contiguous()  # autograd's gradient layout is not ours to choose
     dq, dk, dv = _new_rows(q), _new_rows(q), _new_rows(q)
-    s = None if seed is None else seed.detach()
     acc = torch.empty(q.shape, dtype=torch.float32, device=q.device) if _atomic_dq(q) else None
     _C.attention_backward(
-        dq,
-        dk,
-        dv,
-        dy,
-        q.detach(),
-        k.detach(),
-        v.detach(),
-        y.detach(),
-        lse.detach(),
-        s,
+        _dl(dq),
+        _dl(dk),
+        _dl(dv),
+        _dl(dy),
+        _dl(q),
+        _dl(k),
+        _dl(v),
+        _dl(y),
+        _dl(lse),
+        _dl(seed),
         dropout_p,
-        acc,
+        _dl(acc),
         _variant["backward_warps"],
         stream_of(q),
         threads(),

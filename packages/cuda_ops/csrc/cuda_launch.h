@@ -1,0 +1,109 @@
+// cuda_launch.h: the host side of a kernel launch, shared by every launcher: checked launches
+// (check_launch), the caller's stream, and LaunchCheck, which makes sure a kernel instance can
+// run at all (threads per block, shared memory) and raises its shared-memory limit above the
+// default 48 KiB before its first launch. Built with GS_ATTN_EMULATE the same code runs against
+// the CUDA runtime emulation of attention_emu/runtime.h, which enforces those limits, so the
+// attention launchers are tested on a CPU (attention_emu/check.cpp).
+#pragma once
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#ifdef GS_ATTN_EMULATE
+#include "attention_emu/runtime.h"
+#else
+#include <cuda_runtime.h>
+#endif
+
+namespace gs {
+
+inline void check_launch(const char* op, const std::string& shapes) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + " " + shapes +
+                             ": CUDA error " + cudaGetErrorName(err) + ": " +
+                             cudaGetErrorString(err));
+}
+
+inline cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// kernel<<<grid, block, smem, stream>>>(args...), or its emulation.
+template <typename... P, typename... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   const A&... args) {
+#ifdef GS_ATTN_EMULATE
+  (void)stream;
+  emu::launch_checked(kernel, grid, block, smem, args...);
+#else
+  kernel<<<grid, block, smem, stream>>>(args...);
+#endif
+}
+
+// Dynamic shared memory a block may use without asking (CUDA C++ Programming Guide, "Shared
+// Memory": above 48 KB a kernel must opt in with cudaFuncSetAttribute; HOPPER.md).
+constexpr int kDefaultSmemBytes = 48 * 1024;
+
+// One per kernel instance: a function-local static of the templated launcher, so that every
+// instance keeps its own record. (The attribute belongs to one function on one device; a record
+// shared by all kernels of one signature once let only the first instance above 48 KiB opt in,
+// and every later one failed its launch with cudaErrorInvalidValue.) ensure() runs once per
+// device, before the instance's first launch there: it checks that `threads` fits the
+// instance's register use (cudaFuncAttributes::maxThreadsPerBlock) and that its static plus
+// `smem_bytes` dynamic shared memory fits the device's opt-in maximum
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin; 227 KiB on the H100/H200), and raises the
+// instance's limit to smem_bytes when that is above 48 KiB. A configuration that cannot run
+// throws std::runtime_error naming the op, the configuration and the limit.
+class LaunchCheck {
+ public:
+  void ensure(const void* kernel, const char* op, const std::string& config, int threads,
+              int smem_bytes) {
+    int dev = 0;
+    expect(cudaGetDevice(&dev), op, config, "cudaGetDevice");
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (ready_.load(std::memory_order_acquire) & bit) return;
+    cudaFuncAttributes fa{};
+    expect(cudaFuncGetAttributes(&fa, kernel), op, config, "cudaFuncGetAttributes");
+    if (threads > fa.maxThreadsPerBlock)
+      fail(op, config,
+           std::to_string(threads) + " threads per block, but with " +
+               std::to_string(fa.numRegs) + " registers per thread this GPU runs at most " +
+               std::to_string(fa.maxThreadsPerBlock));
+    int optin = 0;
+    expect(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), op,
+           config, "cudaDeviceGetAttribute");
+    const long long need = static_cast<long long>(fa.sharedSizeBytes) + smem_bytes;
+    if (need > optin)
+      fail(op, config,
+           std::to_string(need) + " bytes of shared memory per block, but this GPU allows " +
+               std::to_string(optin) + " (cudaDevAttrMaxSharedMemoryPerBlockOptin)");
+    if (smem_bytes > kDefaultSmemBytes)
+      expect(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  smem_bytes),
+             op, config,
+             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, " + std::to_string(smem_bytes) +
+                 ")");
+    ready_.fetch_or(bit, std::memory_order_acq_rel);
+  }
+
+ private:
+  std::atomic<unsigned long long> ready_{0};  // bit d: done on device d (up to 64 devices)
+
+  [[noreturn]] static void fail(const char* op, const std::string& config,
+                                const std::string& why) {
+    throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + ": the " + config +
+                             " kernel cannot run: it needs " + why);
+  }
+  static void expect(cudaError_t err, const char* op, const std::string& config,
+                     const std::string& call) {
+    if (err == cudaSuccess) return;
+    cudaGetLastError();  // not left behind for the next check_launch
+    throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + ": " + call + " for the " +
+                             config + " kernel: CUDA error " + cudaGetErrorName(err) + ": " +
+                             cudaGetErrorString(err));
+  }
+};
+
+}  // namespace gs
