@@ -400,7 +400,9 @@ def test_a_killed_rank_ends_the_run_naming_it_and_the_last_checkpoint_loads(
     finally:
         job.kill()
     assert job.returncode != 0
-    assert re.search(r"Root Cause[\s\S]*rank\s*:\s*1 ", output), output[-3000:]
+    # torchrun's report names the killed rank with its signal (under "Root Cause", or under the
+    # other failures when rank 0's broken collective is observed first: a race under load)
+    assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*exitcode\s*:\s*-9", output), output[-3000:]
     assert "torchrun ended with status" in output and "--resume" in output
     assert ended_s < 120
     # the last checkpoint written before the failure loads, and the run continues from it
