@@ -33,7 +33,7 @@
 #   GEN_DECODERS=naive,kv,static,graph      add graph-compile for gpt-fast's compiled decode
 #                                           (one more compile per model and batch: ~+90 s)
 #   GEN_BATCHES=1,8  GEN_SWEEP_PROMPT=8,32,128,512  GEN_SWEEP_NEW=4,16,64
-#   BUDGET_S=1      seconds of timed rounds per row (>= 20 rounds regardless; MEASURING.md)
+#   BUDGET_S=1      seconds of timed rounds per row (>= 20 rounds regardless; docs/MEASURING.md)
 #   TIMEOUT_TRAIN=230 TIMEOUT_GENERATE=110 TIMEOUT_ATTENTION=45 TIMEOUT_OPS=75 (seconds)
 #   PYTHON=python3  SMOKE=1 (CPU, tiny)  GPTSTACK_GIT_COMMIT / GPTSTACK_GIT_DIRTY=1 (recorded)
 set -u -o pipefail

@@ -3,7 +3,8 @@
     python3 benchmarks/sample_speed.py --ckpt RUN [--ckpt RUN2 ...] --out DIR [--tokens 500]
 
 Loads each checkpoint once and calls gptstack.tools.sample.sample() -- exactly what the CLI runs
--- for each configuration, alternating the configurations over several rounds (MEASURING.md rule
+-- for each configuration, alternating the configurations over several rounds
+(docs/MEASURING.md rule
 2), and records steady-state tokens/s and start-up per configuration (medians over rounds) as
 one JSON per checkpoint: `sample-speed-<run>.json`. The first round of each configuration pays
 its graph capture / compilation; later rounds reuse nothing (each call builds its decoder), so

@@ -10,14 +10,14 @@ preset's training dropout: the forward, and the forward plus backward, as the mo
 to that buffer). Candidates: gptstack's kernel with its defaults and each variant (warps per CTA
 4 or 8; backward mode stages or atomic, csrc/attention_backward.cuh) and SDPA held to one backend
 each by torch.nn.attention.sdpa_kernel (flash, efficient, cudnn, math). Section "steps", end to
-end (MEASURING.md rule 1): each preset's GPT, training mode with its dropout, bf16 autocast,
+end (docs/MEASURING.md rule 1): each preset's GPT, training mode with its dropout, bf16 autocast,
 forward and backward of the loss, attention "sdpa" against "gptstack", same weights.
 
 Every row is timed twice with gptstack.bench's harness (warm-up, rounds alternated in one
 process, 3 rotating input sets, medians, per-round ratios): "eager" (CUDA events around one call,
 host launch overhead included) and "graph" (captured in a CUDA graph and replayed: what a
 captured training step sees). Outputs and gradients are checked first against float32 manual
-attention (relative error < 1e-2, MEASURING.md rule 5); a candidate that refuses a shape or
+attention (relative error < 1e-2, docs/MEASURING.md rule 5); a candidate that refuses a shape or
 dropout is a skipped row with the reason. The result is a `gptstack bench` file (suite
 "attention"): with --merge-into it is added to the newest matching result of
 `gptstack bench attention` (one file comes back from the GPU instead of two), otherwise written

@@ -75,7 +75,7 @@ def workload() -> int:
                         errors[key] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
                         continue
                     worst[key] = max(rel_error(a, b) for a, b in zip(got, ref))
-    tol = {torch.bfloat16: 1e-2, torch.float32: 1e-5}  # MEASURING.md rule 5
+    tol = {torch.bfloat16: 1e-2, torch.float32: 1e-5}  # docs/MEASURING.md rule 5
     bad = {k: e for k, e in worst.items() if not e < tol[k[1]]}
     worst_err = f"{max(worst.values()):.2e}" if worst else "-"
     print(

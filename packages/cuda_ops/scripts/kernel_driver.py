@@ -6,7 +6,7 @@
                                                  training forward+backward, ops=torch vs
                                                  ops=gptstack: median time, ratio, peak memory
 
-`step` follows MEASURING.md: same weights and batch for both, warm-up, the two variants
+`step` follows docs/MEASURING.md: same weights and batch for both, warm-up, the two variants
 alternated (A B A B ...) with CUDA events, median and min-max of each, median of the pairwise
 ratios; peak memory is torch.cuda.max_memory_allocated over one step above what the model
 holds before it. The JSON is rewritten after each preset, so a time limit keeps what finished.
@@ -28,7 +28,7 @@ import gptstack.cuda_ops as ops
 from gptstack.cuda_ops.testing import assert_close
 
 PRESETS = ["esp32", "shakespeare-char", "gpt2-124m"]
-WARMUP, ROUNDS = 3, 20  # MEASURING.md rule 3: at least 20 repeats under a second
+WARMUP, ROUNDS = 3, 20  # docs/MEASURING.md rule 3: at least 20 repeats under a second
 
 
 def _device() -> torch.device:

@@ -34,7 +34,7 @@ def random_tokens(seed: int, B: int, T: int, V: int) -> torch.Tensor:
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| (MEASURING.md rule 5)."""
+    """||out - ref|| / ||ref|| (docs/MEASURING.md rule 5)."""
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 

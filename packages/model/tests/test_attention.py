@@ -14,7 +14,7 @@ from gptstack.model import (
 )
 from gptstack.model import attention as attention_module
 
-# fp32 against a float64 reference: MEASURING.md rule 5 (relative error < 1e-5).
+# fp32 against a float64 reference: docs/MEASURING.md rule 5 (relative error < 1e-5).
 FP32_REL_TOL = 1e-5
 
 

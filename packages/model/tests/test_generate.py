@@ -45,7 +45,7 @@ def test_decoder_logits_match_the_full_window_forward(
     for step in range(path.size(1)):
         with torch.no_grad():
             reference, _ = model(window, last_only=True)
-        assert rel_err(logits, reference[:, -1]) < 1e-5, step  # MEASURING.md rule 5 (fp32)
+        assert rel_err(logits, reference[:, -1]) < 1e-5, step  # docs/MEASURING.md rule 5 (fp32)
         token = path[:, step]
         length += 1
         window = torch.cat([window, token[:, None]], dim=1)[:, -bs:]

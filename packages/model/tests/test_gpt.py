@@ -9,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gptstack.model import GPT, Bigram, ModelConfigError, ModelError, generate
 
-# fp32 vs fp32 through different kernels: MEASURING.md rule 5 (relative error < 1e-5).
+# fp32 vs fp32 through different kernels: docs/MEASURING.md rule 5 (relative error < 1e-5).
 FP32_REL_TOL = 1e-5
 
 

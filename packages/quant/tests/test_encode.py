@@ -53,7 +53,10 @@ def gpt2_tables(data_dir) -> TokenizerTables:
 
 def test_gpt2_ranks_encode_like_tiktoken(gpt2_tables, shakespeare_text, rng):
     enc, ref = PromptEncoder(gpt2_tables), _tiktoken(gpt2_tables)
-    assert enc.encode("Hello world") == [15496, 995]  # ../shared/data/README.md
+    assert enc.encode("Hello world") == [
+        15496,
+        995,
+    ]  # GPT-2 (tiktoken r50k_base) ids of "Hello world"
     start = int(rng.integers(0, len(shakespeare_text) - 20_000))
     for text in [
         shakespeare_text[start : start + 20_000],

@@ -9,7 +9,8 @@ the same prompt, seed 1, temperature 0.8 and top-k 40, in alternating order (A B
 one thread each; a sample is the
 generation time gs-run measures itself (gen_s of --json: sampling, decoding and every forward of
 the generated tokens, the slides' re-encodes included). It reports the median tokens/s of each
-build, the median and range of the per-round ratios after / before (MEASURING.md rules 2 and 3),
+build, the median and range of the per-round ratios after / before (docs/MEASURING.md rules 2
+and 3),
 and each build's weight bytes per token: gs-run's own count where the build has one, else the
 count FORMAT.md section 11 gives for a build that re-encodes one position at a time
 (gptstack.quant.budget.tile_read_bytes), marked as computed. The JSON has every sample.

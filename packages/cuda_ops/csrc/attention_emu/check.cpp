@@ -13,7 +13,7 @@
 // (every configuration the dispatcher can launch: head size x warps x dropout x forward /
 // two-stage / atomic backward, launch checks only, one line each with its shared memory);
 // none = the default list, then "limits" and "all". Prints one line per case and exits 1 if
-// any is off (tolerances: MEASURING.md rule 5).
+// any is off (tolerances: docs/MEASURING.md rule 5).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>

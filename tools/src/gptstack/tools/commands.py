@@ -251,7 +251,9 @@ def cmd_eval(args) -> int:
     if args.json:
         from gptstack.bench.environment import environment
 
-        results["environment"] = environment(_device(args.device), sys.argv)  # MEASURING.md rule 6
+        results["environment"] = environment(
+            _device(args.device), sys.argv
+        )  # docs/MEASURING.md rule 6
         _write_json(args.json, results)
         print(f"results -> {args.json}")
     return 0

@@ -28,7 +28,7 @@ class Dataset:
     nbytes: int
 
 
-# The one table of dataset URLs and checksums (../shared/data/README.md lists the same).
+# The one table of dataset URLs and checksums.
 DATASETS: dict[str, Dataset] = {
     "tinyshakespeare": Dataset(
         name="tinyshakespeare",

@@ -1,4 +1,4 @@
-"""`RUN_DIR/summary.json`: a training run's recorded result (MEASURING.md rule 6).
+"""`RUN_DIR/summary.json`: a training run's recorded result (docs/MEASURING.md rule 6).
 
 Derived from metrics.jsonl, so it can be regenerated: best and last val loss, bits/char, wall
 time, median tokens/s and MFU over the logged intervals (the first interval, which holds

@@ -478,7 +478,7 @@ def checkpoint_meta(
     val_loss: float | None = None,
     val_bpc: float | None = None,
 ) -> dict[str, Any]:
-    """What config.json records besides format/version (ARCHITECTURE.md, checkpoints)."""
+    """What config.json records besides format/version (docs/ARCHITECTURE.md, checkpoints)."""
     tok = corpus.tokenizer
     return {
         "model": mcfg.to_dict(),

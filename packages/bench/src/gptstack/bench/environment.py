@@ -1,4 +1,5 @@
-"""What a result was measured on and with: machine, versions, code, command (MEASURING.md rule 6).
+"""What a result was measured on and with: machine, versions, code, command (docs/MEASURING.md
+rule 6).
 
     env = environment(torch.device("cuda"), command=["gptstack", "bench", "train"])
 
@@ -144,7 +145,7 @@ def threads_available() -> int:
 
 
 def environment(device: torch.device, command: list[str] | None = None) -> dict[str, Any]:
-    """Everything MEASURING.md rule 6 asks for, as one JSON-ready dict."""
+    """Everything docs/MEASURING.md rule 6 asks for, as one JSON-ready dict."""
     try:
         load = list(os.getloadavg())
     except OSError:

@@ -1,4 +1,4 @@
-"""The two floors every speed is compared with (MEASURING.md rule 4), measured once per run.
+"""The two floors every speed is compared with (docs/MEASURING.md rule 4), measured once per run.
 
     floors = measure_floors(torch.device("cuda"), settings)
     floors["copy"]["bytes_per_s"]     # device-to-device copy: bytes read + written per second

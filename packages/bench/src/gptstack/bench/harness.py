@@ -6,7 +6,7 @@
     result.measurements["compiled"].stats         # {"n", "median", "min", "max"} in seconds
     result.speedups("eager", "compiled")          # per-round eager / compiled
 
-Method (MEASURING.md rules 2-3): every variant is built and warmed up first (compilation,
+Method (docs/MEASURING.md rules 2-3): every variant is built and warmed up first (compilation,
 autotuning, allocator growth, graph capture); then rounds run A B C A B C ... in one process,
 each sample on the next input set of its rotation. Rounds continue until the time budget is
 spent and at least `min_repeats` rounds ran (20: anything under a second), or `min_repeats_slow`
@@ -36,7 +36,9 @@ class Settings:
     """How long and how often to measure one row (every variant of it together)."""
 
     warmup: int = 3  # eager calls per variant before timing (graph capture comes after)
-    min_repeats: int = 20  # MEASURING.md rule 3: at least 20 repeats for anything under a second
+    min_repeats: int = (
+        20  # docs/MEASURING.md rule 3: at least 20 repeats for anything under a second
+    )
     min_repeats_slow: int = 5  # rounds whose slowest variant takes over slow_s per call
     slow_s: float = 1.0
     max_repeats: int = 200

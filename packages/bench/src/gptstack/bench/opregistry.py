@@ -10,7 +10,8 @@ suite times the reference (eager PyTorch), `torch.compile(reference)` and every 
 alternately, and checks each output against the reference computed in float32 (float64 for
 fp32 runs). `make_inputs(size, device, dtype, generator)` returns the argument tuple (the
 generator lives on `device`, so large inputs are drawn where they are used);
-`bytes_moved(inputs)` and `flops(inputs)` give the work that sets the floors (MEASURING.md rule 4):
+`bytes_moved(inputs)` and `flops(inputs)` give the work that sets the floors (docs/MEASURING.md
+rule 4):
 bytes that must cross memory at least once, and FLOPs counted as stated in the op's `about`.
 """
 

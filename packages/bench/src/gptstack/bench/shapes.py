@@ -104,7 +104,7 @@ class ModelShape:
 def random_tokens(
     shape: tuple[int, ...], vocab_size: int, device: torch.device, generator: torch.Generator
 ) -> torch.Tensor:
-    """Uniform random token ids (never zeros: MEASURING.md rule 3), int64 on device."""
+    """Uniform random token ids (never zeros: docs/MEASURING.md rule 3), int64 on device."""
     return torch.randint(0, vocab_size, shape, generator=generator).to(device)
 
 

@@ -1,4 +1,5 @@
-"""Summary statistics of timing samples: medians, spreads and paired ratios (MEASURING.md rule 2).
+"""Summary statistics of timing samples: medians, spreads and paired ratios (docs/MEASURING.md
+rule 2).
 
     summarize([0.11, 0.10, 0.12])          -> {"n": 3, "median": 0.11, "min": 0.10, "max": 0.12}
     speedups(base, cand)                    -> [base[i] / cand[i] ...]   (> 1: candidate faster)

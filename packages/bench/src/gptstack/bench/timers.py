@@ -4,7 +4,7 @@
     clock.warm_up(3)                 # compilation, autotuning, allocator; graph capture last
     seconds = clock.sample(round_index)   # one call of fn on inputs[round_index % len(inputs)]
 
-Three timings (MEASURING.md rule 3):
+Three timings (docs/MEASURING.md rule 3):
 - "cpu": `time.perf_counter()` around the call, with `torch.cuda.synchronize()` before and after
   when the device is a GPU (a synchronized wall clock). Used on CPUs and for host-side work.
 - "cuda_events": a CUDA event recorded before and after the call on the current stream; the

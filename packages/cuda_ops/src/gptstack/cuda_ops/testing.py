@@ -3,7 +3,7 @@
     rel = rel_error(out, ref)                 # ||out - ref|| / ||ref||, in float64
     assert_close(out, ref, torch.bfloat16, "layernorm dx")
 
-Tolerances follow ../../../../../shared/MEASURING.md rule 5 ("relative error under 1e-5
+Tolerances follow ../../../../docs/MEASURING.md rule 5 ("relative error under 1e-5
 (fp32), under 1e-2 (bf16)"); float64 gets 1e-10 (the kernels compute float64 in double). The
 reference is always computed in float64 from the same (rounded) inputs. Used by the tests, the
 GPU check script and the bench candidates' self-check.

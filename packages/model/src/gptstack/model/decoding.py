@@ -9,7 +9,8 @@ naive   recomputes the whole window (the last block_size tokens) every step: O(T
 kv      prefills the window once, then feeds one token per step against a growing KVCache.
 static  the same with a preallocated StaticKVCache and the position as a tensor, so the one-token
         decode step has fixed shapes; with cuda_graph=True (CUDA only) that step is captured once
-        in a torch.cuda.CUDAGraph and replayed (gpt-fast pattern, STYLE.md section 3). On CPU the
+        in a torch.cuda.CUDAGraph and replayed (gpt-fast pattern, docs/CONVENTIONS.md §3). On CPU
+        the
         same static path runs eagerly.
 
 graph   graph_decoding.GraphDecoder: the fastest on a GPU (the default of `gptstack sample`).

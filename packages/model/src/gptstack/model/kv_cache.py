@@ -10,7 +10,8 @@ Both caches implement one method used by the attention layer:
 
 `KVCache` grows by concatenation (dynamic shapes, simplest). `StaticKVCache` preallocates
 (B, nh, max_seq_len, hs) buffers per layer and writes in place, so every decode step has the same
-shapes and can be captured in a CUDA graph (pattern from gpt-fast's KVCache, STYLE.md section 3).
+shapes and can be captured in a CUDA graph (pattern from gpt-fast's KVCache,
+docs/CONVENTIONS.md §3).
 
 Our GPT has learned absolute positions, so a cache is only valid while the context fits in
 block_size: once the window slides, every token's position changes and every cached row is stale.

@@ -32,7 +32,8 @@ class Budget:
     flash_source: str
 
 
-# The one table of hardware budgets (STYLE.md: "Hardware budgets: one table each, with sources").
+# The one table of hardware budgets (docs/CONVENTIONS.md: "Hardware budgets: one table each,
+# with sources").
 BUDGETS: dict[str, Budget] = {
     "esp32s3": Budget(
         name="esp32s3",

@@ -7,7 +7,7 @@ Op level (causal self-attention, q/k/v (B, nh, T, hs), forward): a Python loop o
 (B, 1, T, hs) attention each, what a per-head implementation does), the batched `manual`
 backend (all heads in one matmul, materialized scores), `sdpa` (PyTorch's fused kernel), and
 the `gptstack` backend when gptstack.cuda_ops registers it. End to end: the whole model's
-forward (B, T) -> logits with each backend, same weights (MEASURING.md rule 1).
+forward (B, T) -> logits with each backend, same weights (docs/MEASURING.md rule 1).
 
 Op-level outputs are checked against the manual backend in float32 (float64 for fp32 runs) on
 the same inputs: relative error under 1e-5 (fp32) or 1e-2 (bf16). Whole-model logits are checked

@@ -25,7 +25,7 @@ from ..floors import measure_floors
 from ..harness import Progress, Settings
 from ..results import Result
 
-# MEASURING.md rule 5: relative error ||out - ref|| / ||ref|| against an fp32/fp64 reference.
+# docs/MEASURING.md rule 5: relative error ||out - ref|| / ||ref|| against an fp32/fp64 reference.
 TOLERANCES = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3}
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
@@ -68,7 +68,7 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, against: str) -> dict:
-    """{"rel_err", "tol", "ok", "against"}: MEASURING.md rule 5's check of a fast path."""
+    """{"rel_err", "tol", "ok", "against"}: docs/MEASURING.md rule 5's check of a fast path."""
     err = relative_error(out, ref)
     tol = TOLERANCES.get(dtype, 1e-2)
     return {"rel_err": err, "tol": tol, "ok": bool(err < tol), "against": against}
