@@ -72,7 +72,7 @@ def _accept_debug_everywhere(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import commands as c
     from .config import preset_names
-    from .defaults import SAMPLING
+    from .defaults import SAMPLING, add_sampling_arguments
     from .launch import add_launch_arguments
 
     parser = argparse.ArgumentParser(
@@ -224,18 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tokens", type=int, default=500, help="new tokens to generate (default %(default)s)"
     )
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=SAMPLING.temperature,
-        help="softmax temperature, 0 = greedy (default %(default)s)",
-    )
-    p.add_argument(
-        "--top-k",
-        type=int,
-        default=SAMPLING.top_k,
-        help="keep the k most likely tokens, 0 = no top-k (default %(default)s)",
-    )
+    add_sampling_arguments(p)
     p.add_argument(
         "--top-p",
         type=float,

@@ -24,3 +24,19 @@ class SamplingDefaults:
 
 
 SAMPLING = SamplingDefaults()
+
+
+def add_sampling_arguments(parser) -> None:
+    """--temperature and --top-k with these defaults, for every command that writes text."""
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=SAMPLING.temperature,
+        help="softmax temperature, 0 = greedy (default %(default)s)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=SAMPLING.top_k,
+        help="keep the k most likely tokens, 0 = all of them (default %(default)s)",
+    )

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .defaults import SAMPLING
+from .defaults import SAMPLING, add_sampling_arguments
 from .errors import GptstackError
 
 # gs-run's own limits (firmware/esp32/host/gs_run_args.c): checked here first, so a mistake is
@@ -60,18 +60,7 @@ def add_firmware_parser(sub) -> None:
         default=SAMPLING.seed,
         help="PCG32 seed, 0 .. 2^64-1 (default %(default)s)",
     )
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=SAMPLING.temperature,
-        help="softmax temperature, 0 = greedy (default %(default)s)",
-    )
-    p.add_argument(
-        "--top-k",
-        type=int,
-        default=SAMPLING.top_k,
-        help="keep the k most likely tokens, 0 = all (default %(default)s)",
-    )
+    add_sampling_arguments(p)
     p.add_argument("--screen", type=Path, help="also render the final OLED screen to this PNG")
     p.add_argument(
         "--stats", action="store_true", help="print tokens/s and the weight bytes read per token"
