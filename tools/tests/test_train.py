@@ -170,16 +170,23 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path, small_corpus):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        metrics = run / "metrics.jsonl"
-        if metrics.is_file() and '"train"' in metrics.read_text():
+    # Wait for the first logged step: a Ctrl-C before it rightly saves nothing. The "start"
+    # record's config has a "train" key too, so match the event itself.
+    metrics, trained = run / "metrics.jsonl", False
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        trained = metrics.is_file() and '"event": "train"' in metrics.read_text()
+        if trained:
             break
         time.sleep(0.2)
+    if not trained:
+        proc.kill()
+        pytest.fail(f"no training step was logged in 600 s:\n{proc.communicate()[0]}")
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out
     assert "Traceback" not in out
+    assert (run / "last" / "config.json").is_file(), out
     step = json.loads((run / "last" / "config.json").read_text())["step"]
     assert 0 < step < 100000
     assert f"--resume {run}" in out
