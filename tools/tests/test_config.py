@@ -1,3 +1,4 @@
+import dataclasses
 import tomllib
 
 import pytest
@@ -122,3 +123,18 @@ def test_model_section_is_gptconfig_and_follows_the_backend_registry():
     assert cfg.model.attention == "config_test_backend"
     with pytest.raises(ConfigError, match="model.n_embd is 30, not divisible by n_head=4"):
         apply_overrides(load_preset("smoke"), ["model.n_head=4", "model.n_embd=30"])
+
+
+def test_auto_compile_is_off_on_cpu_and_full_only_for_long_cuda_runs():
+    from gptstack.tools.runtime import FULL_COMPILE_MIN_STEPS, auto_compile, resolve_runtime
+
+    assert auto_compile(False, 10**6) is None
+    assert auto_compile(True, FULL_COMPILE_MIN_STEPS - 1) == "regional"
+    assert auto_compile(True, FULL_COMPILE_MIN_STEPS) == "full"
+    # the esp32 preset's 50,000 steps run eager on a CPU (compiling costs minutes there, gains 0)
+    esp32 = load_preset("esp32").train
+    assert esp32.compile == "auto"
+    cpu = resolve_runtime(dataclasses.replace(esp32, device="cpu"))
+    assert cpu.compile is None
+    asked = dataclasses.replace(esp32, device="cpu", compile="full")
+    assert resolve_runtime(asked).compile == "full"

@@ -97,7 +97,8 @@ class TrainSection:
     # auto (bf16 autocast on CUDA and on CPUs with native bf16, else fp32: runtime.py) | bf16
     # | fp32
     dtype: str = "auto"
-    # torch.compile: auto (regional on CUDA, off on a CPU) | regional (each block and the head,
+    # torch.compile: auto (on CUDA full from 20,000 steps, else regional; off on a CPU:
+    # runtime.auto_compile) | regional (each block and the head,
     # compiled once for all layers: short start-up) | full (the whole model) | false
     # ("true" is read as full, the spelling of earlier configs)
     compile: str = "auto"
