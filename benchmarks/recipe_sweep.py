@@ -1,0 +1,319 @@
+"""Training-recipe sweep: many short `gptstack train` runs of one preset, side by side.
+
+    python3 benchmarks/recipe_sweep.py run --grid esp32 --out DIR [--jobs 4] [--deadline-s 540]
+    python3 benchmarks/recipe_sweep.py report benchmarks/results/sweep-esp32-h200-DATE.json
+
+`run` trains every point of a named grid (GRIDS below: the preset, the swept settings, the seeds)
+with `python3 -m gptstack.tools.cli train --set ...`, exactly the user's command, `--jobs` runs at
+a time on the one GPU (small models leave it mostly idle, so runs overlap well), and writes one
+JSON: each run's overrides, best val loss and bits/char, the step of the best evaluation, the
+whole val curve and the wall time, plus the environment (docs/MEASURING.md rule 6). A run still
+going at the deadline is stopped with SIGINT (it saves) and recorded as interrupted.
+
+`report` turns that JSON into a markdown table (best first; repeated seeds as mean and spread)
+and a plot of best val bits/char against each swept setting, beside the JSON in benchmarks/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+# name -> preset, fixed settings (every run), swept axes (the cartesian product), seeds.
+# The evaluation interval is fixed across a grid, so "best step" means the same everywhere.
+GRIDS: dict[str, dict] = {
+    # esp32: the seed's schedule is 50,000 steps with a cosine over all of them; its best val
+    # (2.790 nats/token) comes at step 3,000 and it overfits after. Short schedules that anneal
+    # where the model is best, more regularisation, and the peak learning rate.
+    "esp32": {
+        "preset": "esp32",
+        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200},
+        "axes": {
+            "train.max_steps": [2500, 4000, 6000],
+            "model.dropout": [0.2, 0.3],
+            "train.weight_decay": [0.1, 0.5],
+            "train.lr": [1e-3, 2e-3],
+        },
+        "seeds": [1337],
+    },
+    # shakespeare-char: nanoGPT's recipe (5,000 steps, dropout 0.2, lr 1e-3) reaches ~1.47
+    "shakespeare-char": {
+        "preset": "shakespeare-char",
+        "fixed": {"train.eval_interval": 250},
+        "axes": {
+            "train.max_steps": [5000, 7000],
+            "model.dropout": [0.2, 0.3],
+        },
+        "seeds": [1337],
+    },
+    "seconds": {  # a CPU check of the script itself
+        "preset": "smoke",
+        "fixed": {"train.eval_interval": 2, "train.eval_batches": 1, "train.device": "cpu"},
+        "axes": {"train.max_steps": [2, 4], "model.dropout": [0.0, 0.1]},
+        "seeds": [1337],
+    },
+}
+
+
+def grid_points(grid: dict) -> list[dict]:
+    """Every (overrides, seed) of a grid, in a stable order."""
+    axes = grid["axes"]
+    points = []
+    for values in itertools.product(*axes.values()):
+        for seed in grid["seeds"]:
+            overrides = {**grid["fixed"], **dict(zip(axes, values)), "train.seed": seed}
+            points.append(overrides)
+    return points
+
+
+def run_name(overrides: dict) -> str:
+    short = {"train.": "", "model.": ""}
+    parts = []
+    for key, value in overrides.items():
+        name = key
+        for prefix, to in short.items():
+            name = name.replace(prefix, to)
+        parts.append(f"{name}={value}")
+    return ",".join(parts).replace("/", "_")
+
+
+def train_one(preset: str, overrides: dict, runs: Path, deadline: float, log) -> dict:
+    """One `gptstack train` process; its summary.json, or why there is none."""
+    run_dir = runs / run_name(overrides)
+    cmd = [sys.executable, "-m", "gptstack.tools.cli", "train", "--preset", preset]
+    for key, value in overrides.items():
+        cmd += ["--set", f"{key}={value}"]
+    cmd += ["--out", str(run_dir), "--overwrite", "--no-progress"]
+    t0 = time.time()
+    row = {"overrides": overrides, "run_dir": str(run_dir), "command": cmd[1:]}
+    if time.time() >= deadline:
+        return {**row, "returncode": None, "error": "not started: the sweep's deadline passed"}
+    with open(runs / f"{run_dir.name}.log", "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # gptstack train saves last/ and writes its summary
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    row["returncode"] = proc.returncode
+    row["process_s"] = time.time() - t0
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        s = json.loads(summary.read_text())
+        row.update(
+            {
+                k: s.get(k)
+                for k in (
+                    "best_val_loss",
+                    "best_val_bpc",
+                    "best_step",
+                    "last_val_loss",
+                    "steps",
+                    "max_steps",
+                    "wall_time_s",
+                    "process_wall_s",
+                    "tokens_per_s_median",
+                    "evals",
+                )
+            }
+        )
+        row["interrupted"] = s.get("steps") != s.get("max_steps")
+    else:
+        tail = (runs / f"{run_dir.name}.log").read_text().strip().splitlines()[-3:]
+        row["error"] = " | ".join(tail)
+    log(
+        f"{run_dir.name}: rc {proc.returncode}, best val {row.get('best_val_loss')} "
+        f"({row.get('best_val_bpc')} bits/char) at step {row.get('best_step')}, "
+        f"{row['process_s']:.0f} s"
+    )
+    return row
+
+
+def cmd_run(args) -> int:
+    import torch
+
+    from gptstack.bench.environment import device_slug, environment
+
+    grid = GRIDS[args.grid]
+    points = grid_points(grid)
+    if args.limit:
+        points = points[: args.limit]
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = args.runs or args.out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + args.deadline_s
+    print(f"sweep {args.grid}: {len(points)} runs, {args.jobs} at a time, {args.deadline_s:.0f} s")
+
+    def log(line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(lambda o: train_one(grid["preset"], o, runs, deadline, log), points))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    record = {
+        "kind": "recipe-sweep",
+        "grid": args.grid,
+        "preset": grid["preset"],
+        "fixed": grid["fixed"],
+        "axes": grid["axes"],
+        "seeds": grid["seeds"],
+        "jobs": args.jobs,
+        "runs": rows,
+        "environment": environment(device),
+    }
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    path = args.out / f"sweep-{args.grid}-{device_slug(device)}-{stamp}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
+    print(f"-> {path}")
+    return 0
+
+
+def _fmt(x, spec=".4f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def report(record: dict) -> str:
+    """Markdown: the runs grouped by settings (seeds pooled), best bits/char first."""
+    axes = list(record["axes"])
+    groups: dict[tuple, list[dict]] = {}
+    for row in record["runs"]:
+        key = tuple(row["overrides"].get(a) for a in axes)
+        groups.setdefault(key, []).append(row)
+    env = record["environment"]
+    git = (env.get("git") or {}).get("commit") or env.get("env", {}).get("GPTSTACK_GIT_COMMIT")
+    lines = [
+        f"## Recipe sweep `{record['grid']}` (preset `{record['preset']}`)",
+        "",
+        f"{len(record['runs'])} runs of `gptstack train`, {record['jobs']} at a time, on "
+        f"{env['device'].get('name')} ({env['date']}, commit {str(git)[:12]}); every run also "
+        f"sets {', '.join(f'`{k}={v}`' for k, v in record['fixed'].items())}. Best val loss is "
+        "the best evaluation's (nats/token); best step as a share of the run's schedule; "
+        "seeds pooled as mean ± spread (max − min).",
+        "",
+        "| " + " | ".join(a.split(".")[-1] for a in axes)
+        + " | seeds | best val loss | best bits/char | best step | of schedule | wall s |",
+        "|" + "---|" * (len(axes) + 6),
+    ]
+
+    def mean_spread(values: list[float]) -> str:
+        if not values:
+            return "–"
+        if len(values) == 1:
+            return f"{values[0]:.4f}"
+        return f"{statistics.mean(values):.4f} ± {max(values) - min(values):.4f}"
+
+    def score(rows: list[dict]) -> float:
+        v = [r["best_val_bpc"] for r in rows if r.get("best_val_bpc") is not None]
+        return statistics.mean(v) if v else float("inf")
+
+    for key, rows in sorted(groups.items(), key=lambda kv: score(kv[1])):
+        done = [r for r in rows if r.get("best_val_loss") is not None]
+        steps = [r["best_step"] for r in done]
+        share = [r["best_step"] / r["max_steps"] for r in done if r.get("max_steps")]
+        walls = [r["wall_time_s"] for r in done if r.get("wall_time_s")]
+        flag = " (interrupted)" if any(r.get("interrupted") for r in done) else ""
+        lines.append(
+            "| "
+            + " | ".join(str(k) for k in key)
+            + f" | {len(done)}/{len(rows)}{flag}"
+            + f" | {mean_spread([r['best_val_loss'] for r in done])}"
+            + f" | {mean_spread([r['best_val_bpc'] for r in done])}"
+            + f" | {', '.join(f'{s:,}' for s in steps) or '–'}"
+            + f" | {', '.join(f'{100 * s:.0f} %' for s in share) or '–'}"
+            + f" | {_fmt(statistics.median(walls) if walls else None, '.0f')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(record: dict, path: Path) -> Path:
+    """Best val bits/char against each swept setting (one panel per axis, a dot per run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes = list(record["axes"])
+    rows = [r for r in record["runs"] if r.get("best_val_bpc") is not None]
+    fig, panels = plt.subplots(1, len(axes), figsize=(3.2 * len(axes), 3.2), sharey=True)
+    panels = [panels] if len(axes) == 1 else list(panels)
+    for ax, name in zip(panels, axes):
+        values = record["axes"][name]
+        xs = [values.index(r["overrides"][name]) for r in rows]
+        ax.scatter(xs, [r["best_val_bpc"] for r in rows], s=14, alpha=0.6)
+        means = []
+        for i, _ in enumerate(values):
+            picked = [r["best_val_bpc"] for r, x in zip(rows, xs) if x == i]
+            means.append(statistics.mean(picked) if picked else float("nan"))
+        ax.plot(range(len(values)), means, color="black", lw=1, label="mean")
+        best = [min((r["best_val_bpc"] for r, x in zip(rows, xs) if x == i), default=None)
+                for i in range(len(values))]
+        ax.plot(range(len(values)), best, color="tab:green", lw=1, ls="--", label="best")
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        ax.set_xlabel(name)
+        ax.grid(alpha=0.3)
+    panels[0].set_ylabel("best val bits/char")
+    panels[0].legend(fontsize=7)
+    fig.suptitle(f"recipe sweep {record['grid']}: {len(rows)} runs", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def cmd_report(args) -> int:
+    parts = []
+    for path in args.json:
+        record = json.loads(path.read_text())
+        if record.get("kind") != "recipe-sweep":
+            raise SystemExit(f"{path}: not a recipe-sweep record (kind {record.get('kind')!r})")
+        png = args.plots / f"{path.stem}.png"
+        args.plots.mkdir(parents=True, exist_ok=True)
+        plot(record, png)
+        rel = os.path.relpath(png, args.md.parent)
+        parts.append(report(record) + f"\n![{path.stem}]({rel})\n\nFrom [`{path.name}`]"
+                     f"({os.path.relpath(path, args.md.parent)}).\n")
+    head = (
+        "# Training-recipe sweeps\n\nGenerated by `python3 benchmarks/recipe_sweep.py report` "
+        "from the sweep JSON in `results/`; do not edit by hand.\n\n"
+    )
+    args.md.write_text(head + "\n".join(parts))
+    print(f"-> {args.md}")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="train every point of a grid, write the sweep JSON")
+    run.add_argument("--grid", choices=sorted(GRIDS), required=True)
+    run.add_argument("--out", type=Path, required=True, help="folder for the JSON")
+    run.add_argument("--runs", type=Path, help="folder for the run directories (default OUT/runs)")
+    run.add_argument("--jobs", type=int, default=4, help="runs at a time (default 4)")
+    run.add_argument("--deadline-s", type=float, default=540.0, help="stop everything after this")
+    run.add_argument("--limit", type=int, default=0, help="only the first N points (0: all)")
+    rep = sub.add_parser("report", help="markdown table and plot from sweep JSON files")
+    rep.add_argument("json", type=Path, nargs="+")
+    here = Path(__file__).resolve().parent
+    rep.add_argument("--md", type=Path, default=here / "SWEEPS.md")
+    rep.add_argument("--plots", type=Path, default=here / "plots")
+    args = ap.parse_args()
+    return cmd_run(args) if args.cmd == "run" else cmd_report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
