@@ -48,6 +48,14 @@ def _reference(q, k, v, dy, mask=None, p=0.0):
     return y.detach(), grads
 
 
+def _assert_grads_close(grads, refs, dtype, what):
+    """dq, dk, dv against their references, each measured at dv's scale: over one key (T = 1)
+    dq and dk are zero in exact arithmetic and rounding noise in any implementation (with
+    dropout, y = v / (1 - p) rounds, so D = rowsum(dy * y) no longer cancels dP exactly)."""
+    for name, g, r in zip("qkv", grads, refs):
+        assert_close(g, r, dtype, f"d{name} {what}", scale=refs[2])
+
+
 def _run(q, k, v, dy, **kw):
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     y = ops.causal_attention(q, k, v, **kw)
@@ -425,8 +433,7 @@ def test_cuda_bf16_matches_reference(shape, dropout_p, warps, backward, gen):
         y, grads = _run(q, k, v, dy, dropout_p=dropout_p, seed=seed)
     what = f"{shape} warps={warps} p={dropout_p} backward={backward}"
     assert_close(y, y_ref, torch.bfloat16, f"cuda y {what}")
-    for name, g, r in zip("qkv", grads, g_ref):
-        assert_close(g, r, torch.bfloat16, f"cuda d{name} {what}")
+    _assert_grads_close(grads, g_ref, torch.bfloat16, f"cuda {what}")
 
 
 @pytest.mark.cuda
@@ -440,8 +447,7 @@ def test_cuda_float32_matches_cpu(shape, dropout_p, gen):
         q.cuda(), k.cuda(), v.cuda(), dy.cuda(), dropout_p=dropout_p, seed=_seed(99, "cuda")
     )
     assert_close(y, y_ref, torch.float32, f"cuda fp32 y {shape}")
-    for g, r in zip(grads, g_ref):
-        assert_close(g, r, torch.float32, f"cuda fp32 grad {shape}")
+    _assert_grads_close(grads, g_ref, torch.float32, f"cuda fp32 {shape}")
 
 
 @pytest.mark.cuda

@@ -92,7 +92,11 @@ def _rows_ok(t: Tensor) -> bool:
         return False
     if t.device.type == "cuda" and t.dtype == torch.bfloat16:  # size-1 dims: any stride
         strides = (s for s, n in zip(t.stride()[:3], t.shape[:3]) if n > 1)
-        return t.storage_offset() % 8 == 0 and all(s % 8 == 0 for s in strides)
+        # torch.compile cannot trace storage_offset() (a graph break): while compiling only the
+        # strides are checked here and the extension checks the data pointer at run time
+        # (attention.cpp: a ValueError naming the argument, never a misaligned load)
+        offset_ok = torch.compiler.is_compiling() or t.storage_offset() % 8 == 0
+        return offset_ok and all(s % 8 == 0 for s in strides)
     return True
 
 
@@ -243,7 +247,8 @@ def _check(q: object, k: object, v: object, dropout_p: object, seed: object) -> 
         if not _rows_ok(t):
             raise OpInputError(
                 f"{OP}: {name} has strides {tuple(t.stride())} (storage offset "
-                f"{t.storage_offset()}); the kernels need unit stride along hs"
+                f"{'?' if torch.compiler.is_compiling() else t.storage_offset()}); the kernels "
+                "need unit stride along hs"
                 + (" and 16-byte aligned rows (multiples of 8 elements)" if q.is_cuda else "")
                 + ": call .contiguous()"
             )

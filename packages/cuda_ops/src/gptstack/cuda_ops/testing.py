@@ -19,19 +19,31 @@ TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 1e-2}
 ZERO_RMS = 1e-6
 
 
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / max(||ref||, sqrt(n) ZERO_RMS) (Frobenius), in float64."""
+def rel_error(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None) -> float:
+    """||out - ref|| / max(||ref||, ||scale||, sqrt(n) ZERO_RMS) (Frobenius), in float64.
+
+    scale: a tensor of the size the computation works at, for a reference that is zero in exact
+    arithmetic but not in rounding: e.g. dq and dk of attention over one key (softmax of one
+    score is 1 whatever the score), where both sides return rounding noise of order eps * |dv|.
+    """
     out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
     if out.shape != ref.shape:
         raise AssertionError(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
-    denom = max(ref.norm().item(), ref.numel() ** 0.5 * ZERO_RMS)
+    floor = 0.0 if scale is None else scale.detach().double().norm().item()
+    denom = max(ref.norm().item(), floor, ref.numel() ** 0.5 * ZERO_RMS)
     diff = (out - ref).norm().item()
     return diff / denom if denom > 0 else diff
 
 
-def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> float:
+def assert_close(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    dtype: torch.dtype,
+    what: str,
+    scale: torch.Tensor | None = None,
+) -> float:
     """Raise AssertionError naming `what` if rel_error exceeds TOLERANCE[dtype]; returns it."""
-    rel = rel_error(out, ref)
+    rel = rel_error(out, ref, scale)
     tol = TOLERANCE[dtype]
     if not rel <= tol:  # also catches NaN
         worst = (out.detach().double().cpu() - ref.detach().double().cpu()).abs().argmax()
