@@ -31,8 +31,10 @@ def test_preset_values_are_the_documented_models():
     assert (esp.tokenizer.kind, esp.tokenizer.vocab_size, esp.train.max_steps) == (
         "bpe",
         512,
-        50000,
+        3000,
     )
+    # the sweep's recipe anneals into its best step: the last step must be an evaluation
+    assert esp.train.max_steps % esp.train.eval_interval == 0
     ch = load_preset("shakespeare-char")
     assert (ch.model.n_layer, ch.model.n_head, ch.model.n_embd, ch.model.block_size) == (
         6,
@@ -40,7 +42,7 @@ def test_preset_values_are_the_documented_models():
         384,
         256,
     )
-    assert (ch.train.batch_size, ch.train.max_steps, ch.model.dropout) == (64, 5000, 0.2)
+    assert (ch.train.batch_size, ch.train.max_steps, ch.model.dropout) == (64, 3500, 0.3)
     g = load_preset("gpt2-124m")
     tokens_per_step = g.train.batch_size * g.train.grad_accum * g.model.block_size
     assert 0.45e6 < tokens_per_step < 0.55e6
@@ -138,3 +140,9 @@ def test_auto_compile_is_off_on_cpu_and_full_only_for_long_cuda_runs():
     assert cpu.compile is None
     asked = dataclasses.replace(esp32, device="cpu", compile="full")
     assert resolve_runtime(asked).compile == "full"
+
+
+def test_cpu_dropout_is_validated():
+    with pytest.raises(ConfigError, match="train.cpu_dropout must be in"):
+        apply_overrides(load_preset("smoke"), ["train.cpu_dropout=1.5"])
+    assert apply_overrides(load_preset("smoke"), ["train.cpu_dropout=0.1"]).train.cpu_dropout == 0.1

@@ -217,3 +217,28 @@ def test_early_stop_after_n_evaluations_without_a_better_val(tmp_path, small_cor
     assert end["event"] == "end" and end["early_stopped"] is True
     with pytest.raises(Exception, match="early_stop_evals must be >= 0"):
         smoke_cfg(small_corpus, "train.early_stop_evals=-1")
+
+
+def test_cpu_dropout_replaces_the_models_dropout_on_a_cpu(tmp_path, small_corpus):
+    from gptstack.tools.schedule import dropout_for_device
+
+    cfg = smoke_cfg(
+        small_corpus,
+        "model.dropout=0.3",
+        "train.cpu_dropout=0.0",
+        "train.max_steps=4",
+        "train.eval_interval=2",
+        "train.device=cpu",
+    )
+    assert dropout_for_device(cfg.train, 0.3, "cuda") == 0.3
+    assert dropout_for_device(cfg.train, 0.3, "cpu") == 0.0
+    lines = []
+    train(cfg, tmp_path / "run", progress=False, log=lines.append)
+    assert any("dropout 0 on CPU" in line for line in lines), lines
+    # the checkpoint records the model as trained; with cpu_dropout unset the model's own
+    meta = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    assert meta["model"]["dropout"] == 0.0
+    unset = smoke_cfg(small_corpus, "model.dropout=0.3", "train.max_steps=2", "train.device=cpu")
+    train(unset, tmp_path / "run2", progress=False, log=lambda s: None)
+    meta = json.loads((tmp_path / "run2" / "best" / "config.json").read_text())
+    assert meta["model"]["dropout"] == 0.3

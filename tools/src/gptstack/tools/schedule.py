@@ -29,6 +29,13 @@ def for_device(train: TrainSection, device_type: str) -> TrainSection:
     return dataclasses.replace(train, **changes)
 
 
+def dropout_for_device(train: TrainSection, dropout: float, device_type: str) -> float:
+    """The model's dropout as it trains on this device: train.cpu_dropout on a CPU when set."""
+    if device_type == "cpu" and train.cpu_dropout >= 0:
+        return train.cpu_dropout
+    return dropout
+
+
 def warmup_steps(train: TrainSection, max_steps: int) -> int:
     """The configured warmup, capped at a tenth of a (shortened) schedule."""
     return min(train.warmup_steps, max_steps // 10)

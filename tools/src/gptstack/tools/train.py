@@ -22,6 +22,7 @@ printing and writing); the lines that call them are marked `# [dist]`. One proce
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -48,7 +49,7 @@ from .evaluate import EvalInterrupted, LossEstimator
 from .parallel import distributed_runtime, wrap_model
 from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
 from .runtime import Runtime, process_start_time, resolve_runtime
-from .schedule import for_device, get_lr, total_steps
+from .schedule import dropout_for_device, for_device, get_lr, total_steps
 from .shards import train_batch
 from .threads import use_threads
 
@@ -214,6 +215,8 @@ def train(
     startup["data_s"] = time.time() - entered
     torch.manual_seed(t.seed)
     mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
+    dropout = dropout_for_device(cfg.train, mcfg.dropout, runtime.device_type)
+    mcfg = dataclasses.replace(mcfg, dropout=dropout)  # train.cpu_dropout, on a CPU
     model = GPT(mcfg)
     state = _read_train_state(ckpt) if resume is not None else None
     if state is not None:
@@ -256,7 +259,8 @@ def train(
     flops_per_token = model.flops_per_token()
     log(
         f"run {cfg.name}: {model.num_params() / 1e6:.2f}M parameters, vocab {mcfg.vocab_size}, "
-        f"{tokens_per_step:,} tokens/step, {max_steps:,} steps on {runtime.describe()}"
+        f"{tokens_per_step:,} tokens/step, {max_steps:,} steps, dropout {mcfg.dropout:g} on "
+        f"{runtime.describe()}"
     )
     log(
         f"data {corpus.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens "
