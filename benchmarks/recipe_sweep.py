@@ -260,7 +260,8 @@ def report(record: dict) -> str:
         f"{env['device'].get('name')} ({env['date']}, commit {str(git)[:12]}); every run also "
         f"sets {', '.join(f'`{k}={v}`' for k, v in record['fixed'].items())}. Best val loss is "
         "the best evaluation's (nats/token); best step as a share of the run's schedule; "
-        "seeds pooled as mean ± spread (max − min).",
+        "seeds pooled as mean ± spread (max − min), each seed's value in brackets; wall s is "
+        "the training loop's (median), with the other runs sharing the GPU.",
         "",
         "| "
         + " | ".join(a.split(".")[-1] for a in axes)
@@ -273,7 +274,8 @@ def report(record: dict) -> str:
             return "–"
         if len(values) == 1:
             return f"{values[0]:.4f}"
-        return f"{statistics.mean(values):.4f} ± {max(values) - min(values):.4f}"
+        each = ", ".join(f"{v:.4f}" for v in values)
+        return f"{statistics.mean(values):.4f} ± {max(values) - min(values):.4f} ({each})"
 
     def score(rows: list[dict]) -> float:
         v = [r["best_val_bpc"] for r in rows if r.get("best_val_bpc") is not None]
