@@ -63,6 +63,25 @@ def test_estimate_equals_the_plain_loop(small_corpus):
     assert est() == got  # the same batches every call
 
 
+def test_batches_too_many_to_keep_are_drawn_per_call_and_score_the_same(small_corpus, monkeypatch):
+    from gptstack.tools import evaluate
+
+    cfg, corpus, runtime, model = setup(small_corpus, "cpu")
+    kwargs = dict(
+        batch_size=cfg.train.batch_size,
+        block_size=cfg.model.block_size,
+        batches=5,
+        seed=cfg.train.seed,
+        runtime=runtime,
+    )
+    resident = LossEstimator(model, corpus, **kwargs)
+    monkeypatch.setattr(evaluate, "RESIDENT_BYTES", 0)  # nothing fits: every batch drawn per call
+    streamed = LossEstimator(model, corpus, **kwargs)
+    assert all(b is not None for b in resident.splits.values())
+    assert all(b is None for b in streamed.splits.values())
+    assert streamed() == resident() == streamed()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_captured_estimate_equals_the_eager_one_on_cuda(small_corpus):
     cfg, corpus, runtime, model = setup(small_corpus, "cuda")

@@ -32,6 +32,9 @@ from .threads import use_threads
 from .val_windows import window_chunks
 
 EVAL_STREAM = 1 << 30  # batch_rng stream id of evaluation batches (training uses step numbers)
+# Evaluation batches up to this size (token ids of both splits) are drawn once and kept on the
+# device; more (e.g. train.eval_batches = 10**6) are drawn batch by batch at each evaluation
+RESIDENT_BYTES = 256 * 2**20
 WORD = re.compile(r"[A-Za-z']+")
 NGRAM = 8
 
@@ -50,10 +53,11 @@ class LossEstimator:
     """Mean loss over fixed random batches of each split, as training evaluates it.
 
     The batches (the same at every call: seeded by EVAL_STREAM) are drawn once and kept on the
-    device, the losses add up on the device and are read once per split, so an evaluation costs
-    forwards only. On CUDA with `cuda_graph`, the forward over one static batch is captured once
-    and replayed for every batch (copying each batch in on the device): evaluating the small
-    presets is then no longer launch-bound (issue 11).
+    device (up to RESIDENT_BYTES; beyond, drawn again at each call), the losses add up on the
+    device and are read once per split, so an evaluation costs forwards only. On CUDA with
+    `cuda_graph`, the forward over one static batch is captured once and replayed for every
+    batch (copying each batch in on the device): evaluating the small presets is then no longer
+    launch-bound (issue 11).
 
     world (distributed.World): rank r of W scores the batches r, r + W, ... and the sums are
     all-reduced, so every rank returns the one-process number, W times faster. Every rank runs
@@ -78,26 +82,39 @@ class LossEstimator:
         self.world, self.batches = world, batches
         rank, size = (world.rank, world.size) if world is not None else (0, 1)
         rounds = range(rank, -(-batches // size) * size, size)  # padded to a multiple of size
-        # split -> (x, y, counted) of this rank's batches
-        self.splits: dict[str, list[tuple[torch.Tensor, torch.Tensor, bool]]] = {}
-        for split_id, (split, tokens) in enumerate((("train", corpus.train), ("val", corpus.val))):
-            self.splits[split] = [
-                (
-                    *runtime.to_device(
-                        *get_batch(
-                            tokens,
-                            batch_size,
-                            block_size,
-                            batch_rng(seed, EVAL_STREAM, split_id, i % batches),
-                        )
-                    ),
-                    i < batches,
-                )
-                for i in rounds
-            ]
+        self._draw = dict(
+            tokens={"train": corpus.train, "val": corpus.val},
+            batch_size=batch_size,
+            block_size=block_size,
+            seed=seed,
+            rounds=rounds,
+        )
+        # x and y of both splits, int64
+        resident_bytes = 2 * 2 * len(rounds) * batch_size * block_size * 8
+        # split -> (x, y, counted) of this rank's batches, drawn now when they fit
+        self.splits: dict[str, list[tuple[torch.Tensor, torch.Tensor, bool]] | None] = {
+            "train": None,
+            "val": None,
+        }
+        if resident_bytes <= RESIDENT_BYTES:
+            for split in self.splits:
+                self.splits[split] = list(self._batches(split))
         self._graph = None
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
         self._static_loss: torch.Tensor | None = None
+
+    def _batches(self, split: str):
+        """(x, y, counted) of this rank's batches of `split`, on the device: the resident ones,
+        or each drawn now from the same seeded stream (the same batches either way)."""
+        if self.splits.get(split) is not None:
+            yield from self.splits[split]
+            return
+        d = self._draw
+        split_id = ("train", "val").index(split)
+        for i in d["rounds"]:
+            rng = batch_rng(d["seed"], EVAL_STREAM, split_id, i % self.batches)
+            x, y = get_batch(d["tokens"][split], d["batch_size"], d["block_size"], rng)
+            yield (*self.runtime.to_device(x, y), i < self.batches)
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with autocast(
@@ -132,10 +149,10 @@ class LossEstimator:
         self.model.eval()
         try:
             totals = []
-            with _bar(sum(len(b) for b in self.splits.values()), desc, progress) as bar:
-                for batches in self.splits.values():
+            with _bar(2 * len(self._draw["rounds"]), desc, progress) as bar:
+                for split in self.splits:
                     total = torch.zeros((), device=self.runtime.device)
-                    for x, y, counted in batches:
+                    for x, y, counted in self._batches(split):
                         loss = self._replayed_loss(x, y) if self.cuda_graph else self._loss(x, y)
                         if counted:
                             total += loss
