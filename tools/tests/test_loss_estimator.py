@@ -23,6 +23,16 @@ def setup(small_corpus, device: str):
     return cfg, corpus, runtime, model
 
 
+def estimator_options(cfg, runtime, batches):
+    return dict(
+        batch_size=cfg.train.batch_size,
+        block_size=cfg.model.block_size,
+        batches=batches,
+        seed=cfg.train.seed,
+        runtime=runtime,
+    )
+
+
 def plain_loop(model, corpus, cfg, runtime, batches):
     out = {}
     model.eval()
@@ -47,15 +57,7 @@ def plain_loop(model, corpus, cfg, runtime, batches):
 def test_estimate_equals_the_plain_loop(small_corpus):
     cfg, corpus, runtime, model = setup(small_corpus, "cpu")
     model.train()
-    est = LossEstimator(
-        model,
-        corpus,
-        batch_size=cfg.train.batch_size,
-        block_size=cfg.model.block_size,
-        batches=5,
-        seed=cfg.train.seed,
-        runtime=runtime,
-    )
+    est = LossEstimator(model, corpus, **estimator_options(cfg, runtime, 5))
     got = est()
     assert model.training  # restored
     ref = plain_loop(model, corpus, cfg, runtime, 5)
@@ -67,13 +69,7 @@ def test_batches_too_many_to_keep_are_drawn_per_call_and_score_the_same(small_co
     from gptstack.tools import evaluate
 
     cfg, corpus, runtime, model = setup(small_corpus, "cpu")
-    kwargs = dict(
-        batch_size=cfg.train.batch_size,
-        block_size=cfg.model.block_size,
-        batches=5,
-        seed=cfg.train.seed,
-        runtime=runtime,
-    )
+    kwargs = estimator_options(cfg, runtime, 5)
     resident = LossEstimator(model, corpus, **kwargs)
     monkeypatch.setattr(evaluate, "RESIDENT_BYTES", 0)  # nothing fits: every batch drawn per call
     streamed = LossEstimator(model, corpus, **kwargs)
@@ -85,13 +81,7 @@ def test_batches_too_many_to_keep_are_drawn_per_call_and_score_the_same(small_co
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_captured_estimate_equals_the_eager_one_on_cuda(small_corpus):
     cfg, corpus, runtime, model = setup(small_corpus, "cuda")
-    kwargs = dict(
-        batch_size=cfg.train.batch_size,
-        block_size=cfg.model.block_size,
-        batches=6,
-        seed=cfg.train.seed,
-        runtime=runtime,
-    )
+    kwargs = estimator_options(cfg, runtime, 6)
     eager = LossEstimator(model, corpus, **kwargs)()
     graphed = LossEstimator(model, corpus, cuda_graph=True, **kwargs)
     assert graphed() == pytest.approx(eager, rel=1e-5)
