@@ -239,11 +239,11 @@ def test_extension_checks_its_arguments():
 
 
 # Peak memory, CPU: N x V = 4096 x 8192 float32 logits are 128 MiB; the fused op in 256-row
-# chunks must stay far below one such tensor while the torch loss needs several of them. One
-# process measures both, the fused op first: the peak RSS only grows, so the torch loss's
-# larger peak shows on top of it.
+# chunks must stay far below one such tensor while the torch loss needs at least one. Each loss
+# runs in a process of its own (argv[1]), so neither reuses pages the other freed: measured in
+# one process, the torch loss's peak RSS once sat 6 MB under one logits tensor on CI.
 _PEAK_SCRIPT = textwrap.dedent("""
-    import resource, torch, torch.nn.functional as F
+    import resource, sys, torch, torch.nn.functional as F
     import gptstack.cuda_ops as ops
     def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch.manual_seed(0)
@@ -254,22 +254,26 @@ _PEAK_SCRIPT = textwrap.dedent("""
     ops.linear_cross_entropy(small, w, t[:8]).backward()
     F.cross_entropy(small @ w.t(), t[:8]).backward()
     base = peak()
-    ops.linear_cross_entropy(h, w, t, chunk_rows=256).backward()
-    fused = peak()
-    F.cross_entropy(h @ w.t(), t, ignore_index=-1).backward()
-    print(fused - base, peak() - base)
+    if sys.argv[1] == "fused":
+        ops.linear_cross_entropy(h, w, t, chunk_rows=256).backward()
+    else:
+        F.cross_entropy(h @ w.t(), t, ignore_index=-1).backward()
+    print(peak() - base)
 """)
+
+
+def _peak_bytes(which: str) -> int:
+    cmd = [sys.executable, "-c", _PEAK_SCRIPT, which]
+    return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
 
 
 @pytest.mark.slow
 def test_fused_loss_never_holds_full_logits():
-    out = subprocess.run(
-        [sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True, check=True
-    )
-    fused, reference = (int(v) for v in out.stdout.split()[-2:])
+    fused, reference = _peak_bytes("fused"), _peak_bytes("torch")
     logits_bytes = 4096 * 8192 * 4
     assert fused < logits_bytes / 2, (fused, reference)
-    assert reference > logits_bytes, (fused, reference)  # the measurement sees a full tensor
+    # the measurement sees the torch loss's full logits (its pages are all written)
+    assert reference > 0.9 * logits_bytes, (fused, reference)
 
 
 # --- CUDA --------------------------------------------------------------------------------------
