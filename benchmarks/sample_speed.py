@@ -29,9 +29,17 @@ CONFIGS = {  # name -> sample() options
     "naive": {"mode": "naive", "dtype": "fp32"},
     "kv": {"mode": "kv", "dtype": "fp32"},
     "static": {"mode": "static", "dtype": "fp32"},
-    "graph fp32": {"mode": "graph", "dtype": "fp32"},
-    "graph bf16": {"mode": "graph", "dtype": "bf16"},
-    "graph bf16 + compile": {"mode": "graph", "dtype": "bf16", "compile": True},
+    "graph fp32 torch": {"mode": "graph", "dtype": "fp32", "kernels": "torch"},
+    "graph bf16 torch": {"mode": "graph", "dtype": "bf16", "kernels": "torch"},
+    "graph bf16 torch+compile": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "torch",
+        "compile": True,
+    },
+    # the fused one-token step (gptstack.cuda_ops decode kernels): the CLI's default on CUDA
+    "graph fp32 fused": {"mode": "graph", "dtype": "fp32", "kernels": "gptstack"},
+    "graph bf16 fused": {"mode": "graph", "dtype": "bf16", "kernels": "gptstack"},
 }
 
 
@@ -64,7 +72,7 @@ def main() -> None:
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
                 print(
-                    f"{run.name:18s} {n:22s} round {r}: {res.tokens_per_s:10,.0f} tok/s, "
+                    f"{run.name:18s} {n:26s} round {r}: {res.tokens_per_s:10,.0f} tok/s, "
                     f"start-up {res.startup_s:.3f} s",
                     flush=True,
                 )
@@ -86,7 +94,7 @@ def main() -> None:
                 **row,
             }
             print(
-                f"{run.name:18s} {n:22s} {summary[n]['tokens_per_s_median']:10,.0f} tok/s  "
+                f"{run.name:18s} {n:26s} {summary[n]['tokens_per_s_median']:10,.0f} tok/s  "
                 f"start-up {summary[n]['startup_s_median']:.3f} s (first "
                 f"{summary[n]['startup_s_first']:.2f} s)  greedy==naive "
                 f"{summary[n]['greedy_equals_naive']}"

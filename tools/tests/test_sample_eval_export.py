@@ -37,6 +37,22 @@ def test_sample_streams_the_prompt_and_new_text(run_dir):
         sample(ckpt, "ROMEO\x00", tokens=3, out=None)
 
 
+def test_graph_decoder_with_fused_kernels_writes_the_same_greedy_text(run_dir, tmp_path, capsys):
+    ckpt = load_checkpoint(run_dir)
+    greedy = {"tokens": 40, "temperature": 0, "dtype": "fp32", "out": None}
+    naive = sample(ckpt, "ROMEO:", mode="naive", **greedy)
+    fused = sample(ckpt, "ROMEO:", mode="graph", kernels="gptstack", **greedy)
+    torch_step = sample(ckpt, "ROMEO:", mode="graph", kernels="torch", **greedy)
+    assert (fused.kernels, torch_step.kernels) == ("gptstack", "torch")
+    assert fused.text == naive.text == torch_step.text
+    record = tmp_path / "sample.json"
+    args = ["sample", "--ckpt", str(run_dir), "--tokens", "5", "--mode", "graph", "--kernels",
+            "gptstack", "--json", str(record)]  # fmt: skip
+    assert main(args) == 0
+    assert json.loads(record.read_text())["kernels"] == "gptstack"
+    assert "fused gptstack kernels" in capsys.readouterr().err
+
+
 def test_prompt_with_an_unknown_character_is_one_line_error(run_dir, capsys):
     assert (
         main(["sample", "--ckpt", str(run_dir), "--prompt", "hello \u263a", "--tokens", "3"]) == 2

@@ -6,6 +6,8 @@ CUDA tests check the captured replays against the same reference on the lent GPU
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -13,6 +15,8 @@ from gptstack.model import GraphDecoder, ModelError, generate, window_length
 from gptstack.model.decoding import MODES
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+HAVE_CUDA_OPS = importlib.util.find_spec("gptstack.cuda_ops") is not None
+needs_cuda_ops = pytest.mark.skipif(not HAVE_CUDA_OPS, reason="needs gptstack.cuda_ops")
 
 
 def simulate_halve(n_tokens: int, T: int) -> int:
@@ -109,15 +113,66 @@ def test_graph_decoder_chunks_and_argument_errors(make_gpt, random_tokens):
             GraphDecoder(model, 2, cuda_graph=True)
 
 
+@needs_cuda_ops
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_step_matches_the_models_one_token_forward(make_gpt, random_tokens, rel_err, bias):
+    from gptstack.model.fused_step import FusedDecodeStep
+    from gptstack.model.kv_cache import StaticKVCache
+
+    model = make_gpt(27, scramble=0.3, bias=bias)
+    cfg = model.config
+    caches = [
+        StaticKVCache(cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.head_size,
+                      device="cpu", dtype=torch.float32)
+        for _ in range(2)
+    ]  # fmt: skip
+    idx = random_tokens(27, 2, 6, cfg.vocab_size)
+    with torch.no_grad():
+        for cache in caches:
+            model(idx[:, :5], kv_cache=cache, pos=0)
+        pos = torch.tensor(5)
+        ref, _ = model(idx[:, 5:], last_only=True, kv_cache=caches[0], pos=pos)
+        got = FusedDecodeStep(model, caches[1])(idx[:, 5:], pos)
+    assert got.shape == (2, cfg.vocab_size)
+    assert rel_err(got, ref[:, -1]) < 1e-5
+    assert rel_err(caches[1].k, caches[0].k) < 1e-6 and rel_err(caches[1].v, caches[0].v) < 1e-6
+
+
+@needs_cuda_ops
+@pytest.mark.parametrize("window", ["slide", "halve"])
+def test_fused_graph_decoder_writes_naives_greedy_text(make_gpt, random_tokens, window):
+    model = make_gpt(21, scramble=0.3)
+    idx = random_tokens(21, 2, 7, model.config.vocab_size)
+    expected = generate(model, idx, 45, temperature=0, window=window)
+    decoder = GraphDecoder(model, batch_size=2, chunk=8, fused=True)
+    got = torch.cat(list(decoder.generate(idx, 45, temperature=0, window=window)), dim=1)
+    assert decoder.fused and torch.equal(got, expected[:, 7:])
+    assert not GraphDecoder(model, 2).fused  # on a CPU the default stays PyTorch's modules
+
+
+@needs_cuda_ops
+def test_fused_step_refuses_what_it_cannot_run(make_gpt):
+    model = make_gpt(28)
+    model.lm_head.weight = torch.nn.Parameter(model.wte.weight.detach().double())  # untied
+    with pytest.raises(ModelError, match="fused decode step cannot run: the weights mix dtypes"):
+        GraphDecoder(model, 1, fused=True)
+
+
 @needs_cuda
 @pytest.mark.parametrize("window", ["slide", "halve"])
 @pytest.mark.parametrize("compile", [False, True])
-def test_captured_graph_decoder_matches_naive_on_cuda(make_gpt, random_tokens, window, compile):
+@pytest.mark.parametrize("fused", [False, True])
+def test_captured_graph_decoder_matches_naive_on_cuda(
+    make_gpt, random_tokens, window, compile, fused
+):
+    if fused and not HAVE_CUDA_OPS:
+        pytest.skip("needs gptstack.cuda_ops")
     model = make_gpt(26, scramble=0.3, block_size=32).cuda()
     idx = random_tokens(26, 2, 5, model.config.vocab_size).cuda()
     expected = generate(model, idx, 100, temperature=0, window=window)
-    decoder = GraphDecoder(model, batch_size=2, chunk=16, compile=compile)
+    decoder = GraphDecoder(model, batch_size=2, chunk=16, compile=compile, fused=fused)
     got = torch.cat(list(decoder.generate(idx, 100, temperature=0, window=window)), dim=1)
+    assert decoder.fused == fused
     assert torch.equal(got, expected[:, 5:].cpu())
     assert decoder._graphs  # it really replayed graphs
     a = torch.cat(list(decoder.generate(idx, 60, seed=3, top_k=5, window=window)), dim=1)

@@ -264,6 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.compile the graph decoder's step (fewer kernels, costs start-up)",
     )
     p.add_argument(
+        "--kernels",
+        default="auto",
+        choices=["auto", "gptstack", "torch"],
+        help="the graph decoder's one-token step: gptstack = the fused decode kernels of "
+        "gptstack.cuda_ops (5 launches a block), torch = PyTorch's modules; auto = gptstack "
+        "where it is built with CUDA",
+    )
+    p.add_argument(
         "--json",
         type=Path,
         metavar="FILE",

@@ -187,10 +187,12 @@ def cmd_sample(args) -> int:
         window=args.window,
         dtype=args.dtype,
         compile=args.compile,
+        kernels=args.kernels,
     )
+    step = " (fused gptstack kernels)" if result.kernels == "gptstack" else ""
     print(
         f"[{result.new_tokens} tokens: {result.tokens_per_s:,.1f} tokens/s steady state, "
-        f"start-up {result.startup_s:.2f} s; {result.mode} decoding, {result.dtype}, on "
+        f"start-up {result.startup_s:.2f} s; {result.mode} decoding{step}, {result.dtype}, on "
         f"{device}" + (f", {threads.describe()}" if threads else "") + "]",
         file=sys.stderr,
     )
@@ -207,6 +209,7 @@ def cmd_sample(args) -> int:
                 "dtype": result.dtype,
                 "window": args.window,
                 "compile": args.compile,
+                "kernels": result.kernels,
                 "prompt": args.prompt,
                 "new_tokens": result.new_tokens,
                 "tokens_per_s": result.tokens_per_s,

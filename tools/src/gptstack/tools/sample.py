@@ -18,7 +18,7 @@ from typing import TextIO
 
 import torch
 
-from gptstack.model import GraphDecoder, stream
+from gptstack.model import GraphDecoder, ModelError, stream
 from gptstack.tokenizer import Tokenizer
 
 from .checkpoint import Checkpoint
@@ -26,6 +26,7 @@ from .defaults import SAMPLING
 from .errors import GptstackError
 
 MODES = ("auto", "naive", "kv", "static", "graph")
+KERNELS = {"auto": None, "gptstack": True, "torch": False}  # -> GraphDecoder(fused=...)
 WINDOWS = ("slide", "halve")
 
 
@@ -37,6 +38,7 @@ class SampleResult:
     startup_s: float  # until the first new token: capture, compilation, the prompt's prefill
     mode: str  # the decoder that ran
     dtype: str
+    kernels: str = "torch"  # the one-token step: "gptstack" (fused decode kernels) or "torch"
 
     @property
     def tokens_per_s(self) -> float:
@@ -88,11 +90,20 @@ def _token_chunks(
     seed: int | None,
     window: str,
     compile: bool,
+    kernels: str,
+    used: dict,
 ) -> Iterator[list[int]]:
-    """The new ids of row 0, in the chunks the decoder produces them."""
+    """The new ids of row 0, in the chunks the decoder produces them; `used["kernels"]` says
+    which one-token step ran."""
     vocab_limit = ckpt.tokenizer.vocab_size  # padded rows of the embedding are never drawn
     if mode == "graph":
-        decoder = GraphDecoder(ckpt.model, batch_size=1, compile=compile)
+        try:
+            decoder = GraphDecoder(
+                ckpt.model, batch_size=1, compile=compile, fused=KERNELS[kernels]
+            )
+        except ModelError as e:  # --kernels gptstack where the fused step cannot run
+            raise GptstackError(f"--kernels gptstack: {e}") from None
+        used["kernels"] = "gptstack" if decoder.fused else "torch"
         for chunk in decoder.generate(
             idx,
             tokens,
@@ -133,11 +144,17 @@ def sample(
     window: str = "slide",
     dtype: str = "auto",
     compile: bool = False,
+    kernels: str = "auto",
     out: TextIO | None = sys.stdout,
 ) -> SampleResult:
-    """Generate `tokens` new tokens after `prompt`, writing text to `out` as it is produced."""
+    """Generate `tokens` new tokens after `prompt`, writing text to `out` as it is produced.
+
+    kernels: the graph decoder's one-token step: "gptstack" = gptstack.cuda_ops' fused decode
+    kernels, "torch" = PyTorch's modules, "auto" = the fused kernels where they can run."""
     if tokens < 0:
         raise GptstackError(f"--tokens must be >= 0, got {tokens}")
+    if kernels not in KERNELS:
+        raise GptstackError(f"--kernels {kernels!r} is unknown: choose auto, gptstack or torch")
     if window not in WINDOWS:
         raise GptstackError(f"--window {window!r} is unknown: choose slide or halve")
     device = next(ckpt.model.parameters()).device
@@ -154,6 +171,7 @@ def sample(
         out.flush()
     start = time.perf_counter()
     first_at, n = None, 0
+    used = {"kernels": "torch"}
     for chunk in _token_chunks(
         ckpt,
         idx,
@@ -165,6 +183,8 @@ def sample(
         seed=seed,
         window=window,
         compile=compile,
+        kernels=kernels,
+        used=used,
     ):
         if first_at is None:
             first_at = time.perf_counter()
@@ -188,4 +208,5 @@ def sample(
         startup,
         mode,
         {torch.float32: "fp32", torch.bfloat16: "bf16"}[weights],
+        used["kernels"],
     )

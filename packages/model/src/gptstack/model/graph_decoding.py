@@ -12,7 +12,10 @@ chunk's ids are copied into a pinned host buffer with an event, and the host rea
 chunk while the GPU computes the next one (no synchronisation per token).
 
 Exactness: each step computes what `decoding.stream(mode="static")` computes (same forward on the
-same StaticKVCache, same sampling.py), so greedy output equals the naive reference's (tests). The
+same StaticKVCache, same sampling.py), so greedy output equals the naive reference's (tests). On
+CUDA the one-token forward runs through gptstack.cuda_ops' fused decode kernels when they are
+built (fused_step.py: the same function, computed in float32 with one rounding per op, so bf16
+logits can differ from PyTorch's in the last bit; `fused=False` is PyTorch's modules). The
 random draws come from the decoder's own generator, seeded per call, so the same seed gives the
 same text; they differ from the other modes' draws (another generator, another order).
 
@@ -65,7 +68,10 @@ class GraphDecoder:
     replay. Reuse one decoder across calls: graphs are captured once per sampling setting.
 
     model: a GPT (or a compiled/DDP wrapper of one). batch_size: the prompts' batch.
-    cuda_graph: None = on when the model is on CUDA. compile: run the one-token forward through
+    cuda_graph: None = on when the model is on CUDA. fused: the one-token forward through
+    gptstack.cuda_ops' fused decode kernels (fused_step.py: 5 launches per block); None = on
+    when the model is on CUDA and the kernels can run it, True = required (ModelError naming
+    why not), False = PyTorch's modules. compile: run the one-token forward through
     torch.compile(fullgraph=True) inside the graphs (fewer, fused kernels; costs compile time).
     """
 
@@ -78,8 +84,10 @@ class GraphDecoder:
         *,
         chunk: int = DEFAULT_CHUNK,
         cuda_graph: bool | None = None,
+        fused: bool | None = None,
         compile: bool = False,
     ) -> None:
+        from .fused_step import FusedDecodeStep, unsupported_reason
         from .gpt import GPT
 
         module = unwrap(model)
@@ -112,9 +120,15 @@ class GraphDecoder:
         self.pos = torch.zeros((), dtype=torch.long, device=device)  # where it is fed
         self.out = torch.zeros(batch_size, chunk, dtype=torch.long, device=device)
         self.generator = make_generator(0, device)
+        if fused is None:
+            fused = device.type == "cuda" and unsupported_reason(module, device) is None
+        self.fused = bool(fused)
         self._logits_one: Callable[[], Tensor] = self._forward_one
+        if self.fused:
+            step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
+            self._logits_one = lambda: step(self.token, self.pos)
         if compile:
-            self._logits_one = torch.compile(self._forward_one, fullgraph=True, dynamic=False)
+            self._logits_one = torch.compile(self._logits_one, fullgraph=True, dynamic=False)
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self._pinned: list[Tensor] = []
 

@@ -1,0 +1,83 @@
+"""Where batch-1 decoding spends its time: the graph decoder's two kinds of step, side by side.
+
+    python3 benchmarks/profile_decode.py --ckpt RUN [--ckpt RUN2] --out DIR
+
+Under the default window ("slide"), a generation has two phases: while the context is not full,
+each token is one cached decode step (one new position through the model); once it is full,
+each token re-runs the whole window (the absolute positions shift, so nothing cached can be
+reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
+(kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels), alternating the
+configurations over rounds (medians), and writes a torch.profiler kernel table of one
+500-token generation per configuration: `profile-decode-<run>.json` and
+`profile-decode-<run>-<kernels>.txt` in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from gptstack.model import GraphDecoder
+from gptstack.tools.checkpoint import load_checkpoint
+
+
+def timed(decoder: GraphDecoder, idx: torch.Tensor, n: int, seed: int = 1) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in decoder.generate(idx, n, temperature=0.8, top_k=40, seed=seed):
+        pass
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", type=Path, action="append", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--slide-tokens", type=int, default=256)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for run in args.ckpt:
+        ckpt = load_checkpoint(run, device="cuda")
+        model = ckpt.model.to(torch.bfloat16).eval()
+        T = model.config.block_size
+        idx = torch.tensor([ckpt.tokenizer.encode("ROMEO:")], device="cuda")
+        fill = T - idx.size(1)  # tokens decoded before the window is full
+        decoders = {
+            k: GraphDecoder(model, 1, fused=(k == "gptstack")) for k in ("torch", "gptstack")
+        }
+        for d in decoders.values():  # capture every graph both phases need
+            timed(d, idx, fill + 64)
+        rows = {k: {"fill_s": [], "fill_slide_s": []} for k in decoders}
+        for _ in range(args.rounds):
+            for k, d in decoders.items():
+                rows[k]["fill_s"].append(timed(d, idx, fill))
+                rows[k]["fill_slide_s"].append(timed(d, idx, fill + args.slide_tokens))
+        result = {"run": str(run), "block_size": T, "prompt_tokens": idx.size(1), "configs": {}}
+        for k, r in rows.items():
+            fill_s, both_s = statistics.median(r["fill_s"]), statistics.median(r["fill_slide_s"])
+            decode_us = 1e6 * fill_s / fill
+            slide_us = 1e6 * (both_s - fill_s) / args.slide_tokens
+            result["configs"][k] = {"decode_step_us": decode_us, "slide_step_us": slide_us, **r}
+            print(f"{run.name:18s} {k:9s} decode step {decode_us:7.1f} us   slide step "
+                  f"{slide_us:7.1f} us", flush=True)  # fmt: skip
+            d = decoders[k]
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                timed(d, idx, 500)
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30)
+            kernels = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+            result["configs"][k]["cuda_events_per_500_tokens"] = kernels
+            (args.out / f"profile-decode-{run.name}-{k}.txt").write_text(table)
+        result["device"] = torch.cuda.get_device_name()
+        result["torch"] = torch.__version__
+        (args.out / f"profile-decode-{run.name}.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+// decode.h: the two kernels of a fused one-token decode step (batch-1 generation), on raw
+// pointers shared by decode.cpp (CPU reference + bindings) and decode.cu (CUDA).
+//
+// A batch-1 decode step of a small GPT is latency bound: ~170 tiny kernels per token in eager
+// PyTorch, ~100 under torch.compile (measured on the H200, benchmarks/profiles/). With these two
+// ops a transformer block is five launches:
+//
+//   qkv = decode_linear(x, c_attn, ln = ln_1)             LayerNorm + matvec + bias
+//   y   = decode_attention(qkv, k_cache, v_cache, pos)    write k, v at pos; softmax(q K^T) V
+//   x   = decode_linear(y, attn.c_proj, residual = x)     matvec + bias + residual add
+//   h   = decode_linear(x, c_fc, ln = ln_2, gelu)         LayerNorm + matvec + bias + GELU
+//   x   = decode_linear(h, mlp.c_proj, residual = x)
+//
+// decode_linear, for each of R rows:  out[r] = act(W LN?(x[r]) + b) + residual[r]
+//   x (R, K), W (N, K) (nn.Linear's layout), b (N,), LayerNorm weight/bias (K,), residual and
+//   out (R, N); all one dtype. LayerNorm (biased variance, eps) and everything after it are in
+//   float (double for float64); out is rounded once.
+// decode_attention, for each row r and head h (C = nh * hs, qkv = [q | k | v] as c_attn's three
+//   C-blocks, caches (R, nh, T, hs), p = *pos, 0 <= p < T read on the device):
+//   k_cache[r, h, p] = k; v_cache[r, h, p] = v; y[r, h] = sum_{j<=p} softmax_j(q.k_j/sqrt(hs)) v_j
+//   The new key and value are read back from the cache, so they are rounded to its dtype first,
+//   as the PyTorch decoders do. A p outside [0, T) writes nothing and sets y to NaN (the position
+//   lives on the device, so the host cannot check it without a synchronization).
+#pragma once
+
+#include <cstdint>
+
+#include "dtype.h"
+
+namespace gs {
+
+// The CUDA attention kernel runs one 128-thread block per (row, head): head size at most 128.
+constexpr int kDecodeMaxHeadSize = 128;
+// decode_linear keeps the (normalized) input row in shared memory: K at most 12,288 floats.
+constexpr int64_t kDecodeMaxK = 12288;
+
+void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
+                        const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
+                        double eps, bool gelu, DType dtype, uintptr_t stream);
+void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
+                           const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
+                           DType dtype, uintptr_t stream);
+
+}  // namespace gs

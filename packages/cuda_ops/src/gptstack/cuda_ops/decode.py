@@ -1,0 +1,138 @@
+"""The fused one-token decode step: `torch.ops.gptstack.decode_linear` and `decode_attention`.
+
+    qkv = decode_linear(x, w_attn, b_attn, ln_weight=ln1_w, ln_bias=ln1_b)   # (R, 3C)
+    y = decode_attention(qkv, k_cache, v_cache, pos)      # writes k, v at pos; (R, C)
+    x = decode_linear(y, w_proj, b_proj, residual=x)      # (R, C)
+    h = decode_linear(x, w_fc, b_fc, ln_weight=ln2_w, ln_bias=ln2_b, gelu=True)
+
+A transformer block in five launches instead of ~28 (formulas and kernel layout: csrc/decode.h,
+csrc/decode.cu; CPU reference csrc/decode.cpp). For generation only: no autograd formula, so
+calling them on tensors that require grad raises. Both are custom ops with fake kernels, so they
+run eagerly, inside CUDA graphs (the position is a device tensor, read by the kernel) and under
+torch.compile.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._checks import float_tensor, like
+from ._ext import _C, dl, stream_of, threads
+from .errors import OpInputError, OpTypeError
+
+DEFAULT_EPS = 1e-5
+
+
+@torch.library.custom_op("gptstack::decode_linear", mutates_args=())
+def _decode_linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    ln_weight: Tensor | None,
+    ln_bias: Tensor | None,
+    residual: Tensor | None,
+    eps: float,
+    gelu: bool,
+) -> Tensor:
+    out = torch.empty(x.size(0), weight.size(0), dtype=x.dtype, device=x.device)
+    _C.decode_linear(
+        dl(out), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), dl(residual), eps, gelu,
+        stream_of(x), threads(),
+    )  # fmt: skip
+    return out
+
+
+@_decode_linear.register_fake
+def _decode_linear_fake(x, weight, bias, ln_weight, ln_bias, residual, eps, gelu):
+    return torch.empty(x.size(0), weight.size(0), dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("gptstack::decode_attention", mutates_args=("k_cache", "v_cache"))
+def _decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor) -> Tensor:
+    y = torch.empty(qkv.size(0), qkv.size(1) // 3, dtype=qkv.dtype, device=qkv.device)
+    _C.decode_attention(dl(y), dl(qkv), dl(k_cache), dl(v_cache), dl(pos), stream_of(qkv))
+    return y
+
+
+@_decode_attention.register_fake
+def _decode_attention_fake(qkv, k_cache, v_cache, pos):
+    return torch.empty(qkv.size(0), qkv.size(1) // 3, dtype=qkv.dtype, device=qkv.device)
+
+
+def decode_linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    *,
+    ln_weight: Tensor | None = None,
+    ln_bias: Tensor | None = None,
+    residual: Tensor | None = None,
+    gelu: bool = False,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """out = act(weight @ layernorm(x) + bias) + residual for each row of x.
+
+    x (R, K); weight (N, K) as nn.Linear stores it; bias (N,); ln_weight / ln_bias (K,): a
+    LayerNorm of each row first (ln_bias needs ln_weight); residual (R, N), added last; gelu:
+    the tanh GELU after the bias. One dtype throughout (float32 or bfloat16; float64 on the
+    CPU), contiguous, one device; computed in float32, rounded once. Returns (R, N).
+    Raises OpTypeError / OpInputError naming the argument.
+    """
+    op = "decode_linear"
+    float_tensor(op, "x", x, min_dim=2)
+    if x.dim() != 2:
+        raise OpInputError(f"{op}: x must be (rows, K), got shape {tuple(x.shape)}")
+    R, K = x.shape
+    like(op, "x", x, "weight", weight)
+    if weight.dim() != 2 or weight.size(1) != K:
+        raise OpInputError(
+            f"{op}: weight must be (N, {K}) for x of shape {tuple(x.shape)}, got "
+            f"{tuple(weight.shape)}"
+        )
+    N = weight.size(0)
+    for name, t, shape in (
+        ("bias", bias, (N,)),
+        ("ln_weight", ln_weight, (K,)),
+        ("ln_bias", ln_bias, (K,)),
+        ("residual", residual, (R, N)),
+    ):
+        if t is not None:
+            like(op, "x", x, name, t, shape=shape)
+    if ln_bias is not None and ln_weight is None:
+        raise OpInputError(f"{op}: ln_bias without ln_weight; pass both, or ln_weight alone")
+    if not isinstance(gelu, bool):
+        raise OpTypeError(f"{op}: gelu must be True or False, got {gelu!r}")
+    return _decode_linear(x, weight, bias, ln_weight, ln_bias, residual, float(eps), gelu)
+
+
+def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor) -> Tensor:
+    """One query per row against its cache: writes k and v at `pos`, returns y (R, C).
+
+    qkv (R, 3C): c_attn's output, [q | k | v], head h at columns [h*hs, (h+1)*hs) of each block.
+    k_cache, v_cache (R, nh, T, hs) with C = nh * hs, same dtype as qkv, contiguous (written in
+    place). pos: int64 tensor of one element on qkv's device, 0 <= pos < T (read on the device,
+    so a CUDA graph replays with the current position; out of range gives NaN, not a write).
+    Raises OpTypeError / OpInputError naming the argument.
+    """
+    op = "decode_attention"
+    float_tensor(op, "qkv", qkv, min_dim=2)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        like(op, "qkv", qkv, name, t)
+        if t.dim() != 4:
+            raise OpInputError(f"{op}: {name} must be (R, nh, T, hs), got {tuple(t.shape)}")
+    R, nh, T, hs = k_cache.shape
+    if tuple(v_cache.shape) != (R, nh, T, hs):
+        raise OpInputError(
+            f"{op}: v_cache has shape {tuple(v_cache.shape)} but k_cache {tuple(k_cache.shape)}"
+        )
+    if tuple(qkv.shape) != (R, 3 * nh * hs):
+        raise OpInputError(
+            f"{op}: qkv must be ({R}, {3 * nh * hs}) for caches of shape {tuple(k_cache.shape)}, "
+            f"got {tuple(qkv.shape)}"
+        )
+    if not isinstance(pos, Tensor) or pos.dtype != torch.int64 or pos.numel() != 1:
+        raise OpTypeError(f"{op}: pos must be an int64 tensor of one element, got {pos!r}")
+    if pos.device != qkv.device:
+        raise OpInputError(f"{op}: pos is on {pos.device} but qkv is on {qkv.device}")
+    return _decode_attention(qkv, k_cache, v_cache, pos)

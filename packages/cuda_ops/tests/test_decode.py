@@ -1,0 +1,240 @@
+"""The fused decode-step ops against PyTorch: decode_linear (LayerNorm + matvec + bias + GELU +
+residual) and decode_attention (cache write + one query's causal attention), on the CPU and,
+marked cuda, on the GPU; opcheck, torch.compile, CUDA-graph replay, bad inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gptstack.cuda_ops as ops
+from gptstack.cuda_ops import _C
+from gptstack.cuda_ops.testing import assert_close
+
+# rows x K x N: one row (batch-1 decoding), odd K (no 16-byte rows: the CUDA scalar version),
+# K a multiple of 8 (the vector version), N not a multiple of the 8 rows a CUDA block covers
+LINEAR_SHAPES = [(1, 1, 1), (1, 37, 19), (2, 64, 96), (3, 384, 1152), (1, 1536, 65)]
+# rows, heads, cache length, head size, position
+ATTN_SHAPES = [(1, 1, 1, 1, 0), (1, 6, 256, 64, 0), (2, 3, 10, 8, 4), (1, 8, 64, 32, 63),
+               (2, 2, 300, 128, 257), (1, 4, 40, 13, 21)]  # fmt: skip
+CPU_DTYPES = [torch.float64, torch.float32, torch.bfloat16]
+CUDA_DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _linear_inputs(R, K, N, dtype, gen, device="cpu"):
+    def r(*shape, s=1.0):
+        return (s * torch.randn(*shape, generator=gen)).to(dtype).to(device)
+
+    return r(R, K, s=2.0), r(N, K, s=1 / math.sqrt(K)), r(N), r(K), r(K), r(R, N)
+
+
+def _linear_reference(x, w, b, lw, lb, res, gelu):
+    """In float64 from the same rounded inputs."""
+    h = x.double()
+    if lw is not None:
+        h = F.layer_norm(h, (h.size(-1),), lw.double(), None if lb is None else lb.double(), 1e-5)
+    y = h @ w.double().t()
+    if b is not None:
+        y = y + b.double()
+    if gelu:
+        y = F.gelu(y, approximate="tanh")
+    return y if res is None else y + res.double()
+
+
+def _attention_reference(qkv, kc, vc, p):
+    """y (float64) and the caches as they must be after the call."""
+    R, nh, T, hs = kc.shape
+    q, k, v = qkv.view(R, 3, nh, hs).unbind(1)  # (R, nh, hs) each
+    kc, vc = kc.clone(), vc.clone()
+    kc[:, :, p], vc[:, :, p] = k, v
+    y = F.scaled_dot_product_attention(
+        q[:, :, None].double(), kc[:, :, : p + 1].double(), vc[:, :, : p + 1].double()
+    )
+    return y[:, :, 0].reshape(R, nh * hs), kc, vc
+
+
+def _check_linear(shape, dtype, gen, device):
+    R, K, N = shape
+    x, w, b, lw, lb, res = _linear_inputs(R, K, N, dtype, gen, device)
+    for kw in (
+        {},
+        {"bias": b},
+        {"bias": b, "ln_weight": lw, "ln_bias": lb, "gelu": True},
+        {"ln_weight": lw},
+        {"bias": b, "residual": res},
+    ):
+        out = ops.decode_linear(x, w, **kw)
+        ref = _linear_reference(
+            x, w, kw.get("bias"), kw.get("ln_weight"), kw.get("ln_bias"), kw.get("residual"),
+            kw.get("gelu", False),
+        )  # fmt: skip
+        assert out.shape == (R, N) and out.dtype == dtype and out.device == x.device
+        assert_close(out, ref, dtype, f"decode_linear {shape} {dtype} {sorted(kw)} on {device}")
+
+
+def _check_attention(shape, dtype, gen, device):
+    R, nh, T, hs, p = shape
+    qkv = torch.randn(R, 3 * nh * hs, generator=gen).to(dtype).to(device)
+    kc = torch.randn(R, nh, T, hs, generator=gen).to(dtype).to(device)
+    vc = torch.randn(R, nh, T, hs, generator=gen).to(dtype).to(device)
+    y_ref, kc_ref, vc_ref = _attention_reference(qkv, kc, vc, p)
+    y = ops.decode_attention(qkv, kc, vc, torch.tensor(p, device=device))
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)  # written at p, nowhere else
+    assert_close(y, y_ref, dtype, f"decode_attention {shape} {dtype} on {device}")
+
+
+@pytest.mark.parametrize("shape", LINEAR_SHAPES)
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_linear_matches_torch(shape, dtype, gen):
+    _check_linear(shape, dtype, gen, "cpu")
+
+
+@pytest.mark.parametrize("shape", ATTN_SHAPES)
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_attention_matches_torch(shape, dtype, gen):
+    _check_attention(shape, dtype, gen, "cpu")
+
+
+def test_attention_out_of_range_position_writes_nothing_and_gives_nan(gen):
+    qkv = torch.randn(1, 24, generator=gen)
+    kc, vc = torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4)
+    for p in (-1, 5):
+        y = ops.decode_attention(qkv, kc, vc, torch.tensor(p))
+        assert torch.isnan(y).all() and not kc.any() and not vc.any()
+
+
+def test_opcheck(gen):
+    x, w, b, lw, lb, res = _linear_inputs(2, 16, 24, torch.float32, gen)
+    torch.library.opcheck(
+        torch.ops.gptstack.decode_linear.default, (x, w, b, lw, lb, res, 1e-5, True)
+    )
+    torch.library.opcheck(
+        torch.ops.gptstack.decode_linear.default, (x, w, None, None, None, None, 1e-5, False)
+    )
+    qkv = torch.randn(2, 36, generator=gen)
+    kc, vc = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 9, 4)
+    torch.library.opcheck(
+        torch.ops.gptstack.decode_attention.default, (qkv, kc, vc, torch.tensor(3))
+    )
+
+
+def test_compile_fullgraph(gen):
+    x, w, b, lw, lb, res = _linear_inputs(1, 32, 96, torch.float32, gen)
+    kc, vc = torch.zeros(1, 4, 12, 8), torch.zeros(1, 4, 12, 8)
+    pos = torch.tensor(5)
+
+    def block(x):
+        qkv = ops.decode_linear(x, w, b, ln_weight=lw, ln_bias=lb)
+        return ops.decode_attention(qkv, kc, vc, pos)
+
+    y_ref = block(x)
+    kc.zero_(), vc.zero_()
+    y = torch.compile(block, fullgraph=True, backend="aot_eager")(x)
+    assert torch.equal(y, y_ref) and kc[:, :, 5].any() and not kc[:, :, 6:].any()
+
+
+def _bad(**changes):
+    """decode_linear with one argument changed from a valid call."""
+    args = {"x": torch.ones(1, 8), "weight": torch.ones(4, 8), "bias": torch.ones(4)}
+    args.update(changes)
+    x, w = args.pop("x"), args.pop("weight")
+    return lambda: ops.decode_linear(x, w, **args)
+
+
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [
+        (_bad(x=[1.0]), TypeError, "torch.Tensor"),
+        (_bad(x=torch.ones(8)), ValueError, "at least 2 dimension"),
+        (_bad(x=torch.ones(1, 1, 8)), ValueError, r"x must be \(rows, K\)"),
+        (_bad(weight=torch.ones(4, 7)), ValueError, r"weight must be \(N, 8\)"),
+        (_bad(weight=torch.ones(4, 8, dtype=torch.float64)), TypeError, "use one dtype"),
+        (_bad(bias=torch.ones(5)), ValueError, r"bias has shape \(5,\); expected \(4,\)"),
+        (_bad(ln_bias=torch.ones(8)), ValueError, "ln_bias without ln_weight"),
+        (_bad(residual=torch.ones(2, 4)), ValueError, "residual has shape"),
+        (_bad(weight=torch.ones(8, 4).t()), ValueError, "contiguous"),
+        (_bad(gelu=1), TypeError, "gelu must be True or False"),
+        (
+            lambda: ops.decode_attention(
+                torch.ones(1, 12), torch.ones(1, 2, 3, 2), torch.ones(1, 2, 3, 2), 1
+            ),
+            TypeError,
+            "pos must be an int64 tensor",
+        ),  # fmt: skip
+        (
+            lambda: ops.decode_attention(
+                torch.ones(1, 11), torch.ones(1, 2, 3, 2), torch.ones(1, 2, 3, 2), torch.tensor(1)
+            ),
+            ValueError,
+            r"qkv must be \(1, 12\)",
+        ),  # fmt: skip
+        (
+            lambda: ops.decode_attention(
+                torch.ones(1, 12), torch.ones(1, 2, 3, 2), torch.ones(1, 2, 4, 2), torch.tensor(1)
+            ),
+            ValueError,
+            "v_cache has shape",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_inputs_raise_clear_errors(bad, error, words):
+    with pytest.raises(error, match=words):
+        bad()
+
+
+def test_extension_checks_its_arguments():
+    # the second line of defence: a direct call with mismatched buffers never touches memory
+    x, w = torch.ones(1, 8), torch.ones(4, 8)
+    with pytest.raises(ValueError, match=r"out has shape \(1, 3\)"):
+        _C.decode_linear(torch.empty(1, 3), x, w, None, None, None, None, 1e-5, False)
+    with pytest.raises(ValueError, match="ln_bias without ln_weight"):
+        _C.decode_linear(torch.empty(1, 4), x, w, None, None, torch.ones(8), None, 1e-5, False)
+    with pytest.raises(ValueError, match="pos must hold one position"):
+        _C.decode_attention(torch.empty(1, 4), torch.ones(1, 12), torch.ones(1, 2, 3, 2),
+                            torch.ones(1, 2, 3, 2), torch.tensor([1, 2]))  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", LINEAR_SHAPES)
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+def test_cuda_linear_matches_torch(shape, dtype, gen):
+    _check_linear(shape, dtype, gen, "cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", ATTN_SHAPES)
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+def test_cuda_attention_matches_torch(shape, dtype, gen):
+    _check_attention(shape, dtype, gen, "cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_linear_unaligned_weight_takes_scalar_kernel(gen):
+    base = torch.randn(1 + 24 * 64, generator=gen).cuda()
+    w = base[1:].view(24, 64)  # 4-byte offset: rows not 16-byte aligned
+    x = torch.randn(1, 64, generator=gen).cuda()
+    assert_close(ops.decode_linear(x, w), x.double() @ w.double().t(), torch.float32, "unaligned")
+
+
+@pytest.mark.cuda
+def test_cuda_graph_replay_reads_the_position_each_time(gen):
+    qkv = torch.randn(1, 3 * 4 * 16, generator=gen).cuda()
+    kc, vc = torch.zeros(1, 4, 32, 16).cuda(), torch.zeros(1, 4, 32, 16).cuda()
+    pos = torch.tensor(0).cuda()
+    ops.decode_attention(qkv, kc, vc, pos)  # warm up outside the graph
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s), torch.cuda.graph(g):
+        y = ops.decode_attention(qkv, kc, vc, pos)
+    kc.zero_(), vc.zero_()
+    for p in range(3):
+        pos.fill_(p)
+        g.replay()
+    torch.cuda.synchronize()
+    assert kc[:, :, :3].abs().sum(-1).gt(0).all() and not kc[:, :, 3:].any()
+    y_ref, _, _ = _attention_reference(qkv, kc, vc, 2)
+    assert_close(y, y_ref, torch.float32, "decode_attention replayed at position 2")
