@@ -24,6 +24,8 @@ namespace gs {
 namespace {
 
 constexpr int kLinearWarps = 8;
+
+__host__ __device__ constexpr int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 constexpr int kAttnThreads = 128;
 
 __device__ __forceinline__ float gelu_tanh_f(float x) {
@@ -109,9 +111,11 @@ __global__ void __launch_bounds__(kAttnThreads)
                             int hs) {
   extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
   __shared__ float red[32];
+  // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
+  // q racing with writes of s when hs = 13 left s unaligned right behind q)
   float* q = smem;
-  float* s = q + hs;
-  float* part = s + T_;
+  float* s = q + round4(hs);
+  float* part = s + round4(T_);
   const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
   T* yh = y + int64_t(r) * C + h * hs;
   const int64_t p64 = *pos;
@@ -188,7 +192,7 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
                       int64_t nh, int64_t T_, int64_t hs, cudaStream_t stream) {
   static LaunchCheck check;
   const int groups = kAttnThreads / static_cast<int>(hs);
-  const int smem = static_cast<int>((hs + T_ + groups * hs) * sizeof(float));
+  const int smem = static_cast<int>((round4(hs) + round4(T_) + groups * hs) * sizeof(float));
   check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T>), "decode_attention",
                "(T=" + std::to_string(T_) + ")", kAttnThreads, smem);
   decode_attention_kernel<T><<<dim3(unsigned(nh), unsigned(R)), kAttnThreads, smem, stream>>>(

@@ -139,6 +139,34 @@ def test_fused_step_matches_the_models_one_token_forward(make_gpt, random_tokens
 
 
 @needs_cuda_ops
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"n_layer": 1, "n_head": 2, "n_embd": 64, "bias": True},  # head size 32: fused kernel
+        {"n_layer": 3, "n_head": 1, "n_embd": 64, "bias": False},  # head size 64, no biases
+        {"n_layer": 2, "n_head": 4, "n_embd": 32, "bias": True},  # head size 8: SDPA
+    ],
+)
+@pytest.mark.parametrize("T", [1, 9, 16])
+def test_fused_window_matches_the_models_forward(make_gpt, random_tokens, rel_err, shape, T):
+    from gptstack.model.fused_step import FusedDecodeStep
+    from gptstack.model.kv_cache import StaticKVCache
+
+    model = make_gpt(29, scramble=0.3, **shape)
+    cfg = model.config
+    cache = StaticKVCache(
+        cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.head_size, device="cpu",
+        dtype=torch.float32,
+    )  # fmt: skip
+    idx = random_tokens(29 + T, 2, T, cfg.vocab_size)
+    with torch.no_grad():
+        ref, _ = model(idx, last_only=True)
+        got = FusedDecodeStep(model, cache).window(idx)
+    assert got.shape == (2, cfg.vocab_size)
+    assert rel_err(got, ref[:, -1]) < 1e-5
+
+
+@needs_cuda_ops
 @pytest.mark.parametrize("window", ["slide", "halve"])
 def test_fused_graph_decoder_writes_naives_greedy_text(make_gpt, random_tokens, window):
     model = make_gpt(21, scramble=0.3)

@@ -1,18 +1,24 @@
-"""The one-token forward of a GPT through gptstack.cuda_ops' fused decode kernels.
+"""The two forwards of batch-1 generation through gptstack.cuda_ops' fused kernels.
 
     step = FusedDecodeStep(model, cache)      # ModelError if this model or build cannot
     logits = step(token, pos)                 # token (B, 1), pos 0-d int64 -> (B, V)
+    logits = step.window(ids)                 # ids (B, T) at positions 0..T-1 -> (B, V)
 
-The same function as `model(token, last_only=True, kv_cache=cache, pos=pos)` (tests compare the
-two), in 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28 per block: a
-batch-1 decode step is launch bound, so this is what makes the graph decoder fast
-(csrc/decode.h has the layout; the H200 numbers are in benchmarks/README.md, `generate`).
+`step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
+against the cache, in 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28
+per block (csrc/decode.h has the layout). `step.window(ids)` is `model(ids, last_only=True)`,
+the slide window's step once the context is full (every position is re-run: absolute
+positions shift by one per token): cuBLAS matmuls with the fused LayerNorm, residual-add +
+LayerNorm, GELU and attention kernels between them, and only the last row past the last
+block's attention. A batch-1 step is launch bound, so fewer launches is what makes the graph
+decoder fast (tests compare both with the model; H200 numbers: benchmarks/README.md).
 Dropout is never applied (decoding runs in eval mode).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .config import native_ops
@@ -63,7 +69,9 @@ class FusedDecodeStep:
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
         m, ops, eps = self.model, self.ops, self.eps
-        x = m.wte.weight[token[:, 0]] + m.wpe.weight[pos]  # (B, C)
+        # index_select, not weight[pos]: indexing with a 0-d tensor reads it on the host, which
+        # a CUDA-graph capture refuses
+        x = m.wte.weight.index_select(0, token[:, 0]) + m.wpe.weight.index_select(0, pos.view(1))
         for i, block in enumerate(m.h):
             attn, mlp = block.attn, block.mlp
             qkv = ops.decode_linear(
@@ -77,6 +85,53 @@ class FusedDecodeStep:
                 ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, gelu=True, eps=eps,
             )  # fmt: skip
             x = ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
-        return ops.decode_linear(
-            x, m.lm_head.weight, None, ln_weight=m.ln_f.weight, ln_bias=m.ln_f.bias, eps=eps
+        return self._head(x)
+
+    def _head(self, x: Tensor) -> Tensor:
+        m = self.model
+        return self.ops.decode_linear(
+            x, m.lm_head.weight, None, ln_weight=m.ln_f.weight, ln_bias=m.ln_f.bias, eps=self.eps
         )  # (B, V)
+
+    def _attend(self, qkv: Tensor) -> Tensor:
+        """Causal attention of every head over qkv (B, T, 3C) -> y (B, T, C)."""
+        B, T, C3 = qkv.shape
+        nh = self.model.config.n_head
+        hs = C3 // 3 // nh
+        q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in qkv.split(C3 // 3, dim=2))
+        if hs in self.ops.attention.HEAD_SIZES:  # the fused kernel reads the views in place
+            y = self.ops.causal_attention(q, k, v)  # a view of a (B, T, nh, hs) buffer
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(B, T, C3 // 3)
+
+    def window(self, ids: Tensor) -> Tensor:
+        """Logits (B, V) of the last position of ids (B, T), T <= block_size, fed at positions
+        0..T-1 with no cache: `model(ids, last_only=True)[0][:, -1]`."""
+        m, ops, eps = self.model, self.ops, self.eps
+        T = ids.size(1)
+        x = F.embedding(ids, m.wte.weight) + m.wpe.weight[:T]  # (B, T, C)
+        *blocks, last = m.h
+        # x + mlp(...) of one block and ln_1 of the next are one add_layernorm
+        block = blocks[0] if blocks else last
+        h = ops.layernorm(x, block.ln_1.weight, block.ln_1.bias, eps)
+        for i, block in enumerate(blocks):
+            attn, mlp = block.attn, block.mlp
+            y = self._attend(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))
+            y = F.linear(y, attn.c_proj.weight, attn.c_proj.bias)
+            x, h = ops.add_layernorm(x, y, block.ln_2.weight, block.ln_2.bias, eps)
+            f = ops.gelu_tanh(F.linear(h, mlp.c_fc.weight, mlp.c_fc.bias))
+            y = F.linear(f, mlp.c_proj.weight, mlp.c_proj.bias)
+            following = blocks[i + 1] if i + 1 < len(blocks) else last
+            x, h = ops.add_layernorm(x, y, following.ln_1.weight, following.ln_1.bias, eps)
+        # the last block: every position's keys and values, then the last row alone
+        attn, mlp = last.attn, last.mlp
+        y = self._attend(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))[:, -1]  # (B, C)
+        x = x[:, -1].contiguous()
+        x = ops.decode_linear(y.contiguous(), attn.c_proj.weight, attn.c_proj.bias, residual=x)
+        f = ops.decode_linear(
+            x, mlp.c_fc.weight, mlp.c_fc.bias,
+            ln_weight=last.ln_2.weight, ln_bias=last.ln_2.bias, gelu=True, eps=eps,
+        )  # fmt: skip
+        x = ops.decode_linear(f, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
+        return self._head(x)

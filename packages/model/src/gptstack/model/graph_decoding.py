@@ -13,9 +13,10 @@ chunk while the GPU computes the next one (no synchronisation per token).
 
 Exactness: each step computes what `decoding.stream(mode="static")` computes (same forward on the
 same StaticKVCache, same sampling.py), so greedy output equals the naive reference's (tests). On
-CUDA the one-token forward runs through gptstack.cuda_ops' fused decode kernels when they are
-built (fused_step.py: the same function, computed in float32 with one rounding per op, so bf16
-logits can differ from PyTorch's in the last bit; `fused=False` is PyTorch's modules). The
+CUDA the one-token forward and the slide window's forward run through gptstack.cuda_ops' fused
+kernels when they are built (fused_step.py: the same functions, computed in float32 with one
+rounding per op, so bf16 logits can differ from PyTorch's in the last bit; `fused=False` is
+PyTorch's modules). The
 random draws come from the decoder's own generator, seeded per call, so the same seed gives the
 same text; they differ from the other modes' draws (another generator, another order).
 
@@ -68,11 +69,11 @@ class GraphDecoder:
     replay. Reuse one decoder across calls: graphs are captured once per sampling setting.
 
     model: a GPT (or a compiled/DDP wrapper of one). batch_size: the prompts' batch.
-    cuda_graph: None = on when the model is on CUDA. fused: the one-token forward through
-    gptstack.cuda_ops' fused decode kernels (fused_step.py: 5 launches per block); None = on
+    cuda_graph: None = on when the model is on CUDA. fused: the one-token forward and the slide
+    window's forward through gptstack.cuda_ops' fused kernels (fused_step.py); None = on
     when the model is on CUDA and the kernels can run it, True = required (ModelError naming
-    why not), False = PyTorch's modules. compile: run the one-token forward through
-    torch.compile(fullgraph=True) inside the graphs (fewer, fused kernels; costs compile time).
+    why not), False = PyTorch's modules. compile: run the one-token and the window forwards
+    through torch.compile(fullgraph=True) inside the graphs (fewer kernels; costs compile time).
     """
 
     mode = "graph"
@@ -124,11 +125,14 @@ class GraphDecoder:
             fused = device.type == "cuda" and unsupported_reason(module, device) is None
         self.fused = bool(fused)
         self._logits_one: Callable[[], Tensor] = self._forward_one
+        self._logits_window: Callable[[Tensor], Tensor] = self._forward_window
         if self.fused:
             step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
             self._logits_one = lambda: step(self.token, self.pos)
+            self._logits_window = step.window
         if compile:
             self._logits_one = torch.compile(self._logits_one, fullgraph=True, dynamic=False)
+            self._logits_window = torch.compile(self._logits_window, fullgraph=True, dynamic=False)
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self._pinned: list[Tensor] = []
 
@@ -136,6 +140,10 @@ class GraphDecoder:
 
     def _forward_one(self) -> Tensor:
         logits, _ = self.model(self.token, last_only=True, kv_cache=self.cache, pos=self.pos)
+        return logits[:, -1]  # (B, V)
+
+    def _forward_window(self, ids: Tensor) -> Tensor:
+        logits, _ = self.model(ids, last_only=True)
         return logits[:, -1]  # (B, V)
 
     def _decode_steps(self, n: int, pick: Callable[[Tensor], Tensor]) -> None:
@@ -151,8 +159,7 @@ class GraphDecoder:
         """The window is full: each token re-runs the last block_size ids (naive's rule)."""
         for i in range(n):
             ids = torch.cat([self.window[:, 1:], self.token], dim=1)  # (B, T)
-            logits, _ = self.model(ids, last_only=True)
-            new = pick(logits[:, -1])
+            new = pick(self._logits_window(ids))
             self.out[:, i] = new
             self.window.copy_(ids)
             self.token.copy_(new[:, None])
