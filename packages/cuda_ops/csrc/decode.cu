@@ -8,10 +8,15 @@
 //   vector version), one element per lane otherwise, and reduced across the warp. At batch 1
 //   this is a matrix-vector product: bound by reading W once (a few hundred KB per layer),
 //   where cuBLAS's GEMM tiles spend most of a 3-µs launch on an 8-row tile of one useful row.
-// decode_attention_kernel: grid (nh, R), 128 threads. Threads < hs write the new key and value
-//   into the caches and stage q in shared memory; thread j then scores keys j, j + 128, ...;
-//   block max and sum give the softmax; y's hs outputs are split over 128 / hs key groups whose
-//   partial sums meet in shared memory. Scores live in shared memory (T floats).
+// decode_attention_kernel: grid (nh, R), 256 threads. Threads < hs write the new key and value
+//   into the caches and stage q in shared memory; thread j then scores keys j, j + 256, ...
+//   (a whole key row per thread, its loads all in flight: 16-byte loads in the vector version);
+//   block max and sum give the softmax; for y, hs / 8 threads (bf16; hs / 4 for float32; hs in
+//   the scalar version) read one value row with 16-byte loads, and the 256 threads cover as
+//   many keys at once, whose partial sums meet in shared memory. Scores live in shared memory
+//   (T floats). The first version (one element per load, 128 threads) took 18.6 us a call at
+//   shakespeare-char's T = 256 on the H200: six blocks, each waiting on one L2 read after
+//   another.
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode.cu -I.
 #include <cmath>
@@ -26,7 +31,7 @@ namespace {
 constexpr int kLinearWarps = 8;
 
 __host__ __device__ constexpr int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
-constexpr int kAttnThreads = 128;
+constexpr int kAttnThreads = 256;
 
 __device__ __forceinline__ float gelu_tanh_f(float x) {
   const float k = float(kGeluSqrt2OverPi), c = float(kGeluCubic);
@@ -104,11 +109,14 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
   }
 }
 
-template <typename T>
+template <typename T, bool Vector>
 __global__ void __launch_bounds__(kAttnThreads)
     decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
                             T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
                             int hs) {
+  // V: elements per load (16 bytes in the vector version); a value row is read by hs / V
+  // threads, so blockDim / (hs / V) keys are summed at once
+  constexpr int V = Vector ? Vec16<T>::n : 1;
   extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
   __shared__ float red[32];
   // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
@@ -133,12 +141,24 @@ __global__ void __launch_bounds__(kAttnThreads)
     q[d] = to_f32(qr[d]);
   }
   __syncthreads();  // the new key/value are in the caches (global writes of this block) and q
+  // scores: one key per thread; its row's loads are independent, so they are all in flight
+  // at once (the latency of one L2 read, not hs of them)
   const float scale = rsqrtf(float(hs));
   float m = -INFINITY;
   for (int j = t; j <= p; j += blockDim.x) {
     const T* kj = kh + int64_t(j) * hs;
     float dot = 0.0f;
-    for (int d = 0; d < hs; ++d) dot = fmaf(q[d], to_f32(kj[d]), dot);
+#pragma unroll 4
+    for (int d = 0; d < hs; d += V) {
+      float kv[V];
+      if constexpr (Vector) {
+        Vec16<T>::load(kj + d, kv);
+      } else {
+        kv[0] = to_f32(kj[d]);
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) dot = fmaf(q[d + i], kv[i], dot);
+    }
     s[j] = dot * scale;
     m = fmaxf(m, s[j]);
   }
@@ -146,18 +166,33 @@ __global__ void __launch_bounds__(kAttnThreads)
   float sum = 0.0f;
   for (int j = t; j <= p; j += blockDim.x) sum += (s[j] = __expf(s[j] - m));
   const float total = block_sum(sum, red);  // its leading __syncthreads also publishes s[]
-  const int groups = blockDim.x / hs;
-  const int d = t % hs, g = t / hs;
+  // y = sum_j s_j v_j: thread (g, c) sums V columns from c over keys g, g + groups, ...
+  const int lanes = hs / V, groups = blockDim.x / lanes;
+  const int g = t / lanes, c = (t % lanes) * V;
   if (g < groups) {
-    float acc = 0.0f;
-    for (int j = g; j <= p; j += groups) acc = fmaf(s[j], to_f32(vh[int64_t(j) * hs + d]), acc);
-    part[g * hs + d] = acc;
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+#pragma unroll 4
+    for (int j = g; j <= p; j += groups) {
+      float vv[V];
+      if constexpr (Vector) {
+        Vec16<T>::load(vh + int64_t(j) * hs + c, vv);
+      } else {
+        vv[0] = to_f32(vh[int64_t(j) * hs + c]);
+      }
+      const float sj = s[j];
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[i] = fmaf(sj, vv[i], acc[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) part[g * hs + c + i] = acc[i];
   }
   __syncthreads();
-  if (t < hs) {
+  for (int d = t; d < hs; d += blockDim.x) {
     float acc = 0.0f;
-    for (int k = 0; k < groups; ++k) acc += part[k * hs + t];
-    yh[t] = from_f32<T>(acc / total);
+    for (int k = 0; k < groups; ++k) acc += part[k * hs + d];
+    yh[d] = from_f32<T>(acc / total);
   }
 }
 
@@ -190,16 +225,27 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
 template <typename T>
 void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int64_t R,
                       int64_t nh, int64_t T_, int64_t hs, cudaStream_t stream) {
-  static LaunchCheck check;
-  const int groups = kAttnThreads / static_cast<int>(hs);
+  static LaunchCheck vector_check, scalar_check;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // 16-byte loads need 16-byte rows: hs a multiple of the vector width, aligned caches
+  const bool vector = hs % Vec16<T>::n == 0 && aligned(kc) && aligned(vc);
+  const int64_t width = vector ? Vec16<T>::n : 1, groups = kAttnThreads / (hs / width);
   const int smem = static_cast<int>((round4(hs) + round4(T_) + groups * hs) * sizeof(float));
-  check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T>), "decode_attention",
-               "(T=" + std::to_string(T_) + ")", kAttnThreads, smem);
-  decode_attention_kernel<T><<<dim3(unsigned(nh), unsigned(R)), kAttnThreads, smem, stream>>>(
-      y, qkv, kc, vc, pos, int(nh), int(T_), int(hs));
-  check_launch("decode_attention", "(R=" + std::to_string(R) + ", nh=" + std::to_string(nh) +
-                                       ", T=" + std::to_string(T_) + ", hs=" + std::to_string(hs) +
-                                       ")");
+  const dim3 grid(static_cast<unsigned>(nh), static_cast<unsigned>(R));
+  const std::string config = "(R=" + std::to_string(R) + ", nh=" + std::to_string(nh) +
+                             ", T=" + std::to_string(T_) + ", hs=" + std::to_string(hs) + ")";
+  if (vector) {
+    vector_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, true>),
+                        "decode_attention", "vector " + config, kAttnThreads, smem);
+    decode_attention_kernel<T, true><<<grid, kAttnThreads, smem, stream>>>(
+        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs));
+  } else {
+    scalar_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, false>),
+                        "decode_attention", "scalar " + config, kAttnThreads, smem);
+    decode_attention_kernel<T, false><<<grid, kAttnThreads, smem, stream>>>(
+        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs));
+  }
+  check_launch("decode_attention", config);
 }
 
 }  // namespace

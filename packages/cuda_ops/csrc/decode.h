@@ -29,7 +29,7 @@
 
 namespace gs {
 
-// The CUDA attention kernel runs one 128-thread block per (row, head): head size at most 128.
+// The CUDA attention kernel runs one 256-thread block per (row, head): head size at most 128.
 constexpr int kDecodeMaxHeadSize = 128;
 // decode_linear keeps the (normalized) input row in shared memory: K at most 12,288 floats.
 constexpr int64_t kDecodeMaxK = 12288;

@@ -78,3 +78,25 @@ def like(
     if shape is not None and tuple(t.shape) != tuple(shape):
         raise OpInputError(f"{op}: {name} has shape {tuple(t.shape)}; expected {tuple(shape)}")
     return t
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # not FakeTensor, DTensor or other subclasses
+
+
+def direct(*tensors: torch.Tensor | None) -> bool:
+    """Whether an op may call its implementation itself rather than through torch's dispatcher:
+    plain CPU/CUDA tensors, not under torch.compile's tracing (its graph needs the custom op),
+    and no autograd graph to record. The first dispatch of any torch.library custom op imports
+    torch._dynamo (1-3 s: a whole `gptstack sample` start-up), and every dispatch costs tens of
+    microseconds of Python; generation (no_grad) needs neither."""
+    if torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) not in _PLAIN or t.device.type not in ("cpu", "cuda"):
+            return False
+        if grad and t.requires_grad:
+            return False
+    return True

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 from torch.utils.dlpack import to_dlpack
 
-from ._checks import CPU_FLOATS, CUDA_BUILT, CUDA_FLOATS, _names
+from ._checks import CPU_FLOATS, CUDA_BUILT, CUDA_FLOATS, _names, direct
 from ._ext import _C, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
@@ -118,8 +118,7 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-@torch.library.custom_op("gptstack::causal_attention", mutates_args=())
-def _attention(
+def _attention_impl(
     q: Tensor, k: Tensor, v: Tensor, dropout_p: float, seed: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     y = _new_rows(q)
@@ -137,6 +136,9 @@ def _attention(
         threads(),
     )
     return y, lse
+
+
+_attention = torch.library.custom_op("gptstack::causal_attention", mutates_args=())(_attention_impl)
 
 
 @_attention.register_fake
@@ -287,7 +289,8 @@ def causal_attention(
     _check(q, k, v, dropout_p, seed)
     if dropout_p > 0 and seed is None:
         seed = new_seed(q.device)
-    y, _ = _attention(q, k, v, float(dropout_p), seed if dropout_p > 0 else None)
+    op = _attention_impl if direct(q, k, v, seed) else _attention
+    y, _ = op(q, k, v, float(dropout_p), seed if dropout_p > 0 else None)
     return y
 
 

@@ -17,15 +17,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import float_tensor, like
+from ._checks import direct, float_tensor, like
 from ._ext import _C, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 DEFAULT_EPS = 1e-5
 
 
-@torch.library.custom_op("gptstack::decode_linear", mutates_args=())
-def _decode_linear(
+def _decode_linear_impl(
     x: Tensor,
     weight: Tensor,
     bias: Tensor | None,
@@ -43,16 +42,25 @@ def _decode_linear(
     return out
 
 
+_decode_linear = torch.library.custom_op("gptstack::decode_linear", mutates_args=())(
+    _decode_linear_impl
+)
+
+
 @_decode_linear.register_fake
 def _decode_linear_fake(x, weight, bias, ln_weight, ln_bias, residual, eps, gelu):
     return torch.empty(x.size(0), weight.size(0), dtype=x.dtype, device=x.device)
 
 
-@torch.library.custom_op("gptstack::decode_attention", mutates_args=("k_cache", "v_cache"))
-def _decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor) -> Tensor:
+def _decode_attention_impl(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor) -> Tensor:
     y = torch.empty(qkv.size(0), qkv.size(1) // 3, dtype=qkv.dtype, device=qkv.device)
     _C.decode_attention(dl(y), dl(qkv), dl(k_cache), dl(v_cache), dl(pos), stream_of(qkv))
     return y
+
+
+_decode_attention = torch.library.custom_op(
+    "gptstack::decode_attention", mutates_args=("k_cache", "v_cache")
+)(_decode_attention_impl)
 
 
 @_decode_attention.register_fake
@@ -103,7 +111,12 @@ def decode_linear(
         raise OpInputError(f"{op}: ln_bias without ln_weight; pass both, or ln_weight alone")
     if not isinstance(gelu, bool):
         raise OpTypeError(f"{op}: gelu must be True or False, got {gelu!r}")
-    return _decode_linear(x, weight, bias, ln_weight, ln_bias, residual, float(eps), gelu)
+    op = (
+        _decode_linear_impl
+        if direct(x, weight, bias, ln_weight, ln_bias, residual)
+        else _decode_linear
+    )
+    return op(x, weight, bias, ln_weight, ln_bias, residual, float(eps), gelu)
 
 
 def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor) -> Tensor:
@@ -135,4 +148,5 @@ def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor)
         raise OpTypeError(f"{op}: pos must be an int64 tensor of one element, got {pos!r}")
     if pos.device != qkv.device:
         raise OpInputError(f"{op}: pos is on {pos.device} but qkv is on {qkv.device}")
-    return _decode_attention(qkv, k_cache, v_cache, pos)
+    op = _decode_attention_impl if direct(qkv, k_cache, v_cache, pos) else _decode_attention
+    return op(qkv, k_cache, v_cache, pos)

@@ -13,15 +13,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import float_tensor
+from ._checks import direct, float_tensor
 from ._ext import _C, dl, stream_of, threads
 
 
-@torch.library.custom_op("gptstack::gelu_tanh", mutates_args=())
-def _gelu_tanh(x: Tensor) -> Tensor:
+def _gelu_tanh_impl(x: Tensor) -> Tensor:
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _C.gelu_forward(dl(out), dl(x), stream_of(x), threads())
     return out
+
+
+_gelu_tanh = torch.library.custom_op("gptstack::gelu_tanh", mutates_args=())(_gelu_tanh_impl)
 
 
 @_gelu_tanh.register_fake
@@ -63,4 +65,4 @@ def gelu_tanh(x: Tensor) -> Tensor:
     for a non-contiguous tensor or another device.
     """
     float_tensor("gelu_tanh", "x", x, min_dim=0)
-    return _gelu_tanh(x)
+    return (_gelu_tanh_impl if direct(x) else _gelu_tanh)(x)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import float_tensor, like
+from ._checks import direct, float_tensor, like
 from ._ext import _C, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
@@ -41,8 +41,7 @@ def _rows(t: Tensor) -> Tensor:
     return t.view(-1, t.shape[-1])
 
 
-@torch.library.custom_op("gptstack::layernorm", mutates_args=())
-def _layernorm(
+def _layernorm_impl(
     x: Tensor, weight: Tensor, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
     out, mean, rstd = _outputs(x)
@@ -53,13 +52,15 @@ def _layernorm(
     return out, mean, rstd
 
 
+_layernorm = torch.library.custom_op("gptstack::layernorm", mutates_args=())(_layernorm_impl)
+
+
 @_layernorm.register_fake
 def _layernorm_fake(x, weight, bias, eps):
     return _outputs(x)
 
 
-@torch.library.custom_op("gptstack::add_layernorm", mutates_args=())
-def _add_layernorm(
+def _add_layernorm_impl(
     x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     s = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -70,6 +71,11 @@ def _add_layernorm(
         stream_of(x), threads(),
     )  # fmt: skip
     return s, out, mean, rstd
+
+
+_add_layernorm = torch.library.custom_op("gptstack::add_layernorm", mutates_args=())(
+    _add_layernorm_impl
+)
 
 
 @_add_layernorm.register_fake
@@ -169,7 +175,8 @@ def layernorm(
     (ValueError) for a wrong shape, device, layout or eps.
     """
     _check("layernorm", x, weight, bias, eps)
-    return _layernorm(x, weight, bias, float(eps))[0]
+    op = _layernorm_impl if direct(x, weight, bias) else _layernorm
+    return op(x, weight, bias, float(eps))[0]
 
 
 def add_layernorm(
@@ -194,5 +201,6 @@ def add_layernorm(
             f"{op}: residual is {str(residual.dtype).removeprefix('torch.')} and x is "
             f"{str(x.dtype).removeprefix('torch.')}; float64 goes only with float64"
         )
-    s, y, _mean, _rstd = _add_layernorm(x, residual, weight, bias, float(eps))
+    op = _add_layernorm_impl if direct(x, residual, weight, bias) else _add_layernorm
+    s, y, _mean, _rstd = op(x, residual, weight, bias, float(eps))
     return s, y
