@@ -73,19 +73,25 @@ class FusedDecodeStep:
         # a CUDA-graph capture refuses
         x = m.wte.weight.index_select(0, token[:, 0]) + m.wpe.weight.index_select(0, pos.view(1))
         for i, block in enumerate(m.h):
-            attn, mlp = block.attn, block.mlp
+            attn = block.attn
             qkv = ops.decode_linear(
                 x, attn.c_attn.weight, attn.c_attn.bias,
                 ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
             )  # fmt: skip
             y = ops.decode_attention(qkv, self.cache.k[i], self.cache.v[i], pos)  # (B, C)
-            x = ops.decode_linear(y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
-            h = ops.decode_linear(
-                x, mlp.c_fc.weight, mlp.c_fc.bias,
-                ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, gelu=True, eps=eps,
-            )  # fmt: skip
-            x = ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
+            x = self._after_attention(block, x, y)
         return self._head(x)
+
+    def _after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
+        """The rest of a block for rows x (B, C) with attention output y (B, C):
+        x + c_proj(y), then + mlp(ln_2(.)), in three launches."""
+        attn, mlp, ops = block.attn, block.mlp, self.ops
+        x = ops.decode_linear(y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
+        h = ops.decode_linear(
+            x, mlp.c_fc.weight, mlp.c_fc.bias,
+            ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, gelu=True, eps=self.eps,
+        )  # fmt: skip
+        return ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
 
     def _head(self, x: Tensor) -> Tensor:
         m = self.model
@@ -125,13 +131,7 @@ class FusedDecodeStep:
             following = blocks[i + 1] if i + 1 < len(blocks) else last
             x, h = ops.add_layernorm(x, y, following.ln_1.weight, following.ln_1.bias, eps)
         # the last block: every position's keys and values, then the last row alone
-        attn, mlp = last.attn, last.mlp
+        attn = last.attn
         y = self._attend(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))[:, -1]  # (B, C)
-        x = x[:, -1].contiguous()
-        x = ops.decode_linear(y.contiguous(), attn.c_proj.weight, attn.c_proj.bias, residual=x)
-        f = ops.decode_linear(
-            x, mlp.c_fc.weight, mlp.c_fc.bias,
-            ln_weight=last.ln_2.weight, ln_bias=last.ln_2.bias, gelu=True, eps=eps,
-        )  # fmt: skip
-        x = ops.decode_linear(f, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
+        x = self._after_attention(last, x[:, -1].contiguous(), y.contiguous())
         return self._head(x)
