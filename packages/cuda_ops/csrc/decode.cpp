@@ -186,6 +186,9 @@ void register_decode(nb::module_& m) {
   m.def("decode_attention", &decode_attention, "y"_a, "qkv"_a, "k_cache"_a, "v_cache"_a,
         "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
+  // the CUDA kernels' limits, for callers that choose a path before calling (fused_step.py)
+  m.attr("decode_max_head_size") = kDecodeMaxHeadSize;
+  m.attr("decode_max_k") = kDecodeMaxK;
 }
 
 }  // namespace gs

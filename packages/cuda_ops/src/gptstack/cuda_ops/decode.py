@@ -22,6 +22,9 @@ from ._ext import _C, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 DEFAULT_EPS = 1e-5
+# The CUDA kernels' limits (csrc/decode.h): the head size, and K (the widest input row).
+MAX_HEAD_SIZE: int = _C.decode_max_head_size
+MAX_K: int = _C.decode_max_k
 
 
 def _decode_linear_impl(

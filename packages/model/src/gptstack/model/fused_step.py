@@ -25,10 +25,6 @@ from .config import native_ops
 from .errors import ModelError
 from .kv_cache import StaticKVCache
 
-# The CUDA kernels' limits (csrc/decode.h): head size, and the widest input row (4 * n_embd).
-MAX_HEAD_SIZE = 128
-MAX_ROW = 12288
-
 
 def unsupported_reason(model, device: torch.device) -> str | None:
     """Why the fused step cannot run this model here, or None when it can."""
@@ -36,21 +32,21 @@ def unsupported_reason(model, device: torch.device) -> str | None:
     if len(dtypes) != 1:
         return f"the weights mix dtypes {sorted(map(str, dtypes))}; cast the model to one dtype"
     (dtype,) = dtypes
-    cfg = model.config
-    if device.type == "cuda":
-        if dtype not in (torch.float32, torch.bfloat16):
-            return f"the CUDA kernels take float32 or bfloat16 weights, not {dtype}"
-        if cfg.head_size > MAX_HEAD_SIZE or 4 * cfg.n_embd > MAX_ROW:
-            return (
-                f"head size {cfg.head_size} / MLP width {4 * cfg.n_embd} is above the CUDA "
-                f"kernels' limits ({MAX_HEAD_SIZE} / {MAX_ROW})"
-            )
     try:
         ops = native_ops()
     except ModelError as e:
         return str(e)
-    if device.type == "cuda" and not ops.build_info()["cuda"]:
-        return "gptstack.cuda_ops was built without CUDA kernels (no nvcc at build time)"
+    if device.type == "cuda":
+        if not ops.build_info()["cuda"]:
+            return "gptstack.cuda_ops was built without CUDA kernels (no nvcc at build time)"
+        if dtype not in (torch.float32, torch.bfloat16):
+            return f"the CUDA kernels take float32 or bfloat16 weights, not {dtype}"
+        cfg, limits = model.config, ops.decode
+        if cfg.head_size > limits.MAX_HEAD_SIZE or 4 * cfg.n_embd > limits.MAX_K:
+            return (
+                f"head size {cfg.head_size} / MLP width {4 * cfg.n_embd} is above the CUDA "
+                f"kernels' limits ({limits.MAX_HEAD_SIZE} / {limits.MAX_K})"
+            )
     return None
 
 
