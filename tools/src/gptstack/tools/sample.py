@@ -89,22 +89,13 @@ def _token_chunks(
     top_p: float | None,
     seed: int | None,
     window: str,
-    compile: bool,
-    kernels: str,
-    used: dict,
+    graph: GraphDecoder | None,
 ) -> Iterator[list[int]]:
-    """The new ids of row 0, in the chunks the decoder produces them; `used["kernels"]` says
-    which one-token step ran."""
+    """The new ids of row 0, in the chunks the decoder produces them: `graph` for the graph
+    mode, decoding.stream for the others."""
     vocab_limit = ckpt.tokenizer.vocab_size  # padded rows of the embedding are never drawn
-    if mode == "graph":
-        try:
-            decoder = GraphDecoder(
-                ckpt.model, batch_size=1, compile=compile, fused=KERNELS[kernels]
-            )
-        except ModelError as e:  # --kernels gptstack where the fused step cannot run
-            raise GptstackError(f"--kernels gptstack: {e}") from None
-        used["kernels"] = "gptstack" if decoder.fused else "torch"
-        for chunk in decoder.generate(
+    if graph is not None:
+        for chunk in graph.generate(
             idx,
             tokens,
             temperature=temperature,
@@ -169,9 +160,14 @@ def sample(
     if out is not None:
         out.write(prompt)
         out.flush()
-    start = time.perf_counter()
+    start = time.perf_counter()  # the graph decoder's construction counts as start-up
     first_at, n = None, 0
-    used = {"kernels": "torch"}
+    graph = None
+    if mode == "graph":
+        try:
+            graph = GraphDecoder(ckpt.model, batch_size=1, compile=compile, fused=KERNELS[kernels])
+        except ModelError as e:  # --kernels gptstack where the fused step cannot run
+            raise GptstackError(f"--kernels gptstack: {e}") from None
     for chunk in _token_chunks(
         ckpt,
         idx,
@@ -182,9 +178,7 @@ def sample(
         top_p=top_p,
         seed=seed,
         window=window,
-        compile=compile,
-        kernels=kernels,
-        used=used,
+        graph=graph,
     ):
         if first_at is None:
             first_at = time.perf_counter()
@@ -208,5 +202,5 @@ def sample(
         startup,
         mode,
         {torch.float32: "fp32", torch.bfloat16: "bf16"}[weights],
-        used["kernels"],
+        "gptstack" if graph is not None and graph.fused else "torch",
     )
