@@ -7,8 +7,8 @@
 #             -m gptstack.tools.train_dist ...`: one process under torchrun's elastic agent, so
 #             world size 1 = the plain path with its whole-step CUDA graph; with one process
 #             torchrun leaves OMP_NUM_THREADS alone, so both runs have the same threads)
-# shakespeare-char: 300 steps (batch 64 x 256); gpt2-124m: 12 steps at the preset batch
-# (16 x 1024, 32 micro-batches: 524,288 tokens per step). tokens/s is each run's median over its
+# shakespeare-char: SC_STEPS (default 1000) steps of batch 64 x 256; gpt2-124m: GPT2_STEPS
+# (default 30) steps at the preset batch (16 x 1024, 32 micro-batches: 524,288 tokens per step). tokens/s is each run's median over its
 # logged intervals without the first (compile, CUDA-graph capture), as summary.json records it.
 #
 #   On the lent H200 (repository root; $OUT given by the device tool; no uv, no network):
@@ -21,9 +21,10 @@
 # summary.json files and gpu_dist.log; prints a short table last. Expected on an H200: the
 # ratio within about 2 % of 1.00 for both presets, and the single runs near the recorded
 # 491 k tokens/s (gpt2-124m) and 3.0 M tokens/s (shakespeare-char) of benchmarks/results/run-*.
-# GPU time: about 2.5 minutes (each run ~15 s of Python/torch start-up and torch.compile, the
+# GPU time: about 4 minutes (each run ~15 s of Python/torch start-up and torch.compile, the
 # second run of a preset reusing the first's inductor cache); each run has a time cap.
-# Knobs: PRESETS="shakespeare-char gpt2-124m"  CAP_S=150 (seconds per run)  PYTHON=python3
+# Knobs: PRESETS="shakespeare-char gpt2-124m"  SC_STEPS=1000  GPT2_STEPS=30
+#        CAP_S=150 (seconds per run)  PYTHON=python3
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -49,8 +50,8 @@ else
 fi
 settings() {  # preset -> the --set flags of its runs (both modes alike)
     case $1 in
-        shakespeare-char) echo "--set train.max_steps=300 --set train.eval_interval=100000 --set train.eval_batches=10" ;;
-        gpt2-124m) echo "--set train.max_steps=12 --set train.eval_interval=100000 --set train.eval_batches=2" ;;
+        shakespeare-char) echo "--set train.max_steps=${SC_STEPS:-1000} --set train.eval_interval=100000 --set train.eval_batches=10" ;;
+        gpt2-124m) echo "--set train.max_steps=${GPT2_STEPS:-30} --set train.eval_interval=100000 --set train.eval_batches=2" ;;
         smoke) echo "--set train.max_steps=20 --set train.log_interval=2 --set train.device=cpu" ;;
     esac
 }

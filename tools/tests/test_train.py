@@ -242,3 +242,42 @@ def test_cpu_dropout_replaces_the_models_dropout_on_a_cpu(tmp_path, small_corpus
     train(unset, tmp_path / "run2", progress=False, log=lambda s: None)
     meta = json.loads((tmp_path / "run2" / "best" / "config.json").read_text())
     assert meta["model"]["dropout"] == 0.3
+
+
+def test_ema_run_evaluates_and_saves_the_average_and_resumes_exactly(tmp_path, small_corpus):
+    """train.ema_decay: best/ holds the average (its recorded val loss is the average's), last/
+    the weights themselves with the average in train_state.pt; a resumed run continues the
+    average bit for bit."""
+    extra = [
+        "train.max_steps=24",
+        "train.log_interval=1",
+        "train.eval_interval=8",
+        "train.ema_decay=0.9",
+        "train.device=cpu",
+    ]
+    full = tmp_path / "full"
+    train(smoke_cfg(small_corpus, *extra), full, progress=False, log=lambda s: None)
+    state = torch.load(full / "last" / "train_state.pt", weights_only=True)
+    average = state["weight_average"]
+    assert average["updates"] == 24 and average["decay"] == 0.9
+    last = load_checkpoint(full / "last").model
+    params = [p for p in last.parameters() if p.requires_grad]
+    assert len(params) == len(average["average"])
+    assert any(not torch.equal(p, a) for p, a in zip(params, average["average"]))
+    best_meta = json.loads((full / "best" / "config.json").read_text())
+    if best_meta["step"] == 24:  # the average at the last step is what best/ holds
+        best = load_checkpoint(full / "best").model
+        best_params = [p for p in best.parameters() if p.requires_grad]
+        assert all(torch.equal(p, a) for p, a in zip(best_params, average["average"]))
+    assert json.loads((full / "last" / "config.json").read_text())["val_loss"] is None
+
+    staged = tmp_path / "staged"
+    train(smoke_cfg(small_corpus, *extra), staged, stop_at=13, progress=False, log=lambda s: None)
+    train(
+        smoke_cfg(small_corpus, *extra), staged, resume=staged, progress=False, log=lambda s: None
+    )
+    resumed = torch.load(staged / "last" / "train_state.pt", weights_only=True)["weight_average"]
+    assert resumed["updates"] == 24
+    assert all(torch.equal(a, b) for a, b in zip(average["average"], resumed["average"]))
+    with pytest.raises(Exception, match=r"ema_decay must be in \[0, 1\)"):
+        smoke_cfg(small_corpus, "train.ema_decay=1.0")

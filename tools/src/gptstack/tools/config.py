@@ -95,6 +95,10 @@ class TrainSection:
     # stop after this many evaluations in a row without a better val loss (0: never); best/
     # keeps the best step either way
     early_stop_evals: int = 0
+    # evaluate and save an exponential moving average of the weights, with this decay (0: the
+    # weights themselves). best/ then holds the average; last/ the weights, the average in its
+    # train_state.pt (weight_average.py in the model package)
+    ema_decay: float = 0.0
     seed: int = 1337
     device: str = "auto"  # auto (cuda if available) | cuda | cpu
     # auto (bf16 autocast on CUDA and on CPUs with native bf16, else fp32: runtime.py) | bf16
@@ -262,6 +266,7 @@ def validate(cfg: RunConfig, *, source: str) -> None:
             t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
             "train.eval_interval, eval_batches and log_interval must be >= 1",
         ),
+        (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
         (t.dist_timeout_s > 0, f"train.dist_timeout_s must be > 0, got {t.dist_timeout_s}"),
     ]
     for ok, message in rules:

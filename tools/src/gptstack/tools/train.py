@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from gptstack.model import GPT, GPTConfig, TrainStep, load_safetensors
+from gptstack.model import GPT, GPTConfig, TrainStep, WeightAverage, load_safetensors
 from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
 
@@ -231,6 +231,15 @@ def train(
         t.weight_decay, t.lr, (t.beta1, t.beta2), runtime.device_type, capturable=runtime.cuda_graph
     )
 
+    average = None
+    if t.ema_decay > 0:
+        if world.size > 1 and t.parallel == "fsdp":  # [dist]
+            raise ConfigError(
+                "train.ema_decay is not supported with train.parallel=fsdp (the average would "
+                "have to be sharded like the parameters): use train.parallel=ddp or ema_decay=0"
+            )
+        average = WeightAverage(model.parameters(), t.ema_decay)
+
     startup["model_s"] = time.time() - entered - startup["data_s"]  # incl. CUDA's start
     start, best_val, best_bpc, elapsed0, evals_without_gain = 0, math.inf, math.inf, 0.0, 0
     if state is not None:
@@ -238,6 +247,8 @@ def train(
         start, best_val = state["step"], state["best_val_loss"]
         best_bpc, elapsed0 = state.get("best_val_bpc", math.inf), state.get("elapsed_s", 0.0)
         evals_without_gain = state.get("evals_without_gain", 0)
+        if average is not None and "weight_average" in state:
+            average.load_state_dict(state["weight_average"])
         if start >= max_steps:
             log(f"{ckpt} is at step {start:,} of {max_steps:,}: training is finished")
             return TrainResult(run_dir, start, max_steps, best_val, math.nan, best_bpc, 0.0, False)
@@ -251,6 +262,7 @@ def train(
         grad_clip=t.grad_clip,
         cuda_graph=runtime.cuda_graph,
         no_sync=replicas.no_sync,
+        average=average,
     )
     if not world.is_main:  # [dist] rank 0 alone prints
         progress, log = False, _quiet
@@ -288,11 +300,17 @@ def train(
         """Losses, metrics and checkpoints at `step`; EvalInterrupted on a Ctrl-C."""
         nonlocal best_val, best_bpc, evals_without_gain
         bar.refresh()
-        losses = estimator(
-            progress=progress, desc=f"eval at step {step}", should_stop=lambda: stop.requested
-        )
+        # with train.ema_decay the average is what is evaluated and what best/ keeps
+        with average.swapped_in() if average is not None else contextlib.nullcontext():
+            losses = estimator(
+                progress=progress, desc=f"eval at step {step}", should_stop=lambda: stop.requested
+            )
+            val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
+            meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
+            improved = val < best_val
+            if improved:  # [dist] rank 0 writes
+                replicas.save(run_dir / "best", tokenizer=corpus.tokenizer, meta=meta)
         bar.unpause()  # the evaluation's time is not the steps': keep it out of rate and ETA
-        val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
         metrics.write(
             event="eval",
             step=step,
@@ -302,13 +320,11 @@ def train(
             lr=get_lr(step, t, max_steps),
             time=time.time(),
         )
-        meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
-        improved = val < best_val
         evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
-            replicas.save(run_dir / "best", tokenizer=corpus.tokenizer, meta=meta)  # [dist] rank 0
-        save_last(step, meta)
+        # last/ holds the weights themselves: the average's loss is not theirs
+        save_last(step, meta if average is None else checkpoint_meta(mcfg, cfg, corpus, step))
         say(
             f"step {step:>6}: train {losses['train']:.4f}  val {val:.4f}  "
             f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}"
@@ -330,6 +346,8 @@ def train(
             "evals_without_gain": evals_without_gain,
             "elapsed_s": elapsed0 + time.perf_counter() - t0,
         }
+        if average is not None:
+            state["weight_average"] = average.state_dict()
         # [dist] the optimizer state goes in whole (train_state.pt) or as FSDP2's DCP shards
         replicas.save(
             run_dir / "last",

@@ -52,6 +52,7 @@ _EXPORTS = {
     "make_generator": ".sampling",
     "sample": ".sampling",
     "TrainStep": ".train_step",
+    "WeightAverage": ".weight_average",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -32,6 +32,7 @@ import torch
 
 from .device import autocast
 from .graphs import capture, run_on_side_stream
+from .weight_average import WeightAverage
 
 WARMUP_STEPS = 3  # eager steps before capture (the recipe asks for a few; compile happens here)
 
@@ -49,6 +50,8 @@ class TrainStep:
     torch.compile(mode="reduce-overhead") needs when its graphs are replayed step after step.
     no_sync: a context-manager factory entered around the forward and backward of every
     micro-batch but the last (DDP's `no_sync`), or None.
+    average: a WeightAverage of the parameters, updated after each optimizer step (in the graph
+    too), or None.
     """
 
     def __init__(
@@ -63,13 +66,14 @@ class TrainStep:
         cuda_graph: bool = False,
         cudagraph_mark_step: bool = False,
         no_sync: Callable[[], AbstractContextManager] | None = None,
+        average: WeightAverage | None = None,
     ) -> None:
         if cuda_graph and device.type != "cuda":
             raise ValueError(f"cuda_graph=True needs a CUDA device, got {device}")
         self.fwd, self.params, self.optimizer = fwd, list(params), optimizer
         self.grad_clip, self.bf16, self.device = grad_clip, bf16, device
         self.cuda_graph, self.cudagraph_mark_step = cuda_graph, cudagraph_mark_step
-        self.no_sync = no_sync
+        self.no_sync, self.average = no_sync, average
         self.warmup_left = WARMUP_STEPS if cuda_graph else 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -87,6 +91,8 @@ class TrainStep:
         if self.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
         self.optimizer.step()
+        if self.average is not None:
+            self.average.update()
         # The returned loss must not keep the step's autograd graph alive (hence detach above): a
         # live graph holds AccumulateGrad nodes created on the warm-up side stream, and the next
         # backward on another stream then warns (and syncs) about the stream mismatch.
@@ -107,6 +113,8 @@ class TrainStep:
         return self._body(batches)
 
     def step(self, batches: Batch, lr: float) -> torch.Tensor:
+        if self.average is not None:
+            self.average.prepare()
         if not self.cuda_graph:
             return self._eager(batches, lr)
         if self.warmup_left > 0:
