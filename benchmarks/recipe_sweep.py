@@ -1,6 +1,7 @@
 """Training-recipe sweep: many short `gptstack train` runs of one preset, side by side.
 
     python3 benchmarks/recipe_sweep.py run --grid esp32 --out DIR [--jobs 4] [--deadline-s 540]
+                                           [--eval]
     python3 benchmarks/recipe_sweep.py report benchmarks/results/sweep-esp32-h200-DATE.json
 
 `run` trains every point of a named grid (GRIDS below: the preset, the swept settings, the seeds)
@@ -8,7 +9,9 @@ with `python3 -m gptstack.tools.cli train --set ...`, exactly the user's command
 a time on the one GPU (small models leave it mostly idle, so runs overlap well), and writes one
 JSON: each run's overrides, best val loss and bits/char, the step of the best evaluation, the
 whole val curve and the wall time, plus the environment (docs/MEASURING.md rule 6). A run still
-going at the deadline is stopped with SIGINT (it saves) and recorded as interrupted.
+going at the deadline is stopped with SIGINT (it saves) and recorded as interrupted. `--eval`
+then scores each run's best/ with `gptstack eval --val-windows all` (every val window: the figure
+the presets' goals are stated in; a training evaluation averages random windows).
 
 `report` turns that JSON into a markdown table (best first; repeated seeds as mean and spread)
 and a plot of best val bits/char against each swept setting, beside the JSON in benchmarks/.
@@ -243,8 +246,29 @@ def run_name(overrides: dict) -> str:
     return ",".join(parts).replace("/", "_")
 
 
-def train_one(preset: str, overrides: dict, runs: Path, deadline: float, log) -> dict:
-    """One `gptstack train` process; its summary.json, or why there is none."""
+def eval_all_windows(run_dir: Path, log_path: Path) -> dict | None:
+    """`gptstack eval --val-windows all` on the run's best/: the loss over every val window, the
+    figure the presets' goals are stated in (a training evaluation samples random windows)."""
+    out = run_dir / "eval-all.json"
+    cmd = [sys.executable, "-m", "gptstack.tools.cli", "eval", "--ckpt", str(run_dir)]
+    cmd += ["--val-windows", "all", "--samples", "0", "--no-progress", "--json", str(out)]
+    with open(log_path, "a") as log:
+        if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+            return None
+    scored = json.loads(out.read_text())
+    return {
+        "val_loss": scored["float"]["val_loss"],
+        "val_bits_per_char": scored["float"]["val_bits_per_char"],
+        "step": scored["step"],
+        "command": cmd[1:],
+    }
+
+
+def train_one(
+    preset: str, overrides: dict, runs: Path, deadline: float, log, evaluate: bool = False
+) -> dict:
+    """One `gptstack train` process; its summary.json, or why there is none. `evaluate`: then
+    `gptstack eval` over all val windows (row["eval_all"])."""
     run_dir = runs / run_name(overrides)
     cmd = [sys.executable, "-m", "gptstack.tools.cli", "train", "--preset", preset]
     for key, value in overrides.items():
@@ -288,13 +312,17 @@ def train_one(preset: str, overrides: dict, runs: Path, deadline: float, log) ->
             }
         )
         row["interrupted"] = s.get("steps") != s.get("max_steps")
+        if evaluate:
+            row["eval_all"] = eval_all_windows(run_dir, runs / f"{run_dir.name}.log")
     else:
         tail = (runs / f"{run_dir.name}.log").read_text().strip().splitlines()[-3:]
         row["error"] = " | ".join(tail)
+    scored = row.get("eval_all") or {}
     log(
         f"{run_dir.name}: rc {proc.returncode}, best val {row.get('best_val_loss')} "
         f"({row.get('best_val_bpc')} bits/char) at step {row.get('best_step')}, "
-        f"{row['process_s']:.0f} s"
+        f"all val windows {scored.get('val_loss')} ({scored.get('val_bits_per_char')} "
+        f"bits/char), {row['process_s']:.0f} s"
     )
     return row
 
@@ -318,7 +346,9 @@ def cmd_run(args) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda o: train_one(grid["preset"], o, runs, deadline, log), points))
+        rows = list(
+            pool.map(lambda o: train_one(grid["preset"], o, runs, deadline, log, args.eval), points)
+        )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     record = {
         "kind": "recipe-sweep",
@@ -358,13 +388,17 @@ def report(record: dict) -> str:
         f"{env['device'].get('name')} ({env['date']}, commit {str(git)[:12]}); every run also "
         f"sets {', '.join(f'`{k}={v}`' for k, v in record['fixed'].items())}. Best val loss is "
         "the best evaluation's (nats/token); best step as a share of the run's schedule; "
-        "seeds pooled as mean ± spread (max − min), each seed's value in brackets; wall s is "
-        "the training loop's (median), with the other runs sharing the GPU.",
+        "seeds pooled as mean ± spread (max − min), each seed's value in brackets; all val "
+        "windows: `gptstack eval --val-windows all` on the run's best/ (every val window, "
+        "the figure the goals use; the best val loss above is the training's estimate from "
+        "random windows); rows sorted by it where present; wall s is the training loop's "
+        "(median), with the other runs sharing the GPU.",
         "",
         "| "
         + " | ".join(a.split(".")[-1] for a in axes)
-        + " | seeds | best val loss | best bits/char | best step | of schedule | wall s |",
-        "|" + "---|" * (len(axes) + 6),
+        + " | seeds | best val loss | best bits/char | all val windows: loss | bits/char"
+        + " | best step | of schedule | wall s |",
+        "|" + "---|" * (len(axes) + 8),
     ]
 
     def mean_spread(values: list[float]) -> str:
@@ -375,8 +409,13 @@ def report(record: dict) -> str:
         each = ", ".join(f"{v:.4f}" for v in values)
         return f"{statistics.mean(values):.4f} ± {max(values) - min(values):.4f} ({each})"
 
-    def score(rows: list[dict]) -> float:
-        v = [r["best_val_bpc"] for r in rows if r.get("best_val_bpc") is not None]
+    def scored(rows: list[dict], key: str) -> list[float]:
+        return [r["eval_all"][key] for r in rows if r.get("eval_all")]
+
+    def score(rows: list[dict]) -> float:  # all val windows where scored, else the estimate
+        v = scored(rows, "val_bits_per_char") or [
+            r["best_val_bpc"] for r in rows if r.get("best_val_bpc") is not None
+        ]
         return statistics.mean(v) if v else float("inf")
 
     for key, rows in sorted(groups.items(), key=lambda kv: score(kv[1])):
@@ -391,6 +430,8 @@ def report(record: dict) -> str:
             + f" | {len(done)}/{len(rows)}{flag}"
             + f" | {mean_spread([r['best_val_loss'] for r in done])}"
             + f" | {mean_spread([r['best_val_bpc'] for r in done])}"
+            + f" | {mean_spread(scored(done, 'val_loss'))}"
+            + f" | {mean_spread(scored(done, 'val_bits_per_char'))}"
             + f" | {', '.join(f'{s:,}' for s in steps) or '–'}"
             + f" | {', '.join(f'{100 * s:.0f} %' for s in share) or '–'}"
             + f" | {_fmt(statistics.median(walls) if walls else None, '.0f')} |"
@@ -468,6 +509,11 @@ def main() -> int:
     run.add_argument("--jobs", type=int, default=4, help="runs at a time (default 4)")
     run.add_argument("--deadline-s", type=float, default=540.0, help="stop everything after this")
     run.add_argument("--limit", type=int, default=0, help="only the first N points (0: all)")
+    run.add_argument(
+        "--eval",
+        action="store_true",
+        help="after each run, gptstack eval --val-windows all on its best/ (the goals' figure)",
+    )
     rep = sub.add_parser("report", help="markdown table and plot from sweep JSON files")
     rep.add_argument("json", type=Path, nargs="+")
     here = Path(__file__).resolve().parent
