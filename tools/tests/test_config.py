@@ -42,7 +42,8 @@ def test_preset_values_are_the_documented_models():
         384,
         256,
     )
-    assert (ch.train.batch_size, ch.train.max_steps, ch.model.dropout) == (64, 3500, 0.3)
+    assert (ch.train.batch_size, ch.train.max_steps, ch.model.dropout) == (64, 4500, 0.35)
+    assert ch.train.ema_decay == 0.999
     g = load_preset("gpt2-124m")
     tokens_per_step = g.train.batch_size * g.train.grad_accum * g.model.block_size
     assert 0.45e6 < tokens_per_step < 0.55e6
