@@ -281,3 +281,5 @@ def test_ema_run_evaluates_and_saves_the_average_and_resumes_exactly(tmp_path, s
     assert all(torch.equal(a, b) for a, b in zip(average["average"], resumed["average"]))
     with pytest.raises(Exception, match=r"ema_decay must be in \[0, 1\)"):
         smoke_cfg(small_corpus, "train.ema_decay=1.0")
+    with pytest.raises(Exception, match="not supported with train.parallel=fsdp"):
+        smoke_cfg(small_corpus, "train.ema_decay=0.9", "train.parallel=fsdp")

@@ -267,6 +267,11 @@ def validate(cfg: RunConfig, *, source: str) -> None:
             "train.eval_interval, eval_batches and log_interval must be >= 1",
         ),
         (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
+        (
+            t.ema_decay == 0 or t.parallel != "fsdp",
+            "train.ema_decay is not supported with train.parallel=fsdp (the average would have "
+            "to be sharded like the parameters): use train.parallel=ddp or train.ema_decay=0",
+        ),
         (t.dist_timeout_s > 0, f"train.dist_timeout_s must be > 0, got {t.dist_timeout_s}"),
     ]
     for ok, message in rules:

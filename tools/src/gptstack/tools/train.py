@@ -231,14 +231,7 @@ def train(
         t.weight_decay, t.lr, (t.beta1, t.beta2), runtime.device_type, capturable=runtime.cuda_graph
     )
 
-    average = None
-    if t.ema_decay > 0:
-        if world.size > 1 and t.parallel == "fsdp":  # [dist]
-            raise ConfigError(
-                "train.ema_decay is not supported with train.parallel=fsdp (the average would "
-                "have to be sharded like the parameters): use train.parallel=ddp or ema_decay=0"
-            )
-        average = WeightAverage(model.parameters(), t.ema_decay)
+    average = WeightAverage(model.parameters(), t.ema_decay) if t.ema_decay > 0 else None
 
     startup["model_s"] = time.time() - entered - startup["data_s"]  # incl. CUDA's start
     start, best_val, best_bpc, elapsed0, evals_without_gain = 0, math.inf, math.inf, 0.0, 0
