@@ -49,6 +49,10 @@ def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus)
     _, summary = write_run_summary(run)
     # from process start (this pytest process: it started before train() did)
     assert summary["process_wall_s"] > summary["wall_time_s"] > 0
+    # the loop's time in evaluations and checkpoint writes, each recorded per evaluation
+    assert all(e["eval_s"] > 0 and e["checkpoint_s"] > 0 for e in evals)
+    assert summary["eval_s_total"] == pytest.approx(sum(e["eval_s"] for e in evals))
+    assert 0 < summary["eval_s_total"] + summary["checkpoint_s_total"] < summary["wall_time_s"]
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, small_corpus):

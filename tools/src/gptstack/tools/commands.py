@@ -151,6 +151,8 @@ def cmd_train(args) -> int:
     print(
         f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s"
         + (f" ({rate:,.0f} tokens/s median)" if rate else "")
+        + f"; of it evaluations {recorded['eval_s_total']:.1f} s, checkpoint writes "
+        f"{recorded['checkpoint_s_total']:.1f} s"
     )
     print(
         f"best val loss {result.best_val_loss:.4f} ({result.best_val_bpc:.4f} bits/char) "

@@ -62,6 +62,9 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
         if steady
         else None,
         "mfu_median": statistics.median(mfus) if mfus else None,
+        # where the loop's time went besides the steps (eval records of older runs lack them)
+        "eval_s_total": sum(r.get("eval_s", 0.0) for r in evals),
+        "checkpoint_s_total": sum(r.get("checkpoint_s", 0.0) for r in evals),
         "evals": [{k: r[k] for k in ("step", "train_loss", "val_loss", "val_bpc")} for r in evals],
         "environment": environment(device, command if command is not None else sys.argv),
     }

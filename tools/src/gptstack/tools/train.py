@@ -293,16 +293,24 @@ def train(
         """Losses, metrics and checkpoints at `step`; EvalInterrupted on a Ctrl-C."""
         nonlocal best_val, best_bpc, evals_without_gain
         bar.refresh()
+        t_eval = time.perf_counter()
         # with train.ema_decay the average is what is evaluated and what best/ keeps
         with average.swapped_in() if average is not None else contextlib.nullcontext():
             losses = estimator(
                 progress=progress, desc=f"eval at step {step}", should_stop=lambda: stop.requested
             )
+            t_save = time.perf_counter()
             val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
             meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
             improved = val < best_val
             if improved:  # [dist] rank 0 writes
                 replicas.save(run_dir / "best", tokenizer=corpus.tokenizer, meta=meta)
+        evals_without_gain = 0 if improved else evals_without_gain + 1
+        if improved:
+            best_val, best_bpc = val, bpc
+        # last/ holds the weights themselves: the average's loss is not theirs
+        save_last(step, meta if average is None else checkpoint_meta(mcfg, cfg, corpus, step))
+        t_done = time.perf_counter()
         bar.unpause()  # the evaluation's time is not the steps': keep it out of rate and ETA
         metrics.write(
             event="eval",
@@ -311,13 +319,10 @@ def train(
             val_loss=val,
             val_bpc=bpc,
             lr=get_lr(step, t, max_steps),
+            eval_s=t_save - t_eval,  # the loss estimate
+            checkpoint_s=t_done - t_save,  # best/ (when better) and last/, written and synced
             time=time.time(),
         )
-        evals_without_gain = 0 if improved else evals_without_gain + 1
-        if improved:
-            best_val, best_bpc = val, bpc
-        # last/ holds the weights themselves: the average's loss is not theirs
-        save_last(step, meta if average is None else checkpoint_meta(mcfg, cfg, corpus, step))
         say(
             f"step {step:>6}: train {losses['train']:.4f}  val {val:.4f}  "
             f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}"
