@@ -4,6 +4,7 @@ tokenizer and quant must work without torch; the others must import with only th
 dependencies (the workspace wheels are offered with --find-links, nothing else of the repo).
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,16 @@ MEMBERS = {
     ),
     "gptstack-bench": "import gptstack.bench as b; assert b.peak_flops('NVIDIA H200') is not None",
     "gptstack-tools": "import gptstack.tools.cli as c; c.build_parser()",
+    # the native ops on the CPU, from the wheel's own compiled extension
+    "gptstack-cuda-ops": (
+        "import torch, gptstack.cuda_ops as o; x = torch.randn(3, 37); "
+        "torch.testing.assert_close(o.gelu_tanh(x), torch.nn.functional.gelu(x, approximate="
+        "'tanh'), rtol=1e-5, atol=1e-6); assert o.build_info()['cpu_paths']"
+    ),
 }
+# the native package is built as sdist + a wheel from that sdist (what `uv build` does without
+# --wheel), so the sdist is proven to hold the C++ sources; CPU only, to keep the test quick
+SDIST_TOO = {"gptstack-cuda-ops": {"GPTSTACK_CUDA": "OFF"}}
 NO_TORCH = {"gptstack-tokenizer", "gptstack-quant"}
 
 
@@ -36,12 +46,18 @@ def wheels(tmp_path_factory):
         pytest.fail("uv is not on PATH: install it with `python3 -m pip install uv`")
     dist = tmp_path_factory.mktemp("dist")
     for name in MEMBERS:
-        subprocess.run(
-            ["uv", "build", "--package", name, "--wheel", "-o", str(dist)],
+        cmd = ["uv", "build", "--package", name, "--python", sys.executable, "-o", str(dist)]
+        env = {**os.environ, **SDIST_TOO[name]} if name in SDIST_TOO else None
+        proc = subprocess.run(
+            cmd if name in SDIST_TOO else [*cmd, "--wheel"],
             cwd=ROOT,
-            check=True,
+            env=env,
             capture_output=True,
+            text=True,
         )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in SDIST_TOO:
+        assert list(dist.glob(f"{name.replace('-', '_')}-*.tar.gz")), sorted(dist.iterdir())
     return dist
 
 
@@ -69,8 +85,9 @@ def test_member_installs_and_works_alone(name, wheels, tmp_path):
     proc = subprocess.run([str(py), "-c", check], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     # nothing of the workspace leaks in: the package comes from the venv, not from the checkout
+    module = name.removeprefix("gptstack-").replace("-", "_")
     where = subprocess.run(
-        [str(py), "-c", f"import gptstack.{name.split('-')[1]} as m; print(m.__file__)"],
+        [str(py), "-c", f"import gptstack.{module} as m; print(m.__file__)"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
