@@ -42,6 +42,7 @@ from .checkpoint import (
     save_checkpoint,
     save_optimizer_shards,
 )
+from .checkpoint_writer import CheckpointWriter, cpu_snapshot
 from .distributed import World
 from .errors import ConfigError
 from .runtime import Runtime
@@ -75,8 +76,12 @@ class ParallelModel:
         meta: dict[str, Any],
         train_state: dict[str, Any] | None = None,
         optimizer: torch.optim.Optimizer | None = None,
+        writer: CheckpointWriter | None = None,
     ) -> None:
         """Write a checkpoint (every rank calls this; rank 0 writes the directory atomically).
+
+        writer: hand the write to this background writer, after copying what it needs to the
+        CPU (one process and DDP; FSDP2's shards are written by every rank, inline).
 
         With train_state, the optimizer state goes in too: whole in train_state.pt (one process,
         DDP: every replica holds the same), or as DCP shards written by every rank (FSDP2). Before
@@ -98,15 +103,26 @@ class ParallelModel:
                 train_state["optimizer"] = optimizer.state_dict()
             train_state["world_size"] = self.world.size
         weights = self._whole_model()
-        if self.world.is_main:
-            save_checkpoint(
+        if not self.world.is_main:
+            return
+        if writer is not None and writer.background and self.kind != "fsdp":
+            writer.submit(
+                save_checkpoint,
                 path,
-                model=weights,
+                model=_module_with(self.module.config, cpu_snapshot(weights.state_dict())),
                 tokenizer=tokenizer,
                 meta=meta,
-                train_state=train_state,
-                extra_dirs=extra,
+                train_state=cpu_snapshot(train_state),
             )
+            return
+        save_checkpoint(
+            path,
+            model=weights,
+            tokenizer=tokenizer,
+            meta=meta,
+            train_state=train_state,
+            extra_dirs=extra,
+        )
 
     def load_optimizer(
         self, ckpt: Path, state: dict[str, Any], optimizer: torch.optim.Optimizer
@@ -131,10 +147,7 @@ class ParallelModel:
         )
         if not self.world.is_main:
             return None
-        with torch.device("meta"):  # no memory, no init: the gathered tensors are assigned
-            copy = GPT(self.module.config)
-        copy.load_state_dict(full, assign=True)
-        return copy
+        return _module_with(self.module.config, full)
 
 
 def wrap_model(model: GPT, world: World, runtime: Runtime, parallel: str) -> ParallelModel:
@@ -169,6 +182,14 @@ def wrap_model(model: GPT, world: World, runtime: Runtime, parallel: str) -> Par
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)  # moves the shards to the mesh's device
     return ParallelModel(model, model, lambda: _fsdp_no_sync(model), "fsdp", world)
+
+
+def _module_with(config, state: dict[str, torch.Tensor]) -> GPT:
+    """A GPT whose tensors are `state`'s (built on the meta device: no memory, no init)."""
+    with torch.device("meta"):
+        copy = GPT(config)
+    copy.load_state_dict(state, assign=True)
+    return copy
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint
+from .checkpoint_writer import CheckpointWriter
 from .config import RunConfig, gpt_config
 from .data import Corpus, prepare_corpus
 from .distributed import World, restore_rng, rng_state, seed_ranks
@@ -300,11 +301,14 @@ def train(
                 progress=progress, desc=f"eval at step {step}", should_stop=lambda: stop.requested
             )
             t_save = time.perf_counter()
+            writer.drain()  # the previous evaluation's writes (done by now); raises a failed one
             val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
             meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
             improved = val < best_val
             if improved:  # [dist] rank 0 writes
-                replicas.save(run_dir / "best", tokenizer=corpus.tokenizer, meta=meta)
+                replicas.save(
+                    run_dir / "best", tokenizer=corpus.tokenizer, meta=meta, writer=writer
+                )
         evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
@@ -320,7 +324,9 @@ def train(
             val_bpc=bpc,
             lr=get_lr(step, t, max_steps),
             eval_s=t_save - t_eval,  # the loss estimate
-            checkpoint_s=t_done - t_save,  # best/ (when better) and last/, written and synced
+            # the loop's wait for checkpoints: copying best/ (when better) and last/ for the
+            # background writer, and any write of the previous evaluation still going
+            checkpoint_s=t_done - t_save,
             time=time.time(),
         )
         say(
@@ -353,8 +359,12 @@ def train(
             meta=meta,
             train_state=state,
             optimizer=optimizer,
+            writer=writer,
         )
 
+    # Training on a GPU, rank 0's checkpoint writes run on a background thread while the steps go
+    # on (the CPU is idle then); on a CPU they would compete with the step for its cores [dist]
+    writer = CheckpointWriter(background=runtime.device_type == "cuda")
     t0 = time.perf_counter()
     last_val, step, early_stopped = math.nan, start, False
     bar = tqdm(
@@ -468,16 +478,19 @@ def train(
                 except EvalInterrupted:  # the schedule is done: keep its weights, unevaluated
                     save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
         finally:
-            bar.close()
-            metrics.write(
-                event="end",
-                step=step,
-                best_val_loss=best_val,
-                time=time.time(),
-                interrupted=stop.requested,
-                early_stopped=early_stopped,
-            )
-            metrics.close()
+            try:
+                writer.close()  # every checkpoint is on disk before the run ends
+            finally:
+                bar.close()
+                metrics.write(
+                    event="end",
+                    step=step,
+                    best_val_loss=best_val,
+                    time=time.time(),
+                    interrupted=stop.requested,
+                    early_stopped=early_stopped,
+                )
+                metrics.close()
     wall = time.perf_counter() - t0
     world.barrier()  # [dist] rank 0 has written its last checkpoint
     return TrainResult(
