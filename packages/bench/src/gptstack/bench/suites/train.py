@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from gptstack.model import TrainStep, compile_model, configure_adamw
+from gptstack.model import TrainStep, WeightAverage, compile_model, configure_adamw
 from gptstack.model.train_step import WARMUP_STEPS
 
 from ..errors import BenchError
@@ -60,6 +60,7 @@ class Rung:
     gpu_only: bool
     about: str
     native: bool = False  # ops="gptstack", attention="gptstack": the kernels of gptstack.cuda_ops
+    average: bool = False  # a WeightAverage (train.ema_decay) updated inside the step
 
 
 RUNGS: tuple[Rung, ...] = (
@@ -178,6 +179,19 @@ RUNGS: tuple[Rung, ...] = (
         "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops",
         native=True,
     ),
+    Rung(
+        "ema",
+        "+ weight average (train.ema_decay)",
+        "regional",
+        "bf16",
+        True,
+        "regional",
+        True,
+        True,
+        "as the regional whole-step graph, plus the exponential moving average of the weights "
+        "updated after AdamW inside the graph (the shakespeare-char preset's ema_decay=0.999)",
+        average=True,
+    ),
 )
 RUNG_KEYS = tuple(r.key for r in RUNGS)
 _BY_KEY = {r.key: r for r in RUNGS}
@@ -243,6 +257,7 @@ class RungStep:
             grad_clip=GRAD_CLIP,
             cuda_graph=rung.step_graph,
             cudagraph_mark_step=rung.compile == "reduce-overhead",
+            average=WeightAverage(self.model.parameters(), 0.999) if rung.average else None,
         )
         self.first_loss: float | None = None
 
