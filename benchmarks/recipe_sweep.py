@@ -189,11 +189,10 @@ GRIDS: dict[str, dict] = {
         "axes": {"train.ema_decay": [0.995, 0.998, 0.999]},
         "seeds": [1337, 1],
     },
-    # shakespeare-char, round 3's best regularisation (1.4539 mean by `gptstack eval`) with the
-    # weight average
+    # shakespeare-char, round 3's best regularisation with the weight average
     "shakespeare-char-ema": {
-        "note": "The sweep's 240-s deadline stopped these runs at steps 4,000-4,250 of 4,500; "
-        "every best step (3,250-3,750) came before. Below step 4,490 the decay follows its ramp "
+        "note": "The sweep's deadline stopped these runs before step 4,500 (the table shows "
+        "where), after their best steps. Below step 4,490 the decay follows its ramp "
         "(1 + n) / (10 + n) for 0.998 and 0.999 alike, so the six runs are one recipe run twice "
         "per seed: they differ because CUDA training of this model is not bit-reproducible.",
         "preset": "shakespeare-char",
@@ -433,7 +432,8 @@ def report(record: dict) -> str:
         steps = [r["best_step"] for r in done]
         share = [r["best_step"] / r["max_steps"] for r in done if r.get("max_steps")]
         walls = [r["wall_time_s"] for r in done if r.get("wall_time_s")]
-        flag = " (interrupted)" if any(r.get("interrupted") for r in done) else ""
+        stopped = [f"{r['steps']:,}" for r in done if r.get("interrupted") and r.get("steps")]
+        flag = f" (stopped at {', '.join(stopped)})" if stopped else ""
         lines.append(
             "| "
             + " | ".join(str(k) for k in key)

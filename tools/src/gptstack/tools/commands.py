@@ -151,7 +151,7 @@ def cmd_train(args) -> int:
     print(
         f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s"
         + (f" ({rate:,.0f} tokens/s median)" if rate else "")
-        + f"; of it evaluations {recorded['eval_s_total']:.1f} s, checkpoint writes "
+        + f"; of it evaluations {recorded['eval_s_total']:.1f} s, waiting for checkpoints "
         f"{recorded['checkpoint_s_total']:.1f} s"
     )
     print(
