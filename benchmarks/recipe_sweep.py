@@ -205,6 +205,21 @@ GRIDS: dict[str, dict] = {
         "axes": {"train.ema_decay": [0.998, 0.999]},
         "seeds": [1337, 1, 2],
     },
+    # shakespeare-char: the 4,500-step preset peaked at step 3,500 in all seven of its full
+    # runs on 2026-12-03: a schedule that ends there spends no steps after the best one
+    "shakespeare-char-steps": {
+        "preset": "shakespeare-char",
+        "fixed": {"train.eval_interval": 250},
+        "axes": {"train.max_steps": [3500, 4000]},
+        "seeds": [1337, 1, 2],
+    },
+    # esp32: the preset's other two seeds scored over every val window (seed 1337: 2.0816)
+    "esp32-seeds": {
+        "preset": "esp32",
+        "fixed": {"train.eval_interval": 250},
+        "axes": {"train.max_steps": [3000]},
+        "seeds": [1, 2],
+    },
     "seconds": {  # a CPU check of the script itself
         "preset": "smoke",
         "fixed": {"train.eval_interval": 2, "train.eval_batches": 1, "train.device": "cpu"},

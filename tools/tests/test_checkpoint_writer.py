@@ -68,6 +68,23 @@ def test_snapshot_copies_every_tensor_and_keeps_the_structure():
     assert snap["d"]["e"].item() == 2.0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_snapshot_of_gpu_tensors_is_a_finished_pinned_copy():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    live = [torch.randn(n, generator=g, device="cuda") for n in (1, 7, 1 << 24)]
+    live.append(torch.randn(64, 48, generator=g, device="cuda").to(torch.bfloat16).t())
+    want = [t.cpu() for t in live]
+    snap = cpu_snapshot({"w": live})["w"]
+    # read at once, no synchronisation here: the 64 MB copy must already be complete
+    for s, w in zip(snap, want, strict=True):
+        assert s.device.type == "cpu" and s.is_pinned() and s.dtype == w.dtype
+        assert torch.equal(s, w)
+    for t in live:
+        t.add_(1.0)
+    torch.cuda.synchronize()
+    assert all(torch.equal(s, w) for s, w in zip(snap, want, strict=True))
+
+
 @pytest.mark.parametrize("ema_decay", [0.0, 0.9])
 def test_background_writes_equal_inline_writes(tmp_path, small_corpus, monkeypatch, ema_decay):
     """The background path (a GPU run's) writes, byte for byte, the checkpoints the inline path

@@ -34,8 +34,11 @@ constexpr int64_t kLnBwdMaxBlocks = 512;          // ~4 resident blocks on each 
 inline int ln_bwd_warps(int64_t C) {
   return static_cast<int>(std::min<int64_t>(8, kLnBwdSharedBytes / (2 * C * 4)));
 }
+// At least kLnBwdRowsPerWarp rows per warp: each block's partial sums cost a shared-memory
+// pass and 2C floats of workspace, worth it only over several rows.
+constexpr int64_t kLnBwdRowsPerWarp = 8;
 inline int64_t ln_bwd_blocks(int64_t N, int64_t C) {
-  int64_t w = ln_bwd_warps(C);
+  int64_t w = ln_bwd_warps(C) * kLnBwdRowsPerWarp;
   return w < 1 ? 0 : std::max<int64_t>(1, std::min<int64_t>((N + w - 1) / w, kLnBwdMaxBlocks));
 }
 inline int64_t ln_bwd_workspace_floats(int64_t N, int64_t C) {

@@ -194,7 +194,20 @@ def test_extension_checks_its_arguments():
 
 
 # --- CUDA --------------------------------------------------------------------------------------
-CUDA_SHAPES = [(1, 1, 7), (3, 257), (4, 3, 64), (16, 64, 768), (2, 3, 3000), (5, 6144)]
+# register kernels (C <= 32 * W * 4 and C % W == 0: bf16 W = 8, float32 W = 4): 64, 384 (a
+# partly filled last vector in bf16), 768, 1024; more rows than 512 blocks x 8 warps x 8
+# rows (33 x 1024 x 64); the three-pass fallback: 7, 257 (scalar), 3000, 6144 (vectors)
+CUDA_SHAPES = [
+    (1, 1, 7),
+    (3, 257),
+    (4, 3, 64),
+    (7, 384),
+    (16, 64, 768),
+    (9, 1024),
+    (33, 1024, 64),
+    (2, 3, 3000),
+    (5, 6144),
+]
 
 
 @pytest.mark.cuda
@@ -207,7 +220,7 @@ def test_cuda_layernorm_matches_torch(shape, dtype, bias, gen):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("shape", [(1, 1, 5), (2, 3, 37), (16, 64, 768)])
+@pytest.mark.parametrize("shape", [(1, 1, 5), (2, 3, 37), (5, 384), (16, 64, 768)])
 @pytest.mark.parametrize("dtypes", RESIDUAL_DTYPES[:4])
 def test_cuda_add_layernorm_matches_torch(shape, dtypes, gen):
     x, w, b, dy = _inputs(shape, dtypes[0], gen, device="cuda")

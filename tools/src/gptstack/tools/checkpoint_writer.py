@@ -29,13 +29,30 @@ import torch
 
 def cpu_snapshot(obj: Any) -> Any:
     """A copy of `obj` (nested dicts, lists and tuples) with every tensor copied to the CPU:
-    what a background write may read while training changes the originals."""
+    what a background write may read while training changes the originals. GPU tensors go to
+    pinned host memory by asynchronous copies with one synchronisation at the end: copied one
+    by one into fresh pageable memory, the shakespeare-char model's last/ (~170 MB, ~100
+    tensors) took ~0.2 s of every evaluation on the H200."""
+    streams: dict[torch.device, Any] = {}
+    snapshot = _copy_tensors(obj, streams)
+    for stream in streams.values():
+        stream.synchronize()
+    return snapshot
+
+
+def _copy_tensors(obj: Any, streams: dict) -> Any:
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
+        t = obj.detach()
+        if t.is_cuda:
+            out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            out.copy_(t, non_blocking=True)
+            streams.setdefault(t.device, torch.cuda.current_stream(t.device))
+            return out
+        return t.to("cpu", copy=True)
     if isinstance(obj, dict):
-        return {k: cpu_snapshot(v) for k, v in obj.items()}
+        return {k: _copy_tensors(v, streams) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(cpu_snapshot(v) for v in obj)
+        return type(obj)(_copy_tensors(v, streams) for v in obj)
     return obj
 
 

@@ -1,8 +1,9 @@
 """The kernels as gptstack.bench candidates: `bench_candidates()` -> {op: {name: fn}}.
 
 Each fn takes the same arguments as the bench op's PyTorch reference (gptstack.bench
-builtin_ops.py) and returns the same tensor: the output for forward ops, the gradient of the
-first input for the `*_fwd_bwd` ops. bench imports this; this package never imports bench.
+builtin_ops.py) and returns the same: the output for forward ops; for the `*_fwd_bwd` ops the
+gradient of every differentiable input, then the forward's outputs. bench imports this; this
+package never imports bench.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from .layernorm import DEFAULT_EPS, add_layernorm, layernorm
 NAME = "cuda_ops"
 
 
-def _fwd_bwd(f, inputs: tuple, douts: tuple) -> torch.Tensor:
-    """Gradient of f's outputs (against douts) with respect to inputs[0] (bench's contract)."""
+def _fwd_bwd(f, inputs: tuple, douts: tuple) -> tuple[torch.Tensor, ...]:
+    """(gradient of f's outputs, against douts, with respect to each input, then f's outputs):
+    bench's contract."""
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_() for t in inputs]
-        return torch.autograd.grad(f(*leaves), leaves, douts)[0]
+        outs = f(*leaves)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        grads = torch.autograd.grad(outs, leaves, douts)
+    return (*grads, *(o.detach() for o in outs))
 
 
 def _layernorm(x, weight, bias):

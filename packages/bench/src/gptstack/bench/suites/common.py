@@ -67,9 +67,15 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out64 - ref64).norm().item() / (denom if denom > 0 else 1.0)
 
 
-def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, against: str) -> dict:
-    """{"rel_err", "tol", "ok", "against"}: docs/MEASURING.md rule 5's check of a fast path."""
-    err = relative_error(out, ref)
+def check_close(out: Any, ref: Any, dtype: torch.dtype, against: str) -> dict:
+    """{"rel_err", "tol", "ok", "against"}: docs/MEASURING.md rule 5's check of a fast path. out
+    and ref are tensors or tuples of tensors (then rel_err is the worst element's)."""
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    if len(outs) != len(refs):
+        return {"rel_err": float("inf"), "tol": TOLERANCES.get(dtype, 1e-2), "ok": False,
+                "against": f"{against}: {len(outs)} results, {len(refs)} expected"}
+    err = max(relative_error(o, r) for o, r in zip(outs, refs, strict=True))
     tol = TOLERANCES.get(dtype, 1e-2)
     return {"rel_err": err, "tol": tol, "ok": bool(err < tol), "against": against}
 
