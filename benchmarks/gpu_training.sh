@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The recorded training runs, in one command for the lent H200 (no uv, no internet there):
-#   shakespeare-char 4,000 iters  -> best val loss, wall time, eval (words, 8-grams), a sample
+#   shakespeare-char 4,500 iters  -> best val loss, wall time, eval (words, 8-grams), a sample
 #   esp32 3,000 steps             -> val loss, bits/char, wall time, sample, the checkpoint itself
 #   gpt2-124m, a few steps        -> tokens/s and MFU at the preset's batch (16 x 1024, accum 32)
 # Usage there:  OUT=... bash benchmarks/gpu_training.sh      (SMOKE=1 for a seconds-long CPU check)

@@ -42,7 +42,7 @@ def test_preset_values_are_the_documented_models():
         384,
         256,
     )
-    assert (ch.train.batch_size, ch.train.max_steps, ch.model.dropout) == (64, 4000, 0.35)
+    assert (ch.train.batch_size, ch.train.max_steps, ch.model.dropout) == (64, 4500, 0.35)
     assert ch.train.ema_decay == 0.999
     g = load_preset("gpt2-124m")
     tokens_per_step = g.train.batch_size * g.train.grad_accum * g.model.block_size

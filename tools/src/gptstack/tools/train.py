@@ -37,7 +37,6 @@ import torch
 from tqdm import tqdm
 
 from gptstack.model import GPT, GPTConfig, TrainStep, WeightAverage, load_safetensors
-from gptstack.model.compiling import release_compile_workers
 from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
 
@@ -424,7 +423,6 @@ def train(
                 if step == start + FIRST_STEPS - 1:  # compiled, warmed up and captured by now
                     loss.item()
                     startup["first_steps_s"] = time.perf_counter() - t_first
-                    release_compile_workers()  # nothing is left to compile
                     say(startup_line(startup))
                     metrics.write(event="startup", step=step + 1, **startup, time=time.time())
                 if (step + 1) % t.log_interval == 0 or step + 1 == max_steps:

@@ -16,9 +16,6 @@ its cache folder so that a second run of the same preset skips code generation.
 
 from __future__ import annotations
 
-import sys
-import threading
-
 from torch import nn
 
 from .errors import ModelError
@@ -42,20 +39,3 @@ def compile_model(model: nn.Module, how: str, **options) -> nn.Module:
         block.compile(**options)
     gpt.head = torch.compile(gpt.head, **options)  # an instance attribute over the method
     return model
-
-
-def release_compile_workers() -> threading.Thread | None:
-    """Shut Inductor's compile-worker processes down on a background thread, once everything is
-    compiled. Inductor starts them with its first compile, also when every kernel then comes
-    from its disk cache, and at exit waits for their shutdown: on the H200 a 20-step
-    shakespeare-char run with a warm cache took 7.0 s from its summary to its exit, 1.9 s with
-    TORCHINDUCTOR_COMPILE_THREADS=1. Shut down during training instead, that wait overlaps the
-    steps. A later compile starts new workers. The thread is not a daemon, so the interpreter
-    joins it before Inductor's own exit handler runs. None where Inductor never started."""
-    async_compile = sys.modules.get("torch._inductor.async_compile")
-    shutdown = getattr(async_compile, "shutdown_compile_workers", None)  # private: may vanish
-    if shutdown is None:
-        return None
-    thread = threading.Thread(target=shutdown, name="gptstack-compile-workers")
-    thread.start()
-    return thread
