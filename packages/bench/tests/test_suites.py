@@ -130,6 +130,14 @@ def test_ops_rows_and_floors(suite_results):
     for r in rows(data, "ops", "ok"):
         assert r["check"]["ok"] and r["metrics"]["floor_fraction"] > 0
     assert data["floors"]["matmul"]["flops_per_s"] > 0
+    # a forward+backward op also runs as a training step does (forward compiled alone, autograd
+    # for the backward), checked like the others: every gradient and output against eager
+    by_op = {}
+    for r in rows(data, "ops", "ok"):
+        by_op.setdefault(r["params"]["op"], set()).add(r["name"])
+    fwd_bwd = [op for op in by_op if op.endswith("_fwd_bwd")]
+    assert fwd_bwd and all("torch.compile (fwd, bwd)" in by_op[op] for op in fwd_bwd)
+    assert all("torch.compile (fwd, bwd)" not in by_op[op] for op in by_op if op not in fwd_bwd)
 
 
 def test_tokenizer_rows(suite_results):
@@ -157,6 +165,8 @@ def test_a_registered_candidate_is_timed_and_checked(tmp_path, bench_settings):
     add_candidate("bench_test_double", "wrong", lambda x: x * 2.001)
     with pytest.raises(BenchError, match="already has"):
         add_candidate("bench_test_double", "eager", torch.neg)
+    with pytest.raises(BenchError, match="already has"):
+        add_candidate("bench_test_double", "torch.compile (fwd, bwd)", torch.neg)
     shape = ModelShape("tiny", 64, 16, 1, 2, 16, batch_size=2)
     data = run_ops(
         [shape],

@@ -8,7 +8,11 @@
 An op is measured at sizes derived from a model shape (`OpSize`: B, T, C, nh). For each size the
 suite times the reference (eager PyTorch), `torch.compile(reference)` and every candidate,
 alternately, and checks each output against the reference computed in float32 (float64 for
-fp32 runs). `make_inputs(size, device, dtype, generator)` returns the argument tuple (the
+fp32 runs). An op that runs a forward and its backward (`*_fwd_bwd`) may also give `backprop`:
+`backprop(*inputs) -> (forward, wrt, extra, douts)`, how its arguments split (differentiate
+forward(*wrt, *extra) against douts); the suite then also times "torch.compile (fwd, bwd)": the
+forward compiled on its own and differentiated by autograd, as a training step runs it.
+`make_inputs(size, device, dtype, generator)` returns the argument tuple (the
 generator lives on `device`, so large inputs are drawn where they are used);
 `bytes_moved(inputs)` and `flops(inputs)` give the work that sets the floors (docs/MEASURING.md
 rule 4):
@@ -56,7 +60,11 @@ class Op:
     flops: Callable[[tuple], int]
     candidates: dict[str, Callable[..., torch.Tensor]] = field(default_factory=dict)
     about: str = ""
+    backprop: Callable[..., tuple] | None = None
 
+
+# the suite's own rows: no candidate may take these names
+RESERVED_NAMES = ("eager", "torch.compile", "torch.compile (fwd, bwd)")
 
 _OPS: dict[str, Op] = {}
 _builtins_loaded = False
@@ -71,6 +79,7 @@ def register_op(
     flops: Callable[[tuple], int] | None = None,
     *,
     about: str = "",
+    backprop: Callable[..., tuple] | None = None,
     replace: bool = False,
 ) -> Op:
     """Add an op to the registry; BenchError if the name is taken (replace=True to override)."""
@@ -81,7 +90,9 @@ def register_op(
         raise BenchError(f"op {name!r}: make_inputs, bytes_moved and flops are all required")
     if name in _OPS and not replace:
         raise BenchError(f"op {name!r} is already registered; pass replace=True to override it")
-    op = Op(name, reference, make_inputs, bytes_moved, flops, dict(candidates or {}), about)
+    op = Op(
+        name, reference, make_inputs, bytes_moved, flops, dict(candidates or {}), about, backprop
+    )
     _OPS[name] = op
     return op
 
@@ -91,7 +102,7 @@ def add_candidate(
 ) -> None:
     """Add an implementation (e.g. a gptstack.cuda_ops kernel) to compare with the reference."""
     op = get_op(op_name)
-    if name in ("eager", "torch.compile") or (name in op.candidates and not replace):
+    if name in RESERVED_NAMES or (name in op.candidates and not replace):
         raise BenchError(
             f"op {op_name!r} already has an implementation named {name!r}; pick "
             f"another name or pass replace=True"

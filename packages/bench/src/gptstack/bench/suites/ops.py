@@ -3,10 +3,12 @@
     data = run_ops([shape_char, shape_gpt2], options=SuiteOptions(device="cuda", out=path))
 
 For every registered op (opregistry.py) at sizes from each model shape: eager PyTorch (the
-reference), torch.compile(reference), and every registered candidate (native kernels from
-gptstack.cuda_ops plug in with `add_candidate`). Achieved bandwidth and FLOP/s, and the
-fraction of the floor: the roofline time max(bytes / copy bandwidth, FLOPs / matmul rate),
-both measured at the start of the run (floors.py), over the measured time.
+reference), torch.compile(reference), for a forward+backward op also its forward compiled alone
+and differentiated by autograd ("torch.compile (fwd, bwd)", as in a training step), and every
+registered candidate (native kernels from gptstack.cuda_ops plug in with `add_candidate`).
+Achieved bandwidth and FLOP/s, and the fraction of the floor: the roofline time
+max(bytes / copy bandwidth, FLOPs / matmul rate), both measured at the start of the run
+(floors.py), over the measured time.
 
 On a GPU each sample replays a CUDA graph of `graph_inner` calls (timers.py), so launch
 overhead is not counted; where capture fails the row is timed with CUDA events and says so.
@@ -14,7 +16,7 @@ overhead is not counted; where capture fails the row is timed with CUDA events a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +38,32 @@ from .common import (
 
 INPUT_SETS = 3
 GRAPH_INNER = 10  # calls per captured graph: one replay amortizes the replay's own launch
+
+
+COMPILE_FWD_BWD = "torch.compile (fwd, bwd)"
+
+
+def compiled_fwd_bwd(backprop: Callable[..., tuple], backend: str) -> Callable[..., tuple]:
+    """A `*_fwd_bwd` op as a training step runs it: its forward compiled on its own
+    (AOTAutograd compiles the backward as a second graph) and differentiated by autograd. The
+    "torch.compile" row compiles forward and backward as one graph, where Inductor may fuse
+    the two (read x once for y and dx), which no model can: its backward runs after the rest
+    of the network."""
+    compiled: dict[Callable, Callable] = {}
+
+    def run(*inputs):
+        forward, wrt, extra, douts = backprop(*inputs)
+        if forward not in compiled:
+            compiled[forward] = compile_callable(forward, backend)
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in wrt]
+            outs = compiled[forward](*leaves, *extra)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            douts = douts if douts is None or isinstance(douts, tuple) else (douts,)
+            grads = torch.autograd.grad(outs, leaves, douts)
+        return (*grads, *(o.detach() for o in outs))
+
+    return run
 
 
 def _upcast(inputs: tuple, dtype: torch.dtype) -> tuple:
@@ -63,6 +91,8 @@ def _measure_op(
         impls["torch.compile"] = compile_callable(op.reference, ctx.compile_backend)
     except Exception as e:
         not_run["torch.compile"] = ("error", error_text(e))
+    if op.backprop is not None:
+        impls[COMPILE_FWD_BWD] = compiled_fwd_bwd(op.backprop, ctx.compile_backend)
     impls.update(op.candidates)
     for name, fn in list(impls.items()):
         try:
@@ -98,7 +128,8 @@ def _measure_op(
     nbytes, flops = op.bytes_moved(inputs[0]), op.flops(inputs[0])
     copy_bw = floors.get("copy", {}).get("bytes_per_s")
     mm_rate = floors.get("matmul", {}).get("flops_per_s")
-    for name in ["eager", "torch.compile", *op.candidates]:
+    own_rows = ["eager", "torch.compile"] + ([COMPILE_FWD_BWD] if op.backprop else [])
+    for name in [*own_rows, *op.candidates]:
         if name in not_run or name not in cmp.measurements:
             status, why = not_run.get(name, ("error", cmp.failures.get(name, "did not run")))
             ctx.result.add_row(
@@ -122,6 +153,9 @@ def _measure_op(
         baselines = {
             "vs_eager": "eager",
             "vs_compile": None if name == "eager" else "torch.compile",
+            "vs_compile_fwd_bwd": (
+                COMPILE_FWD_BWD if name in op.candidates and COMPILE_FWD_BWD in impls else None
+            ),
         }
         ratios = ratio_entries(cmp, name, baselines)
         ctx.result.add_row(
@@ -204,6 +238,7 @@ def _declare(ctx: SuiteContext) -> None:
             Column("of floor", "metrics.floor_fraction", "pct"),
             Column("× vs eager", "ratios.vs_eager", "ratio"),
             Column("× vs compile", "ratios.vs_compile", "ratio"),
+            Column("× vs compile (fwd, bwd)", "ratios.vs_compile_fwd_bwd", "ratio"),
             Column("check (rel. err)", "check", "check"),
             Column("note", "note"),
         ],
