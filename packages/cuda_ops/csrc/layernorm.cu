@@ -10,9 +10,11 @@
 //            dy and s are read once into registers; each lane keeps its columns' dweight and
 //            dbias partial sums in registers over all its rows, and the block's warps add
 //            theirs into shared memory one warp after another (a fixed order). The first
-//            version (below) read every row twice and accumulated into shared memory with
-//            8-way bank conflicts: 4x slower than torch.compile's backward on the H200.
-//   forward  layernorm_forward_warp_kernel<W>: one warp per row, three passes over the row
+//            versions (below) read every row two or three times, and the backward added into
+//            shared memory with 8-way bank conflicts: forward+backward at shakespeare-char's
+//            (16384, 384) in bf16 took 61.8 us on the H200, the register versions 39.4 us.
+//   forward  layernorm_forward_warp_kernel<W> (the fallback, as for the backward below): one
+//            warp per row, three passes over the row
 //            (sum -> mean; squared deviations -> rstd; normalize and store). With a residual,
 //            pass 1 also writes s = x + r and later passes read s back (L1/L2 hits). W = 16
 //            bytes / sizeof(T) elements per load (128-bit) when C % W == 0 and every pointer
