@@ -208,10 +208,10 @@ GRIDS: dict[str, dict] = {
     # shakespeare-char: the 4,500-step preset peaked at step 3,500 in all seven of its full
     # runs on 2026-12-03: a schedule that ends there spends no steps after the best one
     "shakespeare-char-steps": {
-        "note": "Both schedules were worse than 4,500 steps (1.4416 over seven full runs of "
-        "the preset: results/run-shakespeare-char-h200-*-20261203.json), and three more runs "
-        "of 4,000 steps with seed 1337 gave 1.4445, 1.4495 and 1.4521: the preset stays at "
-        "4,500.",
+        "note": "Compare with the preset's own full 4,500-step runs (seven, all val windows "
+        "scored in each file: results/run-shakespeare-char-h200-{cold,warm-*,seed*}-20261203.json) "
+        "and three more 4,000-step runs of seed 1337 "
+        "(results/run-shakespeare-char-h200-4000-*-20261203.json): the preset stays at 4,500.",
         "preset": "shakespeare-char",
         "fixed": {"train.eval_interval": 250},
         "axes": {"train.max_steps": [3500, 4000]},
@@ -219,8 +219,7 @@ GRIDS: dict[str, dict] = {
     },
     # esp32: the preset's other two seeds scored over every val window (seed 1337: 2.0816)
     "esp32-seeds": {
-        "note": "With seed 1337's 2.0816 (esp32-round3), the preset scores 2.0975 bits/char "
-        "over three seeds, spread 0.031: the goal of 2.08 is missed on every seed.",
+        "note": "The preset's seeds 1 and 2; seed 1337 is the preset's point in esp32-round3.",
         "preset": "esp32",
         "fixed": {"train.eval_interval": 250},
         "axes": {"train.max_steps": [3000]},

@@ -11,7 +11,8 @@ alternately, and checks each output against the reference computed in float32 (f
 fp32 runs). An op that runs a forward and its backward (`*_fwd_bwd`) may also give `backprop`:
 `backprop(*inputs) -> (forward, wrt, extra, douts)`, how its arguments split (differentiate
 forward(*wrt, *extra) against douts); the suite then also times "torch.compile (fwd, bwd)": the
-forward compiled on its own and differentiated by autograd, as a training step runs it.
+forward compiled on its own and differentiated by autograd, as a training step runs it, and the
+op's candidates are forwards too (same arguments as `forward`), differentiated the same way.
 `make_inputs(size, device, dtype, generator)` returns the argument tuple (the
 generator lives on `device`, so large inputs are drawn where they are used);
 `bytes_moved(inputs)` and `flops(inputs)` give the work that sets the floors (docs/MEASURING.md
@@ -100,7 +101,8 @@ def register_op(
 def add_candidate(
     op_name: str, name: str, fn: Callable[..., torch.Tensor], *, replace: bool = False
 ) -> None:
-    """Add an implementation (e.g. a gptstack.cuda_ops kernel) to compare with the reference."""
+    """Add an implementation (e.g. a gptstack.cuda_ops kernel) to compare with the reference:
+    with the reference's arguments, or for an op with `backprop` its forward's."""
     op = get_op(op_name)
     if name in RESERVED_NAMES or (name in op.candidates and not replace):
         raise BenchError(

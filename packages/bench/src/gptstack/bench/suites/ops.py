@@ -43,21 +43,16 @@ GRAPH_INNER = 10  # calls per captured graph: one replay amortizes the replay's 
 COMPILE_FWD_BWD = "torch.compile (fwd, bwd)"
 
 
-def compiled_fwd_bwd(backprop: Callable[..., tuple], backend: str) -> Callable[..., tuple]:
-    """A `*_fwd_bwd` op as a training step runs it: its forward compiled on its own
-    (AOTAutograd compiles the backward as a second graph) and differentiated by autograd. The
-    "torch.compile" row compiles forward and backward as one graph, where Inductor may fuse
-    the two (read x once for y and dx), which no model can: its backward runs after the rest
-    of the network."""
-    compiled: dict[Callable, Callable] = {}
+def autograd_fwd_bwd(backprop: Callable[..., tuple], forward: Callable) -> Callable[..., tuple]:
+    """A `*_fwd_bwd` op run as a training step runs it: `forward` (the op's own compiled, or a
+    candidate's, taking the same arguments) on the split `backprop` gives, then autograd for the
+    gradients; returns (gradients, outputs) as the op's reference does."""
 
     def run(*inputs):
-        forward, wrt, extra, douts = backprop(*inputs)
-        if forward not in compiled:
-            compiled[forward] = compile_callable(forward, backend)
+        _, wrt, extra, douts = backprop(*inputs)
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_() for t in wrt]
-            outs = compiled[forward](*leaves, *extra)
+            outs = forward(*leaves, *extra)
             outs = outs if isinstance(outs, tuple) else (outs,)
             douts = douts if douts is None or isinstance(douts, tuple) else (douts,)
             grads = torch.autograd.grad(outs, leaves, douts)
@@ -91,9 +86,18 @@ def _measure_op(
         impls["torch.compile"] = compile_callable(op.reference, ctx.compile_backend)
     except Exception as e:
         not_run["torch.compile"] = ("error", error_text(e))
-    if op.backprop is not None:
-        impls[COMPILE_FWD_BWD] = compiled_fwd_bwd(op.backprop, ctx.compile_backend)
-    impls.update(op.candidates)
+    if op.backprop is None:
+        impls.update(op.candidates)
+    else:
+        # The forward compiled alone (AOTAutograd compiles the backward as a second graph),
+        # not forward and backward as one graph as the row above, where Inductor may fuse the
+        # two (read x once for y and dx): no model can, its backward runs after the rest of
+        # the network. Candidates give their forward and are differentiated the same way.
+        forward = op.backprop(*inputs[0])[0]
+        impls[COMPILE_FWD_BWD] = autograd_fwd_bwd(
+            op.backprop, compile_callable(forward, ctx.compile_backend)
+        )
+        impls.update({k: autograd_fwd_bwd(op.backprop, f) for k, f in op.candidates.items()})
     for name, fn in list(impls.items()):
         try:
             with torch.no_grad():
