@@ -48,6 +48,25 @@ def test_a_failed_write_is_raised_by_the_next_drain_after_the_others_finish():
     writer.close()
 
 
+def test_drain_keep_waits_for_all_but_the_newest_and_reports_finished_failures():
+    writer = CheckpointWriter(background=True)
+    release, done = threading.Event(), []
+
+    def fail():
+        raise OSError("disk full")
+
+    writer.submit(done.append, 0)
+    writer.submit(fail)
+    writer.submit(release.wait)  # the newest: still going while drain(keep=1) returns
+    with pytest.raises(OSError, match="disk full"):
+        writer.drain(keep=1)
+    assert done == [0]
+    writer.drain(keep=1)  # the failure was reported once; the newest still runs
+    assert not release.is_set()
+    release.set()
+    writer.close()
+
+
 def test_inline_writer_writes_at_once_and_raises_at_once():
     writer = CheckpointWriter(background=False)
     done = []

@@ -10,6 +10,7 @@ import torch
 
 from gptstack.tools import checkpoint as ckpt_mod
 from gptstack.tools.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from gptstack.tools.checkpoint_writer import CheckpointWriter
 from gptstack.tools.config import apply_overrides, load_preset
 from gptstack.tools.train import train
 
@@ -206,9 +207,13 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path, small_corpus):
     assert f"--resume {run}" in out
 
 
-def test_early_stop_after_n_evaluations_without_a_better_val(tmp_path, small_corpus, monkeypatch):
+@pytest.mark.parametrize("checkpoint_interval", [0, 100])
+def test_early_stop_after_n_evaluations_without_a_better_val(
+    tmp_path, small_corpus, monkeypatch, checkpoint_interval
+):
     """Val losses 3.0, 2.0, 2.5, 2.4, 2.6 ...: with early_stop_evals=3 the run stops at the
-    evaluation that is the third in a row without beating 2.0, and best/ holds that 2.0 step."""
+    evaluation that is the third in a row without beating 2.0, and best/ holds that 2.0 step;
+    last/ holds the stop's step also when train.checkpoint_interval would not have written it."""
     import gptstack.tools.train as train_mod
 
     scripted = iter([3.0, 2.0, 2.5, 2.4, 2.6, 1.0, 1.0])
@@ -219,7 +224,11 @@ def test_early_stop_after_n_evaluations_without_a_better_val(tmp_path, small_cor
 
     monkeypatch.setattr(train_mod.LossEstimator, "__call__", fake_estimate)
     cfg = smoke_cfg(
-        small_corpus, "train.max_steps=60", "train.eval_interval=5", "train.early_stop_evals=3"
+        small_corpus,
+        "train.max_steps=60",
+        "train.eval_interval=5",
+        "train.early_stop_evals=3",
+        f"train.checkpoint_interval={checkpoint_interval}",
     )
     result = train(cfg, tmp_path / "run", progress=False, log=lambda s: None)
     assert result.early_stopped and not result.interrupted
@@ -287,3 +296,44 @@ def test_ema_run_evaluates_and_saves_the_average(tmp_path, small_corpus):
         smoke_cfg(small_corpus, "train.ema_decay=1.0")
     with pytest.raises(Exception, match="not supported with train.parallel=fsdp"):
         smoke_cfg(small_corpus, "train.ema_decay=0.9", "train.parallel=fsdp")
+
+
+def test_checkpoint_interval_writes_last_at_the_first_evaluation_that_far_and_at_the_end(
+    tmp_path, small_corpus, monkeypatch
+):
+    """Evaluations every 4 steps, last/ every 9 steps, 26 steps: last/ at steps 12 and 24 (the
+    first evaluations 9 steps past the previous last/) and 26 (the end); best/ at every better
+    evaluation as before; with interval 0, last/ at every evaluation."""
+    import gptstack.tools.train as train_mod
+
+    written: dict[int, list] = {}
+
+    class Recording(CheckpointWriter):
+        def submit(self, write, path, /, *args, **kwargs):
+            written.setdefault(self.interval, []).append((path.name, kwargs["meta"]["step"]))
+            super().submit(write, path, *args, **kwargs)
+
+    for interval in (9, 0):
+        Recording.interval = interval
+        monkeypatch.setattr(train_mod, "CheckpointWriter", lambda background: Recording(True))
+        cfg = smoke_cfg(
+            small_corpus,
+            "train.max_steps=26",
+            "train.eval_interval=4",
+            f"train.checkpoint_interval={interval}",
+        )
+        train(cfg, tmp_path / f"run{interval}", progress=False, log=lambda s: None)
+    evals = [0, 4, 8, 12, 16, 20, 24, 26]
+    assert [s for name, s in written[9] if name == "last"] == [12, 24, 26]
+    assert [s for name, s in written[0] if name == "last"] == evals
+    best = [[s for name, s in written[i] if name == "best"] for i in (9, 0)]
+    assert best[0] == best[1] and best[0][0] == 0  # the same losses: the same best/ writes
+    last = json.loads((tmp_path / "run9" / "last" / "config.json").read_text())
+    assert last["step"] == 26
+    with pytest.raises(Exception, match="checkpoint_interval must be >= 0"):
+        train(
+            smoke_cfg(small_corpus, "train.checkpoint_interval=-1"),
+            tmp_path / "bad",
+            progress=False,
+            log=lambda s: None,
+        )

@@ -3,6 +3,7 @@
     writer = CheckpointWriter(background=True)
     writer.submit(save_checkpoint, path, model=snapshot, ...)   # returns at once
     writer.drain()     # wait for every write submitted so far; re-raises a failed one
+    writer.drain(keep=2)  # the same, but the newest two may go on
     writer.close()     # drain, then stop the thread (a run ends with this, also on errors)
 
 An evaluation writes `last/` (weights, optimizer state, the weight average: ~170 MB for the
@@ -78,11 +79,14 @@ class CheckpointWriter:
         else:
             self._pending.append(self._pool.submit(write, *args, **kwargs))
 
-    def drain(self) -> None:
-        """Wait for every write submitted so far; raise the first that failed."""
-        pending, self._pending = self._pending, []
+    def drain(self, keep: int = 0) -> None:
+        """Wait for every write submitted so far but the newest `keep` (those keep going unless
+        already done); raise the first that failed."""
+        waited = self._pending[: max(len(self._pending) - keep, 0)]
+        finished = [f for f in self._pending[len(waited) :] if f.done()]
+        self._pending = [f for f in self._pending if f not in waited and f not in finished]
         error: BaseException | None = None
-        for future in pending:
+        for future in waited + finished:
             try:
                 future.result()
             except BaseException as e:  # noqa: BLE001 - re-raised below, after the others finish

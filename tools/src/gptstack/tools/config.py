@@ -89,7 +89,11 @@ class TrainSection:
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # clip the global grad norm; 0 disables
-    eval_interval: int = 250  # steps between val-loss evaluations and checkpoints
+    eval_interval: int = 250  # steps between val-loss evaluations (and best/ when val improves)
+    # steps between last/ checkpoints (weights, optimizer, RNG: what --resume needs), written
+    # at the first evaluation this many steps after the previous one; 0: at every evaluation.
+    # last/ is also written when the schedule ends, on a stop and on an early stop
+    checkpoint_interval: int = 0
     eval_batches: int = 200  # batches averaged per evaluation (nanoGPT's eval_iters)
     log_interval: int = 10  # steps between metrics.jsonl lines
     # stop after this many evaluations in a row without a better val loss (0: never); best/
@@ -262,6 +266,11 @@ def validate(cfg: RunConfig, *, source: str) -> None:
         (t.lr > 0 and 0 <= t.min_lr <= t.lr, "need 0 <= train.min_lr <= train.lr and lr > 0"),
         (t.warmup_steps >= 0, "train.warmup_steps must be >= 0"),
         (t.early_stop_evals >= 0, f"train.early_stop_evals must be >= 0, got {t.early_stop_evals}"),
+        (
+            t.checkpoint_interval >= 0,
+            f"train.checkpoint_interval must be >= 0 (0: at every evaluation), got "
+            f"{t.checkpoint_interval}",
+        ),
         (
             t.eval_interval >= 1 and t.eval_batches >= 1 and t.log_interval >= 1,
             "train.eval_interval, eval_batches and log_interval must be >= 1",

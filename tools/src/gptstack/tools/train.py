@@ -290,8 +290,9 @@ def train(
         world=world,
     )  # [dist] a share each
 
-    def evaluate(step: int) -> float:
-        """Losses, metrics and checkpoints at `step`; EvalInterrupted on a Ctrl-C."""
+    def evaluate(step: int, final: bool = False) -> float:
+        """Losses, metrics and checkpoints at `step` (last/ when train.checkpoint_interval says
+        so, or `final`); EvalInterrupted on a Ctrl-C."""
         nonlocal best_val, best_bpc, evals_without_gain
         bar.refresh()
         t_eval = time.perf_counter()
@@ -301,7 +302,9 @@ def train(
                 progress=progress, desc=f"eval at step {step}", should_stop=lambda: stop.requested
             )
             t_save = time.perf_counter()
-            writer.drain()  # the previous evaluation's writes (done by now); raises a failed one
+            # raises a write that failed; waits only while more than the previous evaluation's
+            # writes are still going, which bounds the snapshots held in memory
+            writer.drain(keep=2)
             val, bpc = losses["val"], corpus.bits_per_char(losses["val"])
             meta = checkpoint_meta(mcfg, cfg, corpus, step, val_loss=val, val_bpc=bpc)
             improved = val < best_val
@@ -312,8 +315,9 @@ def train(
         evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
-        # last/ holds the weights themselves: the average's loss is not theirs
-        save_last(step, meta if average is None else checkpoint_meta(mcfg, cfg, corpus, step))
+        if final or last_due(step):
+            # last/ holds the weights themselves: the average's loss is not theirs
+            save_last(step, meta if average is None else checkpoint_meta(mcfg, cfg, corpus, step))
         t_done = time.perf_counter()
         bar.unpause()  # the evaluation's time is not the steps': keep it out of rate and ETA
         metrics.write(
@@ -335,7 +339,12 @@ def train(
         )
         return val
 
+    def last_due(step: int) -> bool:
+        interval = t.checkpoint_interval
+        return interval == 0 or step - last_saved >= interval
+
     def save_last(step: int, meta: dict[str, Any]) -> None:
+        nonlocal last_saved
         saved = checkpoint_step(run_dir / "last")
         if saved is not None and saved > step:  # e.g. two runs writing into one folder
             raise CheckpointError(
@@ -361,12 +370,14 @@ def train(
             optimizer=optimizer,
             writer=writer,
         )
+        last_saved = step
 
     # Training on a GPU, rank 0's checkpoint writes run on a background thread while the steps go
     # on (the CPU is idle then); on a CPU they would compete with the step for its cores [dist]
     writer = CheckpointWriter(background=runtime.device_type == "cuda")
     t0 = time.perf_counter()
     last_val, step, early_stopped = math.nan, start, False
+    last_saved = start  # the step of the newest last/ (train.checkpoint_interval counts from it)
     bar = tqdm(
         total=max_steps,
         initial=start,
@@ -405,7 +416,9 @@ def train(
                         break  # `step` steps are done: saved below
                     startup.setdefault("first_eval_s", time.perf_counter() - t_eval)
                     if t.early_stop_evals and evals_without_gain >= t.early_stop_evals:
-                        early_stopped = True  # this step was just evaluated and saved
+                        early_stopped = True  # this step was just evaluated
+                        if last_saved != step:
+                            save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
                         break
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
@@ -474,7 +487,7 @@ def train(
                 save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
             else:
                 try:
-                    last_val = evaluate(step)
+                    last_val = evaluate(step, final=True)
                 except EvalInterrupted:  # the schedule is done: keep its weights, unevaluated
                     save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
         finally:
