@@ -44,6 +44,23 @@ def test_without_cuda_ops_the_model_still_works_and_gptstack_says_why(
     assert logits.shape == (2, 8, model.config.vocab_size) and torch.isfinite(loss)
 
 
+def test_attention_gptstack_in_a_fresh_process_imports_cuda_ops_and_builds():
+    """A config naming the native attention backend before anything imported gptstack.cuda_ops
+    (`gptstack bench train --rungs native` did): the check imports it, which registers it."""
+    import subprocess
+
+    code = (
+        "import sys; from gptstack.model import GPTConfig\n"
+        "assert 'gptstack.cuda_ops' not in sys.modules\n"
+        "c = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8,"
+        " attention='gptstack', ops='gptstack')\n"
+        "print(c.attention, 'gptstack.cuda_ops' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["gptstack", "True"]
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_loss_logits_and_gradients_match_torch_ops(make_gpt, random_tokens, rel_err, bias):
     ref, native = _pair(make_gpt, bias=bias, dropout=0.0)

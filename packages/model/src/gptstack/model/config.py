@@ -73,6 +73,9 @@ class GPTConfig:
         from .attention import attention_backends  # torch: only when a config is checked
 
         known = attention_backends()
+        if self.attention == "gptstack" and self.attention not in known:
+            native_ops()  # importing gptstack.cuda_ops registers its backend
+            known = attention_backends()
         if self.attention not in known:
             raise ModelConfigError(
                 f"GPTConfig.attention is {self.attention!r}, not a registered attention backend; "
