@@ -3,11 +3,9 @@
 //
 // Versions (llm.c dev/cuda style; the launcher picks by alignment, tests cover both):
 //   1 elementwise_kernel<.., 1>: one element per thread, any alignment
-//   2 elementwise_kernel<.., 16 / sizeof(T), .., 1>: 128-bit loads and stores (8 bf16 or 4
-//     floats per thread), when every pointer is 16-byte aligned; the last n % width elements
-//     go through version 1 in a second small launch.
-//   3 the same with U = kUnroll packs loaded per thread before any is computed (the vector
-//     kernel since 2026-12-03).
+//   2 elementwise_kernel<.., 16 / sizeof(T)>: 128-bit loads and stores (8 bf16 or 4 floats
+//     per thread), when every pointer is 16-byte aligned; the last n % width elements go
+//     through version 1 in a second small launch.
 // Computed in float: gelu = x / (1 + exp(-2u)) with the fast __expf (memory-bound either
 // way: the kernel moves 2 (forward) or 3 (backward) elements per 8-10 FLOPs).
 //
@@ -39,40 +37,23 @@ template <typename T, int W> struct alignas(sizeof(T) * W) Pack {
 };
 
 // out[i] = f(x[i]) for forward; dx[i] = dout[i] * f'(x[i]) for backward (Backward = true).
-// Each thread loads U packs (U grid strides apart, so every load stays coalesced) before it
-// computes and stores any: more bytes in flight per thread, which a grid of resident blocks
-// needs to reach the H200's bandwidth (one 16-byte load at a time was latency-bound).
-template <typename T, int W, bool Backward, int U>
+template <typename T, int W, bool Backward>
 __global__ void elementwise_kernel(T* __restrict__ out, const T* __restrict__ dout,
                                    const T* __restrict__ x, int64_t n_packs) {
   using P = Pack<T, W>;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t base = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; base < n_packs;
-       base += stride * U) {
-    P xv[U], dv[U];
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n_packs; p += stride) {
+    P xv = reinterpret_cast<const P*>(x)[p], r;
+    if constexpr (Backward) {
+      P dv = reinterpret_cast<const P*>(dout)[p];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t p = base + u * stride;
-      if (p < n_packs) {
-        xv[u] = reinterpret_cast<const P*>(x)[p];
-        if constexpr (Backward) dv[u] = reinterpret_cast<const P*>(dout)[p];
-      }
+      for (int j = 0; j < W; ++j)
+        r.v[j] = from_f32<T>(to_f32(dv.v[j]) * gelu_grad_f(to_f32(xv.v[j])));
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) r.v[j] = from_f32<T>(gelu_f(to_f32(xv.v[j])));
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t p = base + u * stride;
-      if (p >= n_packs) break;
-      P r;
-      if constexpr (Backward) {
-#pragma unroll
-        for (int j = 0; j < W; ++j)
-          r.v[j] = from_f32<T>(to_f32(dv[u].v[j]) * gelu_grad_f(to_f32(xv[u].v[j])));
-      } else {
-#pragma unroll
-        for (int j = 0; j < W; ++j) r.v[j] = from_f32<T>(gelu_f(to_f32(xv[u].v[j])));
-      }
-      reinterpret_cast<P*>(out)[p] = r;
-    }
+    reinterpret_cast<P*>(out)[p] = r;
   }
 }
 
@@ -80,7 +61,6 @@ constexpr int kThreads = 256;
 // enough blocks to fill an H200 (132 SMs x 8 resident blocks of 256) without a tail wave; the
 // grid-stride loop covers the rest
 constexpr int kMaxBlocks = 132 * 8;
-constexpr int kUnroll = 4;  // packs in flight per thread (vector kernel)
 
 template <typename T, bool Backward>
 void launch(const char* op, T* out, const T* dout, const T* x, int64_t n, cudaStream_t stream) {
@@ -90,16 +70,15 @@ void launch(const char* op, T* out, const T* dout, const T* x, int64_t n, cudaSt
   int64_t head = 0;  // elements done by the vector kernel
   if (aligned(out) && aligned(x) && (!Backward || aligned(dout)) && n >= W) {
     int64_t packs = n / W;
-    unsigned blocks = std::min<long long>(ceil_div(packs, kThreads * kUnroll), kMaxBlocks);
-    elementwise_kernel<T, W, Backward, kUnroll><<<blocks, kThreads, 0, stream>>>(out, dout, x,
-                                                                                packs);
+    unsigned blocks = std::min<long long>(ceil_div(packs, kThreads), kMaxBlocks);
+    elementwise_kernel<T, W, Backward><<<blocks, kThreads, 0, stream>>>(out, dout, x, packs);
     check_launch(op, "(vector, n=" + std::to_string(n) + ")");
     head = packs * W;
   }
   if (head < n) {
     int64_t rest = n - head;
     unsigned blocks = std::min<long long>(ceil_div(rest, kThreads), kMaxBlocks);
-    elementwise_kernel<T, 1, Backward, 1><<<blocks, kThreads, 0, stream>>>(
+    elementwise_kernel<T, 1, Backward><<<blocks, kThreads, 0, stream>>>(
         out + head, Backward ? dout + head : nullptr, x + head, rest);
     check_launch(op, "(scalar, n=" + std::to_string(n) + ")");
   }
