@@ -35,6 +35,51 @@ __device__ __forceinline__ void merge(float& m, float& s, float om, float os) {
   m = nm;
 }
 
+// this thread's online (max, sum) over its vectors of the row: columns first, first + step, ...
+template <typename T, int W>
+__device__ __forceinline__ void online_partial(const T* zr, int V, int first, int step, float& m,
+                                               float& s) {
+  for (int c = first; c < V; c += step) {
+    Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(zr + c);
+    float x[W], pm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      x[k] = to_f32(v.v[k]);
+      pm = fmaxf(pm, x[k]);
+    }
+    if (pm > m) {
+      s = m == -INFINITY ? 0.0f : s * __expf(m - pm);
+      m = pm;
+    }
+#pragma unroll
+    for (int k = 0; k < W; ++k) s += __expf(x[k] - m);
+  }
+}
+
+// every lane of the warp ends with the warp's combined (max, sum)
+__device__ __forceinline__ void warp_merge(float& m, float& s) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    float om = __shfl_xor_sync(0xffffffffu, m, offset);
+    float os = __shfl_xor_sync(0xffffffffu, s, offset);
+    merge(m, s, om, os);
+  }
+}
+
+// dz = (softmax - onehot(t)) * scale over this thread's vectors of the row (dr may be zr)
+template <typename T, int W>
+__device__ __forceinline__ void write_dlogits(T* dr, const T* zr, int V, int first, int step,
+                                              float lse, int64_t t, float scale) {
+  for (int c = first; c < V; c += step) {
+    Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(zr + c), out;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      float p = __expf(to_f32(v.v[k]) - lse);
+      out.v[k] = from_f32<T>((p - (c + k == t ? 1.0f : 0.0f)) * scale);
+    }
+    *reinterpret_cast<Vec<T, W>*>(dr + c) = out;
+  }
+}
+
 template <typename T, int W>
 __global__ void cross_entropy_online_kernel(float* __restrict__ losses, T* dz, const T* z,
                                             const int64_t* __restrict__ targets,
@@ -56,26 +101,8 @@ __global__ void cross_entropy_online_kernel(float* __restrict__ losses, T* dz, c
   const float zt = threadIdx.x == 0 && valid ? to_f32(zr[t]) : 0.0f;
 
   float m = -INFINITY, s = 0.0f;
-  for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
-    Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(zr + c);
-    float x[W], pm = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      x[k] = to_f32(v.v[k]);
-      pm = fmaxf(pm, x[k]);
-    }
-    if (pm > m) {
-      s = m == -INFINITY ? 0.0f : s * __expf(m - pm);
-      m = pm;
-    }
-#pragma unroll
-    for (int k = 0; k < W; ++k) s += __expf(x[k] - m);
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    float om = __shfl_xor_sync(0xffffffffu, m, offset);
-    float os = __shfl_xor_sync(0xffffffffu, s, offset);
-    merge(m, s, om, os);
-  }
+  online_partial<T, W>(zr, V, threadIdx.x * W, blockDim.x * W, m, s);
+  warp_merge(m, s);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   if (lane == 0) {
     shared_m[warp] = m;
@@ -84,24 +111,11 @@ __global__ void cross_entropy_online_kernel(float* __restrict__ losses, T* dz, c
   __syncthreads();
   m = lane < warps ? shared_m[lane] : -INFINITY;
   s = lane < warps ? shared_s[lane] : 0.0f;
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    float om = __shfl_xor_sync(0xffffffffu, m, offset);
-    float os = __shfl_xor_sync(0xffffffffu, s, offset);
-    merge(m, s, om, os);
-  }
+  warp_merge(m, s);
   const float lse = m + __logf(s);
   if (threadIdx.x == 0) losses[row] = valid ? lse - zt : NAN;
   if (!dr) return;
-  const float scale = *grad_scale;
-  for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
-    Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(zr + c), out;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      float p = __expf(to_f32(v.v[k]) - lse);
-      out.v[k] = from_f32<T>((p - (c + k == t ? 1.0f : 0.0f)) * scale);
-    }
-    *reinterpret_cast<Vec<T, W>*>(dr + c) = out;
-  }
+  write_dlogits<T, W>(dr, zr, V, threadIdx.x * W, blockDim.x * W, lse, t, *grad_scale);
 }
 
 constexpr int kWarpRowMaxV = 2048;  // above: a block per row (the warp loops get long)
@@ -131,39 +145,12 @@ __global__ void cross_entropy_warp_kernel(float* __restrict__ losses, T* dz, con
   zt = __shfl_sync(0xffffffffu, zt, 0);
 
   float m = -INFINITY, s = 0.0f;
-  for (int c = lane * W; c < V; c += 32 * W) {
-    Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(zr + c);
-    float x[W], pm = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      x[k] = to_f32(v.v[k]);
-      pm = fmaxf(pm, x[k]);
-    }
-    if (pm > m) {
-      s = m == -INFINITY ? 0.0f : s * __expf(m - pm);
-      m = pm;
-    }
-#pragma unroll
-    for (int k = 0; k < W; ++k) s += __expf(x[k] - m);
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    float om = __shfl_xor_sync(0xffffffffu, m, offset);
-    float os = __shfl_xor_sync(0xffffffffu, s, offset);
-    merge(m, s, om, os);
-  }
+  online_partial<T, W>(zr, V, lane * W, 32 * W, m, s);
+  warp_merge(m, s);
   const float lse = m + __logf(s);
   if (lane == 0) losses[row] = valid ? lse - zt : NAN;
   if (!dr) return;
-  const float scale = *grad_scale;
-  for (int c = lane * W; c < V; c += 32 * W) {
-    Vec<T, W> v = *reinterpret_cast<const Vec<T, W>*>(zr + c), out;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      float p = __expf(to_f32(v.v[k]) - lse);
-      out.v[k] = from_f32<T>((p - (c + k == t ? 1.0f : 0.0f)) * scale);
-    }
-    *reinterpret_cast<Vec<T, W>*>(dr + c) = out;
-  }
+  write_dlogits<T, W>(dr, zr, V, lane * W, 32 * W, lse, t, *grad_scale);
 }
 
 template <typename T>
