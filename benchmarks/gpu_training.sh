@@ -11,6 +11,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/tokenizer/src:$PWD/packages/model/src:$PWD/packages/quant/src:$PWD/packages/bench/src:$PWD/tools/src"
 export PYTHONUNBUFFERED=1 GPTSTACK_CACHE_DIR="${GPTSTACK_CACHE_DIR:-/tmp/gptstack-cache}"
+# The lent machine sets PYTHONDONTWRITEBYTECODE=1, so every process there compiles ~2,300 Python
+# sources again (~4 s of each start-up, which a user's install pays once). Cache the bytecode as
+# a user's Python does, under a prefix (site-packages may be read-only there).
+unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/gptstack-pycache}"
 OUT="${OUT:-/tmp/gptstack-out}"; RUNS="${RUNS:-runs}"; mkdir -p "$OUT" "$RUNS"
 G="python3 -m gptstack.tools.cli"
 if [ "${SMOKE:-0}" = 1 ]; then
