@@ -15,6 +15,13 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 DEADLINE_S = 300  # start-up (torch import) on a loaded 2-core machine, not the reaction time
 
 
+def _sigint_default() -> None:
+    # a command started from a terminal has SIGINT at its default; a test runner launched as a
+    # background job without job control (`cmd &` in a script) has it ignored, its children
+    # inherit that, and Python then raises no KeyboardInterrupt: restore what a user has
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def gptstack(*args, cwd):
     return subprocess.Popen(
         [sys.executable, "-m", "gptstack.tools.cli", *args],
@@ -23,6 +30,7 @@ def gptstack(*args, cwd):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_sigint_default,
     )
 
 
