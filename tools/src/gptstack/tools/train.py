@@ -292,7 +292,7 @@ def train(
 
     def evaluate(step: int, final: bool = False) -> float:
         """Losses, metrics and checkpoints at `step` (last/ when train.checkpoint_interval says
-        so, or `final`); EvalInterrupted on a Ctrl-C."""
+        so, at the `final` step and where the run stops early); EvalInterrupted on a Ctrl-C."""
         nonlocal best_val, best_bpc, evals_without_gain
         bar.refresh()
         t_eval = time.perf_counter()
@@ -315,7 +315,8 @@ def train(
         evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
-        if final or last_due(step):
+        early_stop = bool(t.early_stop_evals) and evals_without_gain >= t.early_stop_evals
+        if final or early_stop or last_due(step):
             # last/ holds the weights themselves: the average's loss is not theirs
             save_last(step, meta if average is None else checkpoint_meta(mcfg, cfg, corpus, step))
         t_done = time.perf_counter()
@@ -416,9 +417,7 @@ def train(
                         break  # `step` steps are done: saved below
                     startup.setdefault("first_eval_s", time.perf_counter() - t_eval)
                     if t.early_stop_evals and evals_without_gain >= t.early_stop_evals:
-                        early_stopped = True  # this step was just evaluated
-                        if last_saved != step:
-                            save_last(step, checkpoint_meta(mcfg, cfg, corpus, step))
+                        early_stopped = True  # this step was just evaluated and saved
                         break
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time
                 lr = get_lr(step, t, max_steps)
