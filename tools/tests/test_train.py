@@ -308,14 +308,18 @@ def test_checkpoint_interval_writes_last_at_the_first_evaluation_that_far_and_at
 
     written: dict[int, list] = {}
 
-    class Recording(CheckpointWriter):
+    class Recording(CheckpointWriter):  # the background path, noting (folder, step) per write
+        def __init__(self, calls: list) -> None:
+            super().__init__(background=True)
+            self.calls = calls
+
         def submit(self, write, path, /, *args, **kwargs):
-            written.setdefault(self.interval, []).append((path.name, kwargs["meta"]["step"]))
+            self.calls.append((path.name, kwargs["meta"]["step"]))
             super().submit(write, path, *args, **kwargs)
 
     for interval in (9, 0):
-        Recording.interval = interval
-        monkeypatch.setattr(train_mod, "CheckpointWriter", lambda background: Recording(True))
+        calls = written.setdefault(interval, [])
+        monkeypatch.setattr(train_mod, "CheckpointWriter", lambda background: Recording(calls))
         cfg = smoke_cfg(
             small_corpus,
             "train.max_steps=26",

@@ -9,7 +9,8 @@
 // Tried and reverted (2026-12-03): four packs loaded per thread before any is computed, for more
 // bytes in flight. Slower in `gptstack bench ops` on the H200: forward+backward 89.1 vs 71.8 us
 // at shakespeare-char's 16384 x 1536 and 166.9 vs 137.7 us at gpt2-124m's (two runs of the same
-// bench, not side by side; the bf16 backward went from 32 to 56 registers, fewer resident blocks).
+// bench, not side by side: benchmarks/results/ops-h200-20261203-142331.json vs -125159.json; the
+// bf16 backward went from 32 to 56 registers, fewer resident blocks).
 // Computed in float: gelu = x / (1 + exp(-2u)) with the fast __expf (memory-bound either
 // way: the kernel moves 2 (forward) or 3 (backward) elements per 8-10 FLOPs).
 //

@@ -82,9 +82,10 @@ class CheckpointWriter:
     def drain(self, keep: int = 0) -> None:
         """Wait for every write submitted so far but the newest `keep` (those keep going unless
         already done); raise the first that failed."""
-        waited = self._pending[: max(len(self._pending) - keep, 0)]
-        finished = [f for f in self._pending[len(waited) :] if f.done()]
-        self._pending = [f for f in self._pending if f not in waited and f not in finished]
+        split = max(len(self._pending) - keep, 0)
+        waited, newest = self._pending[:split], self._pending[split:]
+        finished = [f for f in newest if f.done()]  # read once: one that ends later stays pending
+        self._pending = [f for f in newest if f not in finished]
         error: BaseException | None = None
         for future in waited + finished:
             try:

@@ -315,8 +315,7 @@ def train(
         evals_without_gain = 0 if improved else evals_without_gain + 1
         if improved:
             best_val, best_bpc = val, bpc
-        early_stop = bool(t.early_stop_evals) and evals_without_gain >= t.early_stop_evals
-        if final or early_stop or last_due(step):
+        if final or stops_early() or last_due(step):
             # last/ holds the weights themselves: the average's loss is not theirs
             save_last(step, meta if average is None else checkpoint_meta(mcfg, cfg, corpus, step))
         t_done = time.perf_counter()
@@ -339,6 +338,9 @@ def train(
             f"val bits/char {bpc:.4f}{'  (best)' if improved else ''}"
         )
         return val
+
+    def stops_early() -> bool:  # train.early_stop_evals evaluations in a row without a gain
+        return bool(t.early_stop_evals) and evals_without_gain >= t.early_stop_evals
 
     def last_due(step: int) -> bool:
         interval = t.checkpoint_interval
@@ -416,7 +418,7 @@ def train(
                     except EvalInterrupted:
                         break  # `step` steps are done: saved below
                     startup.setdefault("first_eval_s", time.perf_counter() - t_eval)
-                    if t.early_stop_evals and evals_without_gain >= t.early_stop_evals:
+                    if stops_early():
                         early_stopped = True  # this step was just evaluated and saved
                         break
                     interval_t, interval_steps = time.perf_counter(), 0  # don't count eval time

@@ -72,15 +72,11 @@ def check_close(out: Any, ref: Any, dtype: torch.dtype, against: str) -> dict:
     and ref are tensors or tuples of tensors (then rel_err is the worst element's)."""
     outs = out if isinstance(out, tuple) else (out,)
     refs = ref if isinstance(ref, tuple) else (ref,)
-    if len(outs) != len(refs):
-        return {
-            "rel_err": float("inf"),
-            "tol": TOLERANCES.get(dtype, 1e-2),
-            "ok": False,
-            "against": f"{against}: {len(outs)} results, {len(refs)} expected",
-        }
-    err = max(relative_error(o, r) for o, r in zip(outs, refs, strict=True))
     tol = TOLERANCES.get(dtype, 1e-2)
+    if len(outs) != len(refs):
+        against = f"{against}: {len(outs)} results, {len(refs)} expected"
+        return {"rel_err": float("inf"), "tol": tol, "ok": False, "against": against}
+    err = max(relative_error(o, r) for o, r in zip(outs, refs, strict=True))
     return {"rel_err": err, "tol": tol, "ok": bool(err < tol), "against": against}
 
 
