@@ -40,6 +40,13 @@ CONFIGS = {  # name -> sample() options
     # the fused one-token step (gptstack.cuda_ops decode kernels): the CLI's default on CUDA
     "graph fp32 fused": {"mode": "graph", "dtype": "fp32", "kernels": "gptstack"},
     "graph bf16 fused": {"mode": "graph", "dtype": "bf16", "kernels": "gptstack"},
+    # the same step with PyTorch's sampling ops (the default before sample_tokens)
+    "graph bf16 fused, torch sampler": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "fused_sampling": False,
+    },
 }
 
 

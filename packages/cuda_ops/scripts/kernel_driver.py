@@ -93,6 +93,12 @@ def once() -> None:
         qkv = rnd(2, 3 * 6 * 64, dtype=dtype)
         kc, vc = rnd(2, 6, 256, 64, dtype=dtype), rnd(2, 6, 256, 64, dtype=dtype)
         ops.decode_attention(qkv, kc, vc, torch.tensor(200, device=dev))
+        for V, top_k in ((65, 40), (50304, 200), (513, None)):  # select + race; race alone
+            logits = 3 * rnd(3, V, dtype=dtype)
+            state = ops.sampler_state(7, dev)
+            tokens = ops.sample_tokens(logits, state, temperature=0.8, top_k=top_k)
+            kept = logits.float().topk(top_k or V, dim=1).values[:, -1]
+            assert (logits.float().gather(1, tokens[:, None])[:, 0] >= kept).all(), "top-k"
     if dev.type == "cuda":
         torch.cuda.synchronize()
     print(f"once: every kernel ran and matched torch on {dev}")

@@ -15,7 +15,7 @@ import torch
 import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C, OpInputError, OpTypeError
 from gptstack.cuda_ops.attention import HEAD_SIZES, cuda_variant, gptstack_attention
-from gptstack.cuda_ops.testing import assert_close
+from gptstack.cuda_ops.testing import MASK32, assert_close, philox4x32_10
 from gptstack.model import GPT, GPTConfig, manual_attention, sdpa_attention
 
 CSRC = Path(__file__).resolve().parents[1] / "csrc"
@@ -108,17 +108,6 @@ def test_gradient_of_a_broadcast_output_gradient(gen):
 
 
 # --- dropout: the stream of csrc/attention_philox.h, rebuilt here independently --------------
-MASK32 = 0xFFFFFFFF
-
-
-def philox4x32_10(c, key):
-    """Philox4x32-10 (Salmon et al. 2011) on Python ints."""
-    (c0, c1, c2, c3), (k0, k1) = c, key
-    for _ in range(10):
-        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32
-        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
-    return c0, c1, c2, c3
 
 
 def test_python_philox_matches_random123_known_answers():

@@ -178,6 +178,43 @@ def test_fused_graph_decoder_writes_naives_greedy_text(make_gpt, random_tokens, 
     assert not GraphDecoder(model, 2).fused  # on a CPU the default stays PyTorch's modules
 
 
+def _draws_by_the_fused_sampler(model, idx, n, seed, **sampling):
+    """The naive loop (slide window) with every token drawn by cuda_ops.sample_tokens from one
+    state: what the fused graph decoder must write."""
+    import gptstack.cuda_ops as ops
+
+    state, T = ops.sampler_state(seed, idx.device), model.config.block_size
+    with torch.no_grad():
+        for _ in range(n):
+            logits, _ = model(idx[:, -T:], last_only=True)
+            idx = torch.cat([idx, ops.sample_tokens(logits[:, -1], state, **sampling)[:, None]], 1)
+    return idx
+
+
+@needs_cuda_ops
+def test_fused_graph_decoder_samples_with_the_fused_sampler(make_gpt, random_tokens):
+    model = make_gpt(27, scramble=0.3)
+    T, V = model.config.block_size, model.config.vocab_size
+    idx = random_tokens(27, 2, 5, V)
+    decoder = GraphDecoder(model, batch_size=2, chunk=8, fused=True)
+
+    def run(seed, **sampling):
+        return torch.cat(list(decoder.generate(idx, 2 * T, seed=seed, **sampling)), dim=1)
+
+    sampling = {"temperature": 0.9, "top_k": 6, "vocab_limit": V - 3}
+    got = run(3, **sampling)
+    expected = _draws_by_the_fused_sampler(model, idx, 2 * T, 3, **sampling)
+    assert torch.equal(got, expected[:, 5:]) and (got < V - 3).all()
+    assert torch.equal(run(3, **sampling), got) and not torch.equal(run(4, **sampling), got)
+    assert decoder.sampler[1] == 2 * T  # one draw per token: the prompt's and 2T - 1 steps
+    # top-p is not fused: those draws come from the generator, as in the unfused decoder
+    unfused = GraphDecoder(model, batch_size=2, chunk=8, fused=False)
+    top_p = {"temperature": 0.9, "top_p": 0.8}
+    assert torch.equal(
+        run(5, **top_p), torch.cat(list(unfused.generate(idx, 2 * T, seed=5, **top_p)), dim=1)
+    )
+
+
 @needs_cuda_ops
 def test_fused_step_refuses_what_it_cannot_run(make_gpt):
     model = make_gpt(28)
@@ -206,3 +243,6 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
     a = torch.cat(list(decoder.generate(idx, 60, seed=3, top_k=5, window=window)), dim=1)
     b = torch.cat(list(decoder.generate(idx, 60, seed=3, top_k=5, window=window)), dim=1)
     assert torch.equal(a, b)
+    if fused and window == "slide" and not compile:  # the replayed draws are the eager loop's
+        expected = _draws_by_the_fused_sampler(model, idx, 60, 3, temperature=1.0, top_k=5)
+        assert torch.equal(a, expected[:, 5:].cpu())

@@ -212,6 +212,7 @@ def cmd_sample(args) -> int:
                 "window": args.window,
                 "compile": args.compile,
                 "kernels": result.kernels,
+                "sampler": result.sampler,
                 "prompt": args.prompt,
                 "new_tokens": result.new_tokens,
                 "tokens_per_s": result.tokens_per_s,

@@ -39,6 +39,7 @@ class SampleResult:
     mode: str  # the decoder that ran
     dtype: str
     kernels: str = "torch"  # the one-token step: "gptstack" (fused decode kernels) or "torch"
+    sampler: str = "torch"  # who draws tokens: "gptstack" (sample_tokens) or "torch"
 
     @property
     def tokens_per_s(self) -> float:
@@ -136,12 +137,15 @@ def sample(
     dtype: str = "auto",
     compile: bool = False,
     kernels: str = "auto",
+    fused_sampling: bool = True,
     out: TextIO | None = sys.stdout,
 ) -> SampleResult:
     """Generate `tokens` new tokens after `prompt`, writing text to `out` as it is produced.
 
     kernels: the graph decoder's one-token step: "gptstack" = gptstack.cuda_ops' fused decode
-    kernels, "torch" = PyTorch's modules, "auto" = the fused kernels where they can run."""
+    kernels, "torch" = PyTorch's modules, "auto" = the fused kernels where they can run.
+    fused_sampling: with the fused step, tokens are drawn by gptstack.cuda_ops.sample_tokens
+    (temperature and top-k; not top-p); False keeps PyTorch's sampling (for comparisons)."""
     if tokens < 0:
         raise GptstackError(f"--tokens must be >= 0, got {tokens}")
     if kernels not in KERNELS:
@@ -165,7 +169,10 @@ def sample(
     graph = None
     if mode == "graph":
         try:
-            graph = GraphDecoder(ckpt.model, batch_size=1, compile=compile, fused=KERNELS[kernels])
+            graph = GraphDecoder(
+                ckpt.model, batch_size=1, compile=compile, fused=KERNELS[kernels],
+                fused_sampling=fused_sampling,
+            )  # fmt: skip
         except ModelError as e:  # --kernels gptstack where the fused step cannot run
             raise GptstackError(f"--kernels gptstack: {e}") from None
     for chunk in _token_chunks(
@@ -203,4 +210,5 @@ def sample(
         mode,
         {torch.float32: "fp32", torch.bfloat16: "bf16"}[weights],
         "gptstack" if graph is not None and graph.fused else "torch",
+        "gptstack" if graph is not None and graph.samples_fused(temperature, top_p) else "torch",
     )

@@ -18,6 +18,7 @@ from .decode import decode_attention, decode_linear
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
+from .sampling import sample_tokens, sampler_state
 
 
 def build_info() -> dict:
@@ -49,5 +50,7 @@ __all__ = [
     "gptstack_attention",
     "layernorm",
     "linear_cross_entropy",
+    "sample_tokens",
+    "sampler_state",
     "set_cpu_path",
 ]

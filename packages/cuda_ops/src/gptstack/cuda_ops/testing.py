@@ -2,6 +2,7 @@
 
     rel = rel_error(out, ref)                 # ||out - ref|| / ||ref||, in float64
     assert_close(out, ref, torch.bfloat16, "layernorm dx")
+    philox4x32_10(counter, key)               # csrc/philox.h on Python ints, rebuilt apart
 
 Tolerances follow ../../../../docs/MEASURING.md rule 5 ("relative error under 1e-5
 (fp32), under 1e-2 (bf16)"); float64 gets 1e-10 (the kernels compute float64 in double). The
@@ -53,3 +54,18 @@ def assert_close(
             f"{ref.flatten()[worst].item()!r}"
         )
     return rel
+
+
+MASK32 = 0xFFFFFFFF
+
+
+def philox4x32_10(counter, key):
+    """Philox4x32-10 (Salmon et al. 2011) on Python ints: counter (c0, c1, c2, c3), key (k0, k1)
+    -> four 32-bit words. Written apart from csrc/philox.h, so tests of the random streams of
+    attention dropout and token sampling compare two implementations, not one with itself."""
+    (c0, c1, c2, c3), (k0, k1) = counter, key
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32
+        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
+    return c0, c1, c2, c3

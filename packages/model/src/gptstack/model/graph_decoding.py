@@ -16,9 +16,11 @@ same StaticKVCache, same sampling.py), so greedy output equals the naive referen
 CUDA the one-token forward and the slide window's forward run through gptstack.cuda_ops' fused
 kernels when they are built (fused_step.py: the same functions, computed in float32 with one
 rounding per op, so bf16 logits can differ from PyTorch's in the last bit; `fused=False` is
-PyTorch's modules). The
-random draws come from the decoder's own generator, seeded per call, so the same seed gives the
-same text; they differ from the other modes' draws (another generator, another order).
+PyTorch's modules), and so does sampling with a temperature and no top-p: gptstack.cuda_ops'
+sample_tokens draws each token in one launch, from a Philox stream keyed by the seed and a draw
+counter on the device, instead of sampling.py's ~10 kernels. The random draws come from the
+decoder's own generator or stream, seeded per call, so the same seed gives the same text; they
+differ from the other modes' draws (another generator, another order).
 
 Past block_size the window policy decides, as in decoding.py: "slide" (every later token re-runs
 the last block_size tokens, naive's rule) or "halve" (the C engine's rule, FORMAT.md section 8:
@@ -36,6 +38,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
+from .config import native_ops
 from .errors import ModelError
 from .graphs import capture, run_on_side_stream
 from .io import unwrap
@@ -74,6 +77,8 @@ class GraphDecoder:
     when the model is on CUDA and the kernels can run it, True = required (ModelError naming
     why not), False = PyTorch's modules. compile: run the one-token and the window forwards
     through torch.compile(fullgraph=True) inside the graphs (fewer kernels; costs compile time).
+    fused_sampling: with the fused step, draw tokens with gptstack.cuda_ops.sample_tokens where
+    the setting allows (`samples_fused`); False = sampling.py's PyTorch ops.
     """
 
     mode = "graph"
@@ -87,6 +92,7 @@ class GraphDecoder:
         cuda_graph: bool | None = None,
         fused: bool | None = None,
         compile: bool = False,
+        fused_sampling: bool = True,
     ) -> None:
         from .fused_step import FusedDecodeStep, unsupported_reason
         from .gpt import GPT
@@ -124,6 +130,9 @@ class GraphDecoder:
         if fused is None:
             fused = device.type == "cuda" and unsupported_reason(module, device) is None
         self.fused = bool(fused)
+        self.fused_sampling = self.fused and fused_sampling
+        # the fused sampler's [seed, draw, ticket] (gptstack.cuda_ops.sampler_state)
+        self.sampler = torch.zeros(3, dtype=torch.long, device=device)
         self._logits_one: Callable[[], Tensor] = self._forward_one
         self._logits_window: Callable[[Tensor], Tensor] = self._forward_window
         if self.fused:
@@ -135,6 +144,11 @@ class GraphDecoder:
             self._logits_window = torch.compile(self._logits_window, fullgraph=True, dynamic=False)
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self._pinned: list[Tensor] = []
+
+    def samples_fused(self, temperature: float, top_p: float | None) -> bool:
+        """Whether tokens are drawn by cuda_ops.sample_tokens for this setting (it has no top-p;
+        greedy is an argmax either way)."""
+        return self.fused_sampling and temperature > 0 and (top_p is None or top_p == 1.0)
 
     # --- the steps (eager, or captured) ----------------------------------------------------
 
@@ -204,6 +218,7 @@ class GraphDecoder:
             self.window.clone(),
             self.token.clone(),
             self.pos.clone(),
+            self.sampler.clone(),
             self.generator.get_state(),
         )
 
@@ -216,10 +231,11 @@ class GraphDecoder:
         if kind == "decode":
             self.pos.zero_()  # capture records kernels only; no step runs here
         graph, _ = capture(step, self.device, warmup=0, generators=(self.generator,))
-        window, token, pos, rng = saved
+        window, token, pos, sampler, rng = saved
         self.window.copy_(window)
         self.token.copy_(token)
         self.pos.copy_(pos)
+        self.sampler.copy_(sampler)
         self.generator.set_state(rng)
         return graph
 
@@ -285,8 +301,14 @@ class GraphDecoder:
 
     def _chunks(self, idx, n, temperature, top_k, top_p, seed, window, vocab_limit):
         key = (temperature, top_k, top_p, window, vocab_limit)
+        fused_sampling = self.samples_fused(temperature, top_p)
 
         def pick(logits: Tensor) -> Tensor:
+            if fused_sampling:  # one launch (the sampler's Philox stream, not the generator's)
+                return native_ops().sample_tokens(
+                    logits, self.sampler, temperature=temperature, top_k=top_k,
+                    vocab_limit=vocab_limit,
+                )  # fmt: skip
             if vocab_limit is not None:
                 logits = logits[:, :vocab_limit]
             return sample(
@@ -301,6 +323,8 @@ class GraphDecoder:
             self.generator.seed()
         else:
             self.generator.manual_seed(seed)
+        # the sampler's stream starts at draw 0 of the generator's seed (kept to 63 bits: int64)
+        self.sampler.copy_(torch.tensor([self.generator.initial_seed() % 2**63, 0, 0]))
         # The prompt: one eager prefill at positions [0, L); its last logits give token 1.
         logits, _ = self.model(prompt, last_only=True, kv_cache=self.cache, pos=0)
         first = pick(logits[:, -1])

@@ -1,0 +1,102 @@
+// sampling.cpp: sample_tokens on the CPU (the reference of the CUDA kernel: the same Philox
+// stream and formulas, sampling.h) and its _C binding.
+#include "sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "common.h"
+
+using namespace nb::literals;
+
+namespace gs {
+namespace {
+
+template <typename T>
+void sample_tokens_cpu(int64_t* tokens, const T* logits, int64_t* state, int64_t R, int64_t V,
+                       int64_t stride, float temperature, int64_t top_k) {
+  const uint64_t seed = uint64_t(state[0]), draw = uint64_t(state[1]);
+  std::vector<float> z(V), sorted;
+  for (int64_t r = 0; r < R; ++r) {
+    const T* row = logits + r * stride;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < V; ++i) {
+      z[i] = static_cast<float>(load(row + i)) / temperature;
+      m = std::max(m, z[i]);
+    }
+    float kth = -std::numeric_limits<float>::infinity();
+    if (top_k > 0 && top_k < V) {
+      sorted.assign(z.begin(), z.end());
+      for (float& v : sorted)  // NaN has no place in an ordering
+        if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
+                       std::greater<float>());
+      kth = sorted[top_k - 1];
+    }
+    float best = -2.0f;
+    int64_t index = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      float score = -1.0f;
+      if (!(z[i] < kth)) {
+        const float e = std::exp(z[i] - m);
+        if (e > 0.0f) {
+          const Philox4 bits = sample_bits(seed, draw, uint32_t(r), uint32_t(i / 4));
+          score = e / -std::log(sample_uniform(bits.w[i % 4]));
+        }
+      }
+      if (score > best) best = score, index = i;
+    }
+    tokens[r] = index;
+  }
+  state[1] = int64_t(draw + 1);
+}
+
+void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> state,
+                   double temperature, int64_t top_k, int64_t vocab_limit, uintptr_t stream) {
+  const char* op = "sample_tokens";
+  (void)stream;
+  Tensor L = view(op, "logits", logits), Y = view(op, "tokens", tokens),
+         S = view(op, "state", state);
+  check_dtype(op, "logits", L, {DType::f32, DType::bf16, DType::f64});
+  if (L.ndim() != 2) fail(op, "logits must be (R, V), got shape " + shape_str(L.shape));
+  const int64_t R = L.size(0), stride = L.size(1);
+  check_dtype(op, "tokens", Y, {DType::i64});
+  check_shape(op, "tokens", Y, {R});
+  check_same_device(op, L, "tokens", Y);
+  check_dtype(op, "state", S, {DType::i64});
+  check_shape(op, "state", S, {3});
+  check_same_device(op, L, "state", S);
+  if (vocab_limit < 1 || vocab_limit > stride)
+    fail(op, "vocab_limit " + std::to_string(vocab_limit) + " is outside [1, " +
+                 std::to_string(stride) + "] (the logits' columns)");
+  if (vocab_limit > std::numeric_limits<int32_t>::max() || R > std::numeric_limits<int32_t>::max())
+    fail(op, "logits of shape " + shape_str(L.shape) + " are too large");
+  if (!(temperature > 0.0) || !std::isfinite(temperature))
+    fail(op, "temperature must be a finite number > 0 (greedy decoding is an argmax)");
+  if (top_k < 0) fail(op, "top_k must be >= 0 (0: no limit)");
+  if (L.cuda) {
+    CudaScope scope(op, L);
+    GS_CUDA_CALL(sample_tokens_cuda(Y.ptr<int64_t>(), L.data, S.ptr<int64_t>(), R, vocab_limit,
+                                    stride, temperature, top_k, L.dtype, stream));
+    return;
+  }
+  dispatch_float(op, L.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    sample_tokens_cpu<T>(Y.ptr<int64_t>(), L.ptr<const T>(), S.ptr<int64_t>(), R, vocab_limit,
+                         stride, static_cast<float>(temperature), top_k);
+  });
+}
+
+}  // namespace
+
+void register_sampling(nb::module_& m) {
+  m.def("sample_tokens", &sample_tokens, "tokens"_a, "logits"_a, "state"_a, "temperature"_a,
+        "top_k"_a, "vocab_limit"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "One token per row: temperature, top-k, exponential race on Philox (sampling.h); "
+        "advances state's draw.");
+}
+
+}  // namespace gs
