@@ -6,7 +6,8 @@ Under the default window ("slide"), a generation has two phases: while the conte
 each token is one cached decode step (one new position through the model); once it is full,
 each token re-runs the whole window (the absolute positions shift, so nothing cached can be
 reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
-(kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels), alternating the
+(kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
+"gptstack-sdpa-window" = the same with SDPA for the slide window's attention), alternating the
 configurations over rounds (medians; the prompt's prefill, timed alone, is taken out of the
 decode phase), and writes a torch.profiler kernel table of one
 500-token generation per configuration: `profile-decode-<run>.json` and
@@ -51,8 +52,11 @@ def main() -> None:
         idx = torch.tensor([ckpt.tokenizer.encode("ROMEO:")], device="cuda")
         fill = T - idx.size(1)  # tokens decoded before the window is full
         decoders = {
-            k: GraphDecoder(model, 1, fused=(k == "gptstack")) for k in ("torch", "gptstack")
+            k: GraphDecoder(model, 1, fused=(k != "torch"))
+            for k in ("torch", "gptstack", "gptstack-sdpa-window")
         }
+        # the slide window's attention through PyTorch's SDPA instead of the cuda_ops kernel
+        decoders["gptstack-sdpa-window"].step.native_attention = False
         for d in decoders.values():  # capture every graph both phases need
             timed(d, idx, fill + 64)
         rows = {k: {"first_s": [], "fill_s": [], "fill_slide_s": []} for k in decoders}

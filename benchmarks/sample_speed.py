@@ -41,13 +41,28 @@ CONFIGS = {  # name -> sample() options
     "graph fp32 fused": {"mode": "graph", "dtype": "fp32", "kernels": "gptstack"},
     "graph bf16 fused": {"mode": "graph", "dtype": "bf16", "kernels": "gptstack"},
     # the same step with PyTorch's sampling ops (the default before sample_tokens)
-    "graph bf16 fused, torch sampler": {
+    "graph bf16 fused torch-sampler": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
         "fused_sampling": False,
     },
+    # the fused kernels launched the ordinary way (no programmatic dependent launch)
+    "graph bf16 fused no-PDL": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "programmatic_launch": False,
+    },
 }
+
+
+def set_programmatic_launch(enabled: bool) -> None:
+    try:
+        from gptstack.cuda_ops import _C
+    except ImportError:
+        return
+    _C.set_programmatic_launch(enabled)
 
 
 def main() -> None:
@@ -66,16 +81,20 @@ def main() -> None:
             for n in names:
                 # sample() casts the model to the configuration's dtype: load it fresh
                 ckpt = load_checkpoint(run, device="cuda")
+                options = dict(CONFIGS[n])
+                set_programmatic_launch(options.pop("programmatic_launch", True))
                 try:
-                    res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **CONFIGS[n])
+                    res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
                     if r == 0:
                         rows[n]["greedy_text"] = sample(
-                            ckpt, "ROMEO:", tokens=100, temperature=0, out=None, **CONFIGS[n]
+                            ckpt, "ROMEO:", tokens=100, temperature=0, out=None, **options
                         ).text
                 except Exception as e:  # a failing configuration is a result, not a crash
                     rows[n]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
                     print(f"{run.name} {n}: {rows[n]['error']}", flush=True)
                     continue
+                finally:
+                    set_programmatic_launch(True)
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
                 print(

@@ -129,6 +129,11 @@ void set_cpu_path(const std::string& name) {
   }
 }
 
+static std::atomic<bool> g_programmatic_launch{true};
+
+bool programmatic_launch_enabled() { return g_programmatic_launch.load(std::memory_order_relaxed); }
+void set_programmatic_launch(bool enabled) { g_programmatic_launch = enabled; }
+
 int resolve_threads(int requested) {
 #ifdef _OPENMP
   return requested > 0 ? requested : omp_get_max_threads();

@@ -77,6 +77,11 @@ bool cpu_has_avx2();               // compiled in and supported by this CPU
 void set_cpu_path(const std::string& name);  // "auto" | "scalar" | "avx2" (tests, bench)
 const char* cpu_path_name(CpuPath p);
 
+// Programmatic dependent launch of the decode kernels on sm_90+ (cuda_launch.h), on by default;
+// off is the A/B switch of tests and benchmarks.
+bool programmatic_launch_enabled();
+void set_programmatic_launch(bool enabled);
+
 // OpenMP threads for one call: the caller's count (torch.get_num_threads()), 1 without OpenMP.
 int resolve_threads(int requested);
 

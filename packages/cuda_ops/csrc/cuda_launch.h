@@ -42,6 +42,43 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
 #endif
 }
 
+#ifndef GS_ATTN_EMULATE
+// Programmatic dependent launch (Hopper, sm_90+; CUDA C++ Programming Guide, "Programmatic
+// Dependent Launch and Synchronization"): a kernel launched this way may start while the kernel
+// before it in the stream is finishing, once every block of that one has called
+// pdl_launch_dependents() (cuda_common.cuh) or exited. Its blocks do what does not depend on the
+// previous kernel (load weights), then pdl_wait() until that kernel has completed and its writes
+// are visible. Stream capture records it as a programmatic edge, so it works in CUDA graphs.
+// A batch-1 decode step is a chain of ~30 kernels of 2-4 us; this overlaps each one's launch
+// and weight loads with the tail of the one before. On devices below sm_90, or when switched
+// off (set_programmatic_launch(false): the A/B switch of tests and benchmarks), it is an
+// ordinary launch.
+bool programmatic_launch_enabled();  // common.cpp
+
+template <typename... P, typename... A>
+void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, const A&... args) {
+  static int major[64] = {};  // compute capability per device, looked up once
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 64 && major[device] == 0)
+    cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic_launch_enabled() && device < 64 && major[device] >= 9) {
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  cudaLaunchKernelEx(&config, kernel, static_cast<P>(args)...);
+}
+#endif
+
 // Dynamic shared memory a block may use without asking (CUDA C++ Programming Guide, "Shared
 // Memory": above 48 KB a kernel must opt in with cudaFuncSetAttribute; HOPPER.md).
 constexpr int kDefaultSmemBytes = 48 * 1024;

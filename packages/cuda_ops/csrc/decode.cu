@@ -1,13 +1,18 @@
 // decode.cu: the fused decode-step kernels on CUDA (formulas in decode.h; CPU reference in
 // decode.cpp, both tested against PyTorch).
 //
-// decode_linear_kernel: grid (ceil(N / 8), R), 256 threads. The block loads its input row into
-//   shared memory as float (normalizing it there when a LayerNorm is fused: two block
-//   reductions, mean then the centred sum of squares), then each of its 8 warps computes one
-//   output: the weight row is read with 16-byte loads when every row is 16-byte aligned (the
-//   vector version), one element per lane otherwise, and reduced across the warp. At batch 1
-//   this is a matrix-vector product: bound by reading W once (a few hundred KB per layer),
-//   where cuBLAS's GEMM tiles spend most of a 3-µs launch on an 8-row tile of one useful row.
+// decode_linear_kernel: grid (ceil(N / 4), R), 128 threads. Each of the block's 4 warps computes
+//   one output. Its lanes first issue their 16-byte loads of the weight row (up to 8 each: whole
+//   rows up to K = 2,048 in bf16) -- weights do not depend on the kernel before, so with
+//   programmatic dependent launch (cuda_launch.h; every kernel here is launched that way on
+//   sm_90) those loads and the launch itself overlap the previous kernel's tail. Then it waits
+//   for that kernel, loads its input row into shared memory as float (normalizing it there when
+//   a LayerNorm is fused: two block reductions, mean then the centred sum of squares), and
+//   reduces the dot products across the warp. At batch 1 this is a matrix-vector product: bound
+//   by latency (one L2 read of W, a few hundred KB per layer), where cuBLAS's GEMM tiles spend
+//   most of a 3-us launch on an 8-row tile of one useful row. One warp per output with 8 warps
+//   a block and no early weight loads (the version before) took 3.1 us a call at
+//   shakespeare-char (benchmarks/profiles/profile-decode-shakespeare-char-gptstack-h200-20261203.txt).
 // decode_attention_kernel: grid (nh, R), 256 threads. Threads < hs write the new key and value
 //   into the caches and stage q in shared memory; thread j then scores keys j, j + 256, ...
 //   (a whole key row per thread, its loads all in flight: 16-byte loads in the vector version);
@@ -28,7 +33,10 @@
 namespace gs {
 namespace {
 
-constexpr int kLinearWarps = 8;
+constexpr int kLinearWarps = 4;
+// 16-byte weight loads per lane issued before waiting for the previous kernel (launch_
+// programmatic): whole rows up to K = 2,048 in bfloat16 (1,024 in float32)
+constexpr int kLinearAhead = 8;
 
 __host__ __device__ constexpr int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 constexpr int kAttnThreads = 256;
@@ -42,21 +50,26 @@ __device__ __forceinline__ float gelu_tanh_f(float x) {
 template <typename T> struct Vec16;
 template <> struct Vec16<float> {
   static constexpr int n = 4;
+  __device__ static void convert(uint4 raw, float* out) {
+    out[0] = __uint_as_float(raw.x), out[1] = __uint_as_float(raw.y);
+    out[2] = __uint_as_float(raw.z), out[3] = __uint_as_float(raw.w);
+  }
   __device__ static void load(const float* p, float* out) {
-    float4 v = *reinterpret_cast<const float4*>(p);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    convert(*reinterpret_cast<const uint4*>(p), out);
   }
 };
 template <> struct Vec16<__nv_bfloat16> {
   static constexpr int n = 8;
-  __device__ static void load(const __nv_bfloat16* p, float* out) {
-    uint4 raw = *reinterpret_cast<const uint4*>(p);
+  __device__ static void convert(uint4 raw, float* out) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float2 f = __bfloat1622float2(h[i]);
       out[2 * i] = f.x, out[2 * i + 1] = f.y;
     }
+  }
+  __device__ static void load(const __nv_bfloat16* p, float* out) {
+    convert(*reinterpret_cast<const uint4*>(p), out);
   }
 };
 
@@ -68,7 +81,22 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
                          float eps, bool gelu) {
   extern __shared__ float row[];  // K floats: the (normalized) input row
   __shared__ float red[32];
-  const int r = blockIdx.y;
+  constexpr int V = Vector ? Vec16<T>::n : 1;
+  const int r = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kLinearWarps + warp;
+  const T* wn = w + int64_t(n < N ? n : 0) * K;
+  pdl_launch_dependents();
+  // The weights do not depend on the kernel before this one: their first loads go out before
+  // waiting for it (lane covers columns (j * 32 + lane) * V .. + V - 1 of load j).
+  uint4 ahead[Vector ? kLinearAhead : 1];
+  if constexpr (Vector) {
+#pragma unroll
+    for (int j = 0; j < kLinearAhead; ++j) {
+      const int k = (j * 32 + lane) * V;
+      if (n < N && k < K) ahead[j] = *reinterpret_cast<const uint4*>(wn + k);
+    }
+  }
+  pdl_wait();  // x and residual are the previous kernel's output
   const T* xr = x + int64_t(r) * K;
   for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
   __syncthreads();
@@ -84,14 +112,20 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
       row[k] = (row[k] - mean) * rstd * to_f32(ln_w[k]) + (ln_b ? to_f32(ln_b[k]) : 0.0f);
     __syncthreads();
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = blockIdx.x * kLinearWarps + warp;
   if (n >= N) return;
-  const T* wn = w + int64_t(n) * K;
   float acc = 0.0f;
   if constexpr (Vector) {
-    constexpr int V = Vec16<T>::n;
-    for (int k = lane * V; k < K; k += 32 * V) {
+#pragma unroll
+    for (int j = 0; j < kLinearAhead; ++j) {
+      const int k = (j * 32 + lane) * V;
+      if (k < K) {
+        float wv[V];
+        Vec16<T>::convert(ahead[j], wv);
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
+      }
+    }
+    for (int k = (kLinearAhead * 32 + lane) * V; k < K; k += 32 * V) {
       float wv[V];
       Vec16<T>::load(wn + k, wv);
 #pragma unroll
@@ -126,6 +160,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   float* part = s + round4(T_);
   const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
   T* yh = y + int64_t(r) * C + h * hs;
+  pdl_launch_dependents();
+  pdl_wait();  // qkv is the previous kernel's output
   const int64_t p64 = *pos;
   if (p64 < 0 || p64 >= T_) {  // cannot happen from the decoders; make it visible, not silent
     for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
@@ -211,13 +247,13 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
   if (vector) {
     vector_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, true>),
                         "decode_linear", "vector", kLinearWarps * 32, smem);
-    decode_linear_kernel<T, true><<<grid, kLinearWarps * 32, smem, stream>>>(
-        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
+    launch_programmatic(decode_linear_kernel<T, true>, grid, kLinearWarps * 32, smem, stream,
+                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
   } else {
     scalar_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, false>),
                         "decode_linear", "scalar", kLinearWarps * 32, smem);
-    decode_linear_kernel<T, false><<<grid, kLinearWarps * 32, smem, stream>>>(
-        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
+    launch_programmatic(decode_linear_kernel<T, false>, grid, kLinearWarps * 32, smem, stream,
+                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
   }
   check_launch("decode_linear", config);
 }
@@ -237,13 +273,13 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
   if (vector) {
     vector_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, true>),
                         "decode_attention", "vector " + config, kAttnThreads, smem);
-    decode_attention_kernel<T, true><<<grid, kAttnThreads, smem, stream>>>(
-        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs));
+    launch_programmatic(decode_attention_kernel<T, true>, grid, kAttnThreads, smem, stream, y,
+                        qkv, kc, vc, pos, int(nh), int(T_), int(hs));
   } else {
     scalar_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, false>),
                         "decode_attention", "scalar " + config, kAttnThreads, smem);
-    decode_attention_kernel<T, false><<<grid, kAttnThreads, smem, stream>>>(
-        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs));
+    launch_programmatic(decode_attention_kernel<T, false>, grid, kAttnThreads, smem, stream, y,
+                        qkv, kc, vc, pos, int(nh), int(T_), int(hs));
   }
   check_launch("decode_attention", config);
 }

@@ -81,6 +81,10 @@ NB_MODULE(_C, m) {
         "Force the CPU path of every op: 'auto' (default), 'scalar' or 'avx2'.");
   m.def("cpu_path", [] { return std::string(gs::cpu_path_name(gs::cpu_path())); },
         "The CPU path ops take now ('avx2_fma' or 'scalar').");
+  m.def("set_programmatic_launch", &gs::set_programmatic_launch, "enabled"_a,
+        "Programmatic dependent launch of the decode kernels on sm_90+ (default on); off "
+        "for A/B comparisons.");
+  m.def("programmatic_launch", &gs::programmatic_launch_enabled);
 #define GS_OP(name) gs::register_##name(m);
 #include "ops.def"
 #undef GS_OP

@@ -6,6 +6,7 @@
 // digits of an order-preserving uint32 key, a 256-bin shared histogram each, warp 0 finding the
 // digit); then the race, one Philox call per 4 elements, and a block argmax. Thread t handles
 // elements 4t .. 4t+3, then 4(t + 256) .., in increasing order, so a tie keeps the lowest index.
+// Launched as a programmatic dependent of the LM head's kernel (cuda_launch.h).
 #include <climits>
 #include <cmath>
 
@@ -85,6 +86,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   __shared__ int warp_index[32];
   const int r = blockIdx.x, t = threadIdx.x, lane = t % 32, warp = t / 32;
   const T* row = logits + int64_t(r) * stride;
+  pdl_launch_dependents();
+  pdl_wait();  // the logits are the previous kernel's output
   const uint64_t seed = uint64_t(__ldcg(reinterpret_cast<const long long*>(state)));
   const uint64_t draw = uint64_t(__ldcg(reinterpret_cast<const long long*>(state) + 1));
 
@@ -141,13 +144,13 @@ void sample_tokens_cuda(int64_t* tokens, const void* logits, int64_t* state, int
   if (R == 0) return;
   const std::string config = "(R=" + std::to_string(R) + ", V=" + std::to_string(V) + ")";
   if (dtype == DType::bf16) {
-    sample_kernel<__nv_bfloat16><<<unsigned(R), kSampleThreads, 0, as_stream(stream)>>>(
-        tokens, static_cast<const __nv_bfloat16*>(logits), state, int(V), stride,
-        float(temperature), int(top_k));
+    launch_programmatic(sample_kernel<__nv_bfloat16>, unsigned(R), kSampleThreads, 0,
+                        as_stream(stream), tokens, static_cast<const __nv_bfloat16*>(logits),
+                        state, int(V), stride, float(temperature), int(top_k));
   } else {
-    sample_kernel<float><<<unsigned(R), kSampleThreads, 0, as_stream(stream)>>>(
-        tokens, static_cast<const float*>(logits), state, int(V), stride, float(temperature),
-        int(top_k));
+    launch_programmatic(sample_kernel<float>, unsigned(R), kSampleThreads, 0, as_stream(stream),
+                        tokens, static_cast<const float*>(logits), state, int(V), stride,
+                        float(temperature), int(top_k));
   }
   check_launch("sample_tokens", config);
 }

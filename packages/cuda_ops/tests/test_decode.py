@@ -238,3 +238,41 @@ def test_cuda_graph_replay_reads_the_position_each_time(gen):
     assert kc[:, :, :3].abs().sum(-1).gt(0).all() and not kc[:, :, 3:].any()
     y_ref, _, _ = _attention_reference(qkv, kc, vc, 2)
     assert_close(y, y_ref, torch.float32, "decode_attention replayed at position 2")
+
+
+@pytest.mark.cuda
+def test_cuda_programmatic_launch_chain_in_a_graph_gives_the_same_bits(gen):
+    """A decode block as a chain of dependent kernels (each reads the one before's output),
+    captured and replayed, with programmatic dependent launch (the default) and without: the
+    kernels wait for their inputs, so both give eager's bits."""
+    C, nh, T = 384, 6, 64
+    r = lambda *s: (torch.randn(*s, generator=gen) / 8).to(torch.bfloat16).cuda()  # noqa: E731
+    x, w_attn, w_proj, w_fc, w_out = r(1, C), r(3 * C, C), r(C, C), r(4 * C, C), r(C, 4 * C)
+    ln_w, ln_b = 1 + r(C), r(C)
+    kc, vc = r(1, nh, T, C // nh), r(1, nh, T, C // nh)
+    pos = torch.tensor(40, device="cuda")
+
+    def block():
+        qkv = ops.decode_linear(x, w_attn, ln_weight=ln_w, ln_bias=ln_b)
+        h = ops.decode_linear(ops.decode_attention(qkv, kc, vc, pos), w_proj, residual=x)
+        f = ops.decode_linear(h, w_fc, ln_weight=ln_w, ln_bias=ln_b, gelu=True)
+        return ops.decode_linear(f, w_out, residual=h)
+
+    results = {}
+    try:
+        for pdl in (False, True):
+            _C.set_programmatic_launch(pdl)
+            eager = block().clone()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(side), torch.cuda.graph(graph):
+                out = block()
+            for _ in range(3):
+                graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, eager), f"programmatic launch {pdl}: replay != eager"
+            results[pdl] = eager
+    finally:
+        _C.set_programmatic_launch(True)
+    assert torch.equal(results[False], results[True])

@@ -62,6 +62,9 @@ class FusedDecodeStep:
         self.model, self.cache = model, cache
         self.ops = native_ops()
         self.eps = model.ln_f.eps
+        # the window's attention: gptstack.cuda_ops' kernel where it has the head size, else
+        # (or False here: the A/B switch of benchmarks/profile_decode.py) PyTorch's SDPA
+        self.native_attention = True
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
         m, ops, eps = self.model, self.ops, self.eps
@@ -101,7 +104,7 @@ class FusedDecodeStep:
         nh = self.model.config.n_head
         hs = C3 // 3 // nh
         q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in qkv.split(C3 // 3, dim=2))
-        if hs in self.ops.attention.HEAD_SIZES:  # the fused kernel reads the views in place
+        if self.native_attention and hs in self.ops.attention.HEAD_SIZES:  # views read in place
             y = self.ops.causal_attention(q, k, v)  # a view of a (B, T, nh, hs) buffer
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -135,8 +135,9 @@ class GraphDecoder:
         self.sampler = torch.zeros(3, dtype=torch.long, device=device)
         self._logits_one: Callable[[], Tensor] = self._forward_one
         self._logits_window: Callable[[Tensor], Tensor] = self._forward_window
+        self.step: FusedDecodeStep | None = None
         if self.fused:
-            step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
+            step = self.step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
             self._logits_one = lambda: step(self.token, self.pos)
             self._logits_window = step.window
         if compile:
