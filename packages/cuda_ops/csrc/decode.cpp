@@ -176,6 +176,169 @@ void decode_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
   });
 }
 
+// The decode program's host side (decode.h): ops appended one by one with the same checks as
+// the standalone ops, then finalize() uploads them; run() launches the one kernel on the
+// caller's stream. The arrays are kept referenced, so their memory outlives the plan's pointers
+// to it. CUDA only, batch 1, one dtype (float32 or bfloat16), one device.
+class DecodePlan {
+ public:
+  DecodePlan() = default;
+  DecodePlan(const DecodePlan&) = delete;
+  DecodePlan& operator=(const DecodePlan&) = delete;
+  ~DecodePlan() {
+#ifdef GPTSTACK_WITH_CUDA
+    if (device_ops_) decode_program_free(device_ops_, barrier_);
+#endif
+  }
+
+  void add_embedding(nb::ndarray<> out, nb::ndarray<> wte, nb::ndarray<> wpe, nb::ndarray<> token,
+                     nb::ndarray<> pos) {
+    const char* op = "DecodePlan.add_embedding";
+    Tensor O = view(op, "out", out), E = view(op, "wte", wte), P = view(op, "wpe", wpe);
+    Tensor Tk = view(op, "token", token), Ps = view(op, "pos", pos);
+    if (E.ndim() != 2 || P.ndim() != 2) fail(op, "wte and wpe must be (rows, C)");
+    const int64_t C = E.size(1);
+    check_arg(op, E, "wpe", P, E.dtype, {P.size(0), C});
+    check_arg(op, E, "out", O, E.dtype, {1, C});
+    check_index(op, E, "token", Tk);
+    check_index(op, E, "pos", Ps);
+    DecodeOp d;
+    d.kind = DecodeOp::kEmbedding;
+    d.N = int32_t(C), d.K = int32_t(E.size(0)), d.T = int32_t(P.size(0));
+    d.x = E.data, d.w = P.data, d.out = O.data;
+    d.token = Tk.ptr<const int64_t>(), d.pos = Ps.ptr<const int64_t>();
+    append(op, E, d, {out, wte, wpe, token, pos}, 0);
+  }
+
+  void add_linear(nb::ndarray<> out, nb::ndarray<> x, nb::ndarray<> weight, OptArray bias,
+                  OptArray ln_weight, OptArray ln_bias, OptArray residual, double eps, bool gelu) {
+    const char* op = "DecodePlan.add_linear";
+    Tensor X = view(op, "x", x), W = view(op, "weight", weight), Y = view(op, "out", out);
+    if (X.ndim() != 2 || X.size(0) != 1) fail(op, "x must be (1, K): the plan runs batch 1");
+    if (W.ndim() != 2) fail(op, "weight must be (N, K), got shape " + shape_str(W.shape));
+    const int64_t K = X.size(1), N = W.size(0);
+    if (K < 1 || N < 1 || K > kDecodeMaxK) fail(op, "K must be in [1, " + std::to_string(kDecodeMaxK) + "]");
+    check_arg(op, X, "weight", W, X.dtype, {N, K});
+    check_arg(op, X, "out", Y, X.dtype, {1, N});
+    DecodeOp d;
+    d.kind = DecodeOp::kLinear;
+    d.N = int32_t(N), d.K = int32_t(K), d.gelu = gelu, d.eps = float(eps);
+    d.x = X.data, d.w = W.data, d.out = Y.data;
+    d.b = optional_arg(op, X, "bias", bias, {N});
+    d.ln_w = optional_arg(op, X, "ln_weight", ln_weight, {K});
+    d.ln_b = optional_arg(op, X, "ln_bias", ln_bias, {K});
+    d.residual = optional_arg(op, X, "residual", residual, {1, N});
+    if (d.ln_b && !d.ln_w) fail(op, "ln_bias without ln_weight: pass both, or ln_weight alone");
+    const int64_t bytes = dtype_bytes(X.dtype);
+    d.vector = reinterpret_cast<uintptr_t>(W.data) % 16 == 0 && (K * bytes) % 16 == 0;
+    std::vector<nb::ndarray<>> keep{out, x, weight};
+    for (const OptArray* a : {&bias, &ln_weight, &ln_bias, &residual})
+      if (*a) keep.push_back(**a);
+    append(op, X, d, keep, K * int64_t(sizeof(float)));
+  }
+
+  void add_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
+                     nb::ndarray<> v_cache, nb::ndarray<> pos) {
+    const char* op = "DecodePlan.add_attention";
+    Tensor Q = view(op, "qkv", qkv), Kc = view(op, "k_cache", k_cache),
+           Vc = view(op, "v_cache", v_cache), Y = view(op, "y", y), P = view(op, "pos", pos);
+    if (Kc.ndim() != 4 || Kc.size(0) != 1)
+      fail(op, "k_cache must be (1, nh, T, hs): the plan runs batch 1");
+    const int64_t nh = Kc.size(1), T_ = Kc.size(2), hs = Kc.size(3);
+    if (nh < 1 || T_ < 1 || hs < 1 || hs > kDecodeMaxHeadSize)
+      fail(op, "k_cache has an empty dimension or a head size above " +
+                   std::to_string(kDecodeMaxHeadSize));
+    check_arg(op, Q, "qkv", Q, Q.dtype, {1, 3 * nh * hs});
+    check_arg(op, Q, "k_cache", Kc, Q.dtype, {1, nh, T_, hs});
+    check_arg(op, Q, "v_cache", Vc, Q.dtype, {1, nh, T_, hs});
+    check_arg(op, Q, "y", Y, Q.dtype, {1, nh * hs});
+    check_index(op, Q, "pos", P);
+    DecodeOp d;
+    d.kind = DecodeOp::kAttention;
+    d.N = int32_t(nh), d.K = int32_t(hs), d.T = int32_t(T_);
+    d.x = Q.data, d.out = Y.data, d.k_cache = Kc.data, d.v_cache = Vc.data;
+    d.pos = P.ptr<const int64_t>();
+    const int64_t width = dtype_bytes(Q.dtype) == 2 ? 8 : 4;  // elements per 16-byte load
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    d.vector = hs % width == 0 && aligned(Kc.data) && aligned(Vc.data);
+    const int64_t lanes = d.vector ? hs / width : hs, groups = kProgramThreads / lanes;
+    if (groups < 1) fail(op, "head size " + std::to_string(hs) + " is too wide for the program");
+    const auto r4 = [](int64_t n) { return (n + 3) / 4 * 4; };
+    append(op, Q, d, {y, qkv, k_cache, v_cache, pos},
+           (r4(hs) + r4(T_) + groups * hs) * int64_t(sizeof(float)));
+  }
+
+  // Upload the ops and size the grid; no op can be added after.
+  void finalize() {
+    const char* op = "DecodePlan.finalize";
+    if (ops_.empty()) fail(op, "the plan has no ops");
+    if (finalized_) fail(op, "the plan is already finalized");
+    Tensor ref;
+    ref.cuda = true, ref.device_id = device_, ref.dtype = dtype_;
+    CudaScope scope(op, ref);
+#ifdef GPTSTACK_WITH_CUDA
+    const int fit = decode_program_max_blocks(dtype_, smem_);
+    if (fit < 1) fail(op, "the program kernel does not fit on this device");
+    blocks_ = std::min(fit, max_items_);
+    device_ops_ = decode_program_upload(ops_.data(), int(ops_.size()), &barrier_);
+#endif
+    finalized_ = true;
+  }
+
+  void run(uintptr_t stream) {
+    const char* op = "DecodePlan.run";
+    if (!finalized_) fail(op, "call finalize() first");
+    Tensor ref;
+    ref.cuda = true, ref.device_id = device_, ref.dtype = dtype_;
+    CudaScope scope(op, ref);
+    GS_CUDA_CALL(decode_program_cuda(device_ops_, int(ops_.size()), barrier_, blocks_, smem_,
+                                     dtype_, stream));
+  }
+
+  int blocks() const { return blocks_; }
+  int size() const { return int(ops_.size()); }
+
+ private:
+  static constexpr int kProgramThreads = kDecodeLinearWarps * 32;
+
+  static int64_t dtype_bytes(DType d) { return d == DType::bf16 ? 2 : d == DType::f64 ? 8 : 4; }
+
+  static void check_index(const char* op, const Tensor& ref, const char* name, const Tensor& t) {
+    check_dtype(op, name, t, {DType::i64});
+    if (t.numel() != 1) fail(op, std::string(name) + " must hold one index");
+    check_same_device(op, ref, name, t);
+  }
+
+  void append(const char* op, const Tensor& ref, const DecodeOp& d,
+              std::vector<nb::ndarray<>> keep, int64_t smem) {
+    if (finalized_) fail(op, "the plan is finalized; build a new one");
+    if (!ref.cuda) fail(op, "the decode program runs on CUDA tensors only");
+    check_dtype(op, "tensors", ref, {DType::f32, DType::bf16});
+    if (ops_.empty()) {
+      dtype_ = ref.dtype, device_ = ref.device_id;
+    } else if (ref.dtype != dtype_ || ref.device_id != device_) {
+      fail(op, "every op of a plan takes one dtype on one device");
+    }
+    ops_.push_back(d);
+    for (auto& a : keep) keep_.push_back(std::move(a));
+    smem_ = std::max(smem_, smem);
+    const int64_t items =
+        d.kind == DecodeOp::kLinear ? (d.N + kDecodeLinearWarps - 1) / kDecodeLinearWarps : d.N;
+    max_items_ = int(std::min<int64_t>(std::max<int64_t>(max_items_, items), 1 << 20));
+  }
+
+  std::vector<DecodeOp> ops_;
+  std::vector<nb::ndarray<>> keep_;
+  DType dtype_ = DType::f32;
+  int device_ = 0;
+  int64_t smem_ = 0;
+  int max_items_ = 1;
+  int blocks_ = 0;
+  bool finalized_ = false;
+  DecodeOp* device_ops_ = nullptr;
+  unsigned* barrier_ = nullptr;
+};
+
 }  // namespace
 
 void register_decode(nb::module_& m) {
@@ -186,6 +349,19 @@ void register_decode(nb::module_& m) {
   m.def("decode_attention", &decode_attention, "y"_a, "qkv"_a, "k_cache"_a, "v_cache"_a,
         "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
+  nb::class_<DecodePlan>(m, "DecodePlan",
+                         "A batch-1 decode step as one persistent CUDA kernel (decode.h).")
+      .def(nb::init<>())
+      .def("add_embedding", &DecodePlan::add_embedding, "out"_a, "wte"_a, "wpe"_a, "token"_a,
+           "pos"_a)
+      .def("add_linear", &DecodePlan::add_linear, "out"_a, "x"_a, "weight"_a, "bias"_a.none(),
+           "ln_weight"_a.none(), "ln_bias"_a.none(), "residual"_a.none(), "eps"_a, "gelu"_a)
+      .def("add_attention", &DecodePlan::add_attention, "y"_a, "qkv"_a, "k_cache"_a,
+           "v_cache"_a, "pos"_a)
+      .def("finalize", &DecodePlan::finalize)
+      .def("run", &DecodePlan::run, "stream"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("blocks", &DecodePlan::blocks)
+      .def("__len__", &DecodePlan::size);
   // the CUDA kernels' limits, for callers that choose a path before calling (fused_step.py)
   m.attr("decode_max_head_size") = kDecodeMaxHeadSize;
   m.attr("decode_max_k") = kDecodeMaxK;

@@ -276,3 +276,134 @@ def test_cuda_programmatic_launch_chain_in_a_graph_gives_the_same_bits(gen):
     finally:
         _C.set_programmatic_launch(True)
     assert torch.equal(results[False], results[True])
+
+
+# --- the decode program: a whole batch-1 step in one kernel --------------------------------
+
+
+def _tiny_decoder_weights(C, nh, T, V, layers, dtype, gen, device, bias=True):
+    def r(*s, scale=1.0):
+        return (scale * torch.randn(*s, generator=gen)).to(dtype).to(device)
+
+    model = {"wte": r(V, C), "wpe": r(T, C), "ln_f": (1 + r(C, scale=0.1), r(C, scale=0.1))}
+    model["layers"] = [
+        {
+            "ln1": (1 + r(C, scale=0.1), r(C, scale=0.1)),
+            "ln2": (1 + r(C, scale=0.1), r(C, scale=0.1)),
+            "attn": (r(3 * C, C, scale=C**-0.5), r(3 * C) if bias else None),
+            "proj": (r(C, C, scale=C**-0.5), r(C) if bias else None),
+            "fc": (r(4 * C, C, scale=C**-0.5), r(4 * C) if bias else None),
+            "out": (r(C, 4 * C, scale=(4 * C) ** -0.5), r(C) if bias else None),
+        }
+        for _ in range(layers)
+    ]
+    model["head"] = r(V, C, scale=C**-0.5)
+    return model
+
+
+def _step_op_by_op(m, kc, vc, token, pos):
+    x = m["wte"].index_select(0, token.view(1)) + m["wpe"].index_select(0, pos.view(1))
+    for i, L in enumerate(m["layers"]):
+        qkv = ops.decode_linear(x, *L["attn"], ln_weight=L["ln1"][0], ln_bias=L["ln1"][1])
+        x1 = ops.decode_linear(ops.decode_attention(qkv, kc[i], vc[i], pos), *L["proj"], residual=x)
+        h = ops.decode_linear(x1, *L["fc"], ln_weight=L["ln2"][0], ln_bias=L["ln2"][1], gelu=True)
+        x = ops.decode_linear(h, *L["out"], residual=x1)
+    return ops.decode_linear(x, m["head"], ln_weight=m["ln_f"][0], ln_bias=m["ln_f"][1])
+
+
+def _plan(m, kc, vc, token, pos):
+    plan, buf = ops.DecodePlan(), lambda n: torch.empty(1, n, dtype=m["wte"].dtype, device="cuda")
+    x = buf(m["wte"].size(1))
+    plan.embedding(x, m["wte"], m["wpe"], token, pos)
+    for i, L in enumerate(m["layers"]):
+        C = x.size(1)
+        qkv, y, x1, h, x2 = buf(3 * C), buf(C), buf(C), buf(4 * C), buf(C)
+        plan.linear(qkv, x, *L["attn"], ln_weight=L["ln1"][0], ln_bias=L["ln1"][1])
+        plan.attention(y, qkv, kc[i], vc[i], pos)
+        plan.linear(x1, y, *L["proj"], residual=x)
+        plan.linear(h, x1, *L["fc"], ln_weight=L["ln2"][0], ln_bias=L["ln2"][1], gelu=True)
+        plan.linear(x2, h, *L["out"], residual=x1)
+        x = x2
+    logits = buf(m["head"].size(0))
+    plan.linear(logits, x, m["head"], ln_weight=m["ln_f"][0], ln_bias=m["ln_f"][1])
+    plan.finalize()
+    return plan, logits
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize(
+    "C, nh, T, V, layers, bias",
+    [(384, 6, 32, 65, 2, True), (64, 2, 16, 100, 1, False), (52, 4, 9, 33, 2, True)],
+)  # head size 64 (16-byte loads), 32 without biases, 13 (element loads, K % 8 != 0)
+def test_cuda_decode_plan_gives_the_op_by_op_step_bits(C, nh, T, V, layers, bias, dtype, gen):
+    m = _tiny_decoder_weights(C, nh, T, V, layers, dtype, gen, "cuda", bias)
+    shape = (layers, 1, nh, T, C // nh)
+    kc = torch.zeros(shape, dtype=dtype, device="cuda")
+    vc, kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(kc), torch.zeros_like(kc)
+    token, pos = (
+        torch.zeros(1, 1, dtype=torch.long, device="cuda"),
+        torch.zeros((), dtype=torch.long, device="cuda"),
+    )
+    plan, logits = _plan(m, kc2, vc2, token, pos)
+    assert len(plan) == 2 + 5 * layers and 1 <= plan.blocks
+    for p in range(T):  # the whole cache, a new token each step
+        pos.fill_(p)
+        token.fill_(int(torch.randint(0, V, (1,), generator=gen)))
+        expected = _step_op_by_op(m, kc, vc, token, pos)
+        plan.run()
+        assert torch.equal(logits, expected), f"position {p}"
+        assert torch.equal(kc2, kc) and torch.equal(vc2, vc), f"caches at position {p}"
+
+
+@pytest.mark.cuda
+def test_cuda_decode_plan_replays_in_a_graph(gen):
+    m = _tiny_decoder_weights(128, 4, 24, 50, 2, torch.bfloat16, gen, "cuda")
+    kc = torch.zeros(2, 1, 4, 24, 32, dtype=torch.bfloat16, device="cuda")
+    vc, kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(kc), torch.zeros_like(kc)
+    token, pos = (
+        torch.ones(1, 1, dtype=torch.long, device="cuda"),
+        torch.zeros((), dtype=torch.long, device="cuda"),
+    )
+    plan, logits = _plan(m, kc2, vc2, token, pos)
+    plan.run()  # warm up outside the graph
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        plan.run()
+    kc2.zero_(), vc2.zero_()
+    for p in range(10):
+        pos.fill_(p), token.fill_(3 * p + 1)
+        expected = _step_op_by_op(m, kc, vc, token, pos)
+        graph.replay()
+        assert torch.equal(logits, expected), f"replay at position {p}"
+    assert torch.equal(kc2, kc)
+
+
+def test_decode_plan_refuses_what_it_cannot_run():
+    plan = ops.DecodePlan()
+    with pytest.raises(ValueError, match="CUDA tensors only"):
+        plan.linear(torch.empty(1, 4), torch.ones(1, 8), torch.ones(4, 8))
+    with pytest.raises(ValueError, match="the plan has no ops"):
+        plan.finalize()
+    with pytest.raises(ValueError, match="has no ops"):
+        plan.run()
+    with pytest.raises(ValueError, match=r"x must be \(1, K\)"):
+        plan.linear(torch.empty(2, 4), torch.ones(2, 8), torch.ones(4, 8))
+    with pytest.raises(ValueError, match=r"weight has shape"):
+        plan.linear(torch.empty(1, 4), torch.ones(1, 8), torch.ones(4, 7))
+
+
+@pytest.mark.cuda
+def test_cuda_decode_plan_checks_dtypes_and_order(gen):
+    plan = ops.DecodePlan()
+    x, w = torch.ones(1, 8, device="cuda"), torch.ones(4, 8, device="cuda")
+    plan.linear(torch.empty(1, 4, device="cuda"), x, w)
+    with pytest.raises(ValueError, match="one dtype on one device"):
+        plan.linear(torch.empty(1, 4, device="cuda").bfloat16(), x.bfloat16(), w.bfloat16())
+    with pytest.raises(ValueError, match="call finalize"):
+        plan.run()
+    plan.finalize()
+    with pytest.raises(ValueError, match="finalized"):
+        plan.linear(torch.empty(1, 4, device="cuda"), x, w)

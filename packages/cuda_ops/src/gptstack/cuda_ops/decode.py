@@ -153,3 +153,69 @@ def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor)
         raise OpInputError(f"{op}: pos is on {pos.device} but qkv is on {qkv.device}")
     op = _decode_attention_impl if direct(qkv, k_cache, v_cache, pos) else _decode_attention
     return op(qkv, k_cache, v_cache, pos)
+
+
+class DecodePlan:
+    """A batch-1 decode step as one persistent CUDA kernel (csrc/decode.h, "the decode program").
+
+        plan = DecodePlan()
+        plan.embedding(x, wte, wpe, token, pos)                 # x = wte[token] + wpe[pos]
+        plan.linear(qkv, x, w_attn, b_attn, ln_weight=ln1_w, ln_bias=ln1_b)
+        plan.attention(y, qkv, k_cache, v_cache, pos)
+        ...                                                     # every op of the step, in order
+        plan.finalize()
+        plan.run()                  # the whole step, on the current stream (CUDA-graph capturable)
+
+    Each op is decode_linear's or decode_attention's (the same device code: the same bits) or
+    the embedding, writing into the `out`/`y` tensors given here; the kernel's blocks run them in
+    order with a grid-wide barrier between ops, instead of one launch per op. The tensors are
+    bound by address when added (the plan keeps them alive): reuse them, don't replace them.
+    CUDA tensors only, batch 1, one dtype (float32 or bfloat16). Errors name the argument.
+    """
+
+    def __init__(self) -> None:
+        self._plan = _C.DecodePlan()
+        self._device: torch.device | None = None
+
+    def embedding(self, out: Tensor, wte: Tensor, wpe: Tensor, token: Tensor, pos: Tensor) -> None:
+        self._plan.add_embedding(dl(out), dl(wte), dl(wpe), dl(token), dl(pos))
+        self._device = out.device
+
+    def linear(
+        self,
+        out: Tensor,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        *,
+        ln_weight: Tensor | None = None,
+        ln_bias: Tensor | None = None,
+        residual: Tensor | None = None,
+        gelu: bool = False,
+        eps: float = DEFAULT_EPS,
+    ) -> None:
+        self._plan.add_linear(
+            dl(out), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), dl(residual),
+            float(eps), bool(gelu),
+        )  # fmt: skip
+        self._device = out.device
+
+    def attention(self, y: Tensor, qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor):
+        self._plan.add_attention(dl(y), dl(qkv), dl(k_cache), dl(v_cache), dl(pos))
+        self._device = y.device
+
+    def finalize(self) -> None:
+        self._plan.finalize()
+
+    def run(self) -> None:
+        if self._device is None:
+            raise OpInputError("DecodePlan.run: the plan has no ops")
+        self._plan.run(torch.cuda.current_stream(self._device).cuda_stream)
+
+    @property
+    def blocks(self) -> int:
+        """The kernel's grid: at most what fits on the GPU at once."""
+        return self._plan.blocks
+
+    def __len__(self) -> int:
+        return len(self._plan)
