@@ -13,11 +13,11 @@
 //   most of a 3-us launch on an 8-row tile of one useful row. One warp per output with 8 warps
 //   a block and no early weight loads (the version before) took 3.1 us a call at
 //   shakespeare-char (benchmarks/profiles/profile-decode-shakespeare-char-gptstack-h200-20261203.txt).
-// decode_attention_kernel: grid (nh, R), 128 threads. Threads < hs write the new key and value
-//   into the caches and stage q in shared memory; thread j then scores keys j, j + 128, ...
+// decode_attention_kernel: grid (nh, R), 256 threads. Threads < hs write the new key and value
+//   into the caches and stage q in shared memory; thread j then scores keys j, j + 256, ...
 //   (a whole key row per thread, its loads all in flight: 16-byte loads in the vector version);
 //   block max and sum give the softmax; for y, hs / 8 threads (bf16; hs / 4 for float32; hs in
-//   the scalar version) read one value row with 16-byte loads, and the 128 threads cover as
+//   the scalar version) read one value row with 16-byte loads, and the 256 threads cover as
 //   many keys at once, whose partial sums meet in shared memory. Scores live in shared memory
 //   (T floats). The first version (one element per load, 128 threads) took 18.6 us a call at
 //   shakespeare-char's T = 256 on the H200: six blocks, each waiting on one L2 read after
@@ -39,9 +39,7 @@ constexpr int kLinearWarps = kDecodeLinearWarps;
 constexpr int kLinearAhead = 8;
 
 __host__ __device__ constexpr int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
-// 128 threads, as the decode program's blocks, so both run one head with the same reductions
-// (the same bits)
-constexpr int kAttnThreads = kDecodeLinearWarps * 32;
+constexpr int kAttnThreads = 256;
 
 __device__ __forceinline__ float gelu_tanh_f(float x) {
   const float k = float(kGeluSqrt2OverPi), c = float(kGeluCubic);
@@ -297,18 +295,15 @@ __device__ void grid_sync(unsigned* bar) {
   __syncthreads();
 }
 
-// A linear op in the program: block b computes outputs 4b .. 4b+3, then 4(b + grid) ...; wr
-// holds the first item's weight loads when `fetched` (issued before the barrier in front of
-// this op: weights do not depend on the ops before).
 template <typename T, bool Vector>
-__device__ void program_linear(const DecodeOp& op, float* row, float* red,
-                               WeightRow<T, Vector>& wr, bool fetched) {
+__device__ void program_linear(const DecodeOp& op, float* row, float* red) {
   const int N = op.N, K = op.K, items = (N + kLinearWarps - 1) / kLinearWarps;
   if (int(blockIdx.x) >= items) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* w = static_cast<const T*>(op.w);
+  WeightRow<T, Vector> wr;
   int n = blockIdx.x * kLinearWarps + warp;
-  if (!fetched && n < N) wr.fetch(w + int64_t(n) * K, K, lane);  // in flight during the row
+  if (n < N) wr.fetch(w + int64_t(n) * K, K, lane);  // in flight while the row is loaded
   linear_input_row(row, red, static_cast<const T*>(op.x), static_cast<const T*>(op.ln_w),
                    static_cast<const T*>(op.ln_b), K, op.eps);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -322,26 +317,13 @@ __device__ void program_linear(const DecodeOp& op, float* row, float* red,
   }
 }
 
-// The first weight loads of the block's first item of `op` when it is a vector linear op
-// (before the barrier in front of it); whether they were issued.
 template <typename T>
-__device__ bool program_fetch_ahead(const DecodeOp& op, WeightRow<T, true>& wr) {
-  if (op.kind != DecodeOp::kLinear || !op.vector) return false;
-  const int n = blockIdx.x * kLinearWarps + threadIdx.x / 32;
-  if (n < op.N) wr.fetch(static_cast<const T*>(op.w) + int64_t(n) * op.K, op.K, threadIdx.x % 32);
-  return true;
-}
-
-template <typename T>
-__device__ void program_step(const DecodeOp& op, float* smem, float* red,
-                             WeightRow<T, true>& ahead, bool fetched) {
+__device__ void program_step(const DecodeOp& op, float* smem, float* red) {
   if (op.kind == DecodeOp::kLinear) {
-    if (op.vector) {
-      program_linear<T, true>(op, smem, red, ahead, fetched);
-    } else {
-      WeightRow<T, false> wr;
-      program_linear<T, false>(op, smem, red, wr, false);
-    }
+    if (op.vector)
+      program_linear<T, true>(op, smem, red);
+    else
+      program_linear<T, false>(op, smem, red);
   } else if (op.kind == DecodeOp::kAttention) {
     const int64_t p = __ldcg(op.pos);
     for (int h = blockIdx.x; h < op.N; h += gridDim.x) {
@@ -371,14 +353,10 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
     decode_program_kernel(const DecodeOp* __restrict__ ops, int n_ops, unsigned* bar) {
   extern __shared__ float smem[];
   __shared__ float red[32];
-  WeightRow<T, true> ahead;
-  bool fetched = false;
   for (int i = 0; i < n_ops; ++i) {
-    program_step<T>(ops[i], smem, red, ahead, fetched);
-    if (i + 1 < n_ops) {
-      fetched = program_fetch_ahead<T>(ops[i + 1], ahead);  // loads in flight at the barrier
-      grid_sync(bar);
-    }
+    const DecodeOp op = ops[i];
+    program_step<T>(op, smem, red);
+    if (i + 1 < n_ops) grid_sync(bar);
   }
 }
 
@@ -449,9 +427,7 @@ int decode_program_max_blocks(DType dtype, int64_t smem_bytes) {
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kLinearWarps * 32,
                                                 static_cast<size_t>(smem_bytes));
   check_launch("decode_program", "(occupancy)");
-  // one block per SM: a grid-wide barrier costs an atomic per block, and the ops of a small
-  // model's step have a few hundred outputs at most
-  return per_sm >= 1 ? sms : 0;
+  return sms * per_sm;
 }
 
 DecodeOp* decode_program_upload(const DecodeOp* ops, int n_ops, unsigned** barrier) {

@@ -31,7 +31,7 @@ namespace gs {
 
 // decode_linear's CUDA blocks (and the decode program's): 4 warps, one output each at a time.
 constexpr int kDecodeLinearWarps = 4;
-// The CUDA attention kernel runs one 128-thread block per (row, head): head size at most 128.
+// The CUDA attention kernel runs one 256-thread block per (row, head): head size at most 128.
 constexpr int kDecodeMaxHeadSize = 128;
 // decode_linear keeps the (normalized) input row in shared memory: K at most 12,288 floats.
 constexpr int64_t kDecodeMaxK = 12288;
@@ -67,7 +67,7 @@ struct DecodeOp {
 // The ops into device memory, and a zeroed barrier (2 unsigned); freed by decode_program_free.
 DecodeOp* decode_program_upload(const DecodeOp* ops, int n_ops, unsigned** barrier);
 void decode_program_free(DecodeOp* ops, unsigned* barrier);
-// The program kernel's grid on the current device: one block per SM (0 if a block cannot fit).
+// How many blocks of the program kernel fit on the current device at once (its grid's limit).
 int decode_program_max_blocks(DType dtype, int64_t smem_bytes);
 void decode_program_cuda(const DecodeOp* ops, int n_ops, unsigned* barrier, int blocks,
                          int64_t smem_bytes, DType dtype, uintptr_t stream);
