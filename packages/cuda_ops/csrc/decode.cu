@@ -33,7 +33,7 @@
 namespace gs {
 namespace {
 
-constexpr int kLinearWarps = kDecodeLinearWarps;
+constexpr int kLinearWarps = 4;
 // 16-byte weight loads per lane issued before waiting for the previous kernel (launch_
 // programmatic): whole rows up to K = 2,048 in bfloat16 (1,024 in float32)
 constexpr int kLinearAhead = 8;
@@ -73,17 +73,32 @@ template <> struct Vec16<__nv_bfloat16> {
   }
 };
 
-// Activations (x, qkv, y, the residual) are read with ld.global.cg (L2, not L1): in the decode
-// program one kernel runs every step, and another block may have rewritten them since this SM
-// last cached them. The weights and the caches' older rows are read the ordinary way.
-template <typename T> __device__ __forceinline__ float act(const T* p) { return to_f32(__ldcg(p)); }
-
-// The input row of one decode_linear output row into shared memory as float, normalized when
-// a LayerNorm is fused. All threads of the block take part.
-template <typename T>
-__device__ void linear_input_row(float* row, float* red, const T* xr, const T* ln_w,
-                                 const T* ln_b, int K, float eps) {
-  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = act(xr + k);
+template <typename T, bool Vector>
+__global__ void __launch_bounds__(kLinearWarps * 32)
+    decode_linear_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
+                         const T* __restrict__ b, const T* __restrict__ ln_w,
+                         const T* __restrict__ ln_b, const T* __restrict__ residual, int N, int K,
+                         float eps, bool gelu) {
+  extern __shared__ float row[];  // K floats: the (normalized) input row
+  __shared__ float red[32];
+  constexpr int V = Vector ? Vec16<T>::n : 1;
+  const int r = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kLinearWarps + warp;
+  const T* wn = w + int64_t(n < N ? n : 0) * K;
+  pdl_launch_dependents();
+  // The weights do not depend on the kernel before this one: their first loads go out before
+  // waiting for it (lane covers columns (j * 32 + lane) * V .. + V - 1 of load j).
+  uint4 ahead[Vector ? kLinearAhead : 1];
+  if constexpr (Vector) {
+#pragma unroll
+    for (int j = 0; j < kLinearAhead; ++j) {
+      const int k = (j * 32 + lane) * V;
+      if (n < N && k < K) ahead[j] = *reinterpret_cast<const uint4*>(wn + k);
+    }
+  }
+  pdl_wait();  // x and residual are the previous kernel's output
+  const T* xr = x + int64_t(r) * K;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
   __syncthreads();
   if (ln_w) {
     float s = 0.0f;
@@ -95,99 +110,59 @@ __device__ void linear_input_row(float* row, float* red, const T* xr, const T* l
     __syncthreads();  // every thread has read row[] for the sums before it is overwritten
     for (int k = threadIdx.x; k < K; k += blockDim.x)
       row[k] = (row[k] - mean) * rstd * to_f32(ln_w[k]) + (ln_b ? to_f32(ln_b[k]) : 0.0f);
+    __syncthreads();
   }
-  __syncthreads();
-}
-
-// One warp's weight row: the first kLinearAhead 16-byte loads per lane are issued by fetch()
-// (before waiting on anything), the rest inside dot() (lane covers columns (j * 32 + lane) * V
-// .. + V - 1 of load j).
-template <typename T, bool Vector> struct WeightRow {
-  uint4 ahead[Vector ? kLinearAhead : 1];
-
-  __device__ void fetch(const T* wn, int K, int lane) {
-    if constexpr (Vector) {
-      constexpr int V = Vec16<T>::n;
+  if (n >= N) return;
+  float acc = 0.0f;
+  if constexpr (Vector) {
 #pragma unroll
-      for (int j = 0; j < kLinearAhead; ++j) {
-        const int k = (j * 32 + lane) * V;
-        if (k < K) ahead[j] = *reinterpret_cast<const uint4*>(wn + k);
-      }
-    }
-  }
-  // sum_k w[k] row[k], reduced across the warp (every lane gets it)
-  __device__ float dot(const T* wn, const float* row, int K, int lane) const {
-    float acc = 0.0f;
-    if constexpr (Vector) {
-      constexpr int V = Vec16<T>::n;
-#pragma unroll
-      for (int j = 0; j < kLinearAhead; ++j) {
-        const int k = (j * 32 + lane) * V;
-        if (k < K) {
-          float wv[V];
-          Vec16<T>::convert(ahead[j], wv);
-#pragma unroll
-          for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
-        }
-      }
-      for (int k = (kLinearAhead * 32 + lane) * V; k < K; k += 32 * V) {
+    for (int j = 0; j < kLinearAhead; ++j) {
+      const int k = (j * 32 + lane) * V;
+      if (k < K) {
         float wv[V];
-        Vec16<T>::load(wn + k, wv);
+        Vec16<T>::convert(ahead[j], wv);
 #pragma unroll
         for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
       }
-    } else {
-      for (int k = lane; k < K; k += 32) acc = fmaf(to_f32(wn[k]), row[k], acc);
     }
-    return warp_sum(acc);
+    for (int k = (kLinearAhead * 32 + lane) * V; k < K; k += 32 * V) {
+      float wv[V];
+      Vec16<T>::load(wn + k, wv);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
+    }
+  } else {
+    for (int k = lane; k < K; k += 32) acc = fmaf(to_f32(wn[k]), row[k], acc);
   }
-};
-
-template <typename T>
-__device__ __forceinline__ void linear_store(T* out, float acc, const T* b, bool gelu,
-                                             const T* residual, int64_t i, int n) {
-  if (b) acc += to_f32(b[n]);
-  if (gelu) acc = gelu_tanh_f(acc);
-  if (residual) acc += act(residual + i);
-  out[i] = from_f32<T>(acc);
+  acc = warp_sum(acc);
+  if (lane == 0) {
+    if (b) acc += to_f32(b[n]);
+    if (gelu) acc = gelu_tanh_f(acc);
+    if (residual) acc += to_f32(residual[int64_t(r) * N + n]);
+    out[int64_t(r) * N + n] = from_f32<T>(acc);
+  }
 }
 
 template <typename T, bool Vector>
-__global__ void __launch_bounds__(kLinearWarps * 32)
-    decode_linear_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
-                         const T* __restrict__ b, const T* __restrict__ ln_w,
-                         const T* __restrict__ ln_b, const T* __restrict__ residual, int N, int K,
-                         float eps, bool gelu) {
-  extern __shared__ float row[];  // K floats: the (normalized) input row
-  __shared__ float red[32];
-  const int r = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = blockIdx.x * kLinearWarps + warp;
-  const T* wn = w + int64_t(n < N ? n : 0) * K;
-  pdl_launch_dependents();
-  WeightRow<T, Vector> wr;
-  if (n < N) wr.fetch(wn, K, lane);  // weights do not depend on the kernel before this one
-  pdl_wait();                        // x and residual are its output
-  linear_input_row(row, red, x + int64_t(r) * K, ln_w, ln_b, K, eps);
-  if (n >= N) return;
-  const float acc = wr.dot(wn, row, K, lane);
-  if (lane == 0) linear_store(out, acc, b, gelu, residual, int64_t(r) * N + n, n);
-}
-
-// One (row, head) of decode_attention; smem holds round4(hs) + round4(T) + groups * hs floats.
-template <typename T, bool Vector>
-__device__ void attention_head(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
-                               T* __restrict__ vc, int64_t p64, int h, int r, int nh, int T_,
-                               int hs, float* smem, float* red) {
+__global__ void __launch_bounds__(kAttnThreads)
+    decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
+                            T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
+                            int hs) {
   // V: elements per load (16 bytes in the vector version); a value row is read by hs / V
   // threads, so blockDim / (hs / V) keys are summed at once
   constexpr int V = Vector ? Vec16<T>::n : 1;
+  extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
+  __shared__ float red[32];
   // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
   // q racing with writes of s when hs = 13 left s unaligned right behind q)
   float* q = smem;
   float* s = q + round4(hs);
   float* part = s + round4(T_);
-  const int C = nh * hs, t = threadIdx.x;
+  const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
   T* yh = y + int64_t(r) * C + h * hs;
+  pdl_launch_dependents();
+  pdl_wait();  // qkv is the previous kernel's output
+  const int64_t p64 = *pos;
   if (p64 < 0 || p64 >= T_) {  // cannot happen from the decoders; make it visible, not silent
     for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
     return;
@@ -197,9 +172,9 @@ __device__ void attention_head(T* __restrict__ y, const T* __restrict__ qkv, T* 
   T* kh = kc + (int64_t(r) * nh + h) * T_ * hs;
   T* vh = vc + (int64_t(r) * nh + h) * T_ * hs;
   for (int d = t; d < hs; d += blockDim.x) {
-    kh[int64_t(p) * hs + d] = __ldcg(qr + C + d);
-    vh[int64_t(p) * hs + d] = __ldcg(qr + 2 * C + d);
-    q[d] = act(qr + d);
+    kh[int64_t(p) * hs + d] = qr[C + d];
+    vh[int64_t(p) * hs + d] = qr[2 * C + d];
+    q[d] = to_f32(qr[d]);
   }
   __syncthreads();  // the new key/value are in the caches (global writes of this block) and q
   // scores: one key per thread; its row's loads are independent, so they are all in flight
@@ -257,109 +232,6 @@ __device__ void attention_head(T* __restrict__ y, const T* __restrict__ qkv, T* 
   }
 }
 
-template <typename T, bool Vector>
-__global__ void __launch_bounds__(kAttnThreads)
-    decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
-                            T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
-                            int hs) {
-  extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
-  __shared__ float red[32];
-  pdl_launch_dependents();
-  pdl_wait();  // qkv is the previous kernel's output
-  attention_head<T, Vector>(y, qkv, kc, vc, __ldcg(pos), blockIdx.x, blockIdx.y, nh, T_, hs,
-                            smem, red);
-}
-
-// --- the decode program: a whole batch-1 step in one persistent kernel (decode.h) ---------
-
-// Every block of the grid waits here until all have arrived; their global writes before it are
-// visible to every block's ld.cg reads after it. bar[0] counts arrivals, bar[1] is the
-// generation the last arrival advances. The grid never exceeds the blocks that fit on the GPU
-// at once (decode_program_cuda), so all of them run and the spin ends.
-__device__ void grid_sync(unsigned* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    volatile unsigned* generation = bar + 1;
-    const unsigned g = *generation;
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      atomicAdd(bar + 1, 1u);
-    } else {
-      while (*generation == g) {
-      }
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-template <typename T, bool Vector>
-__device__ void program_linear(const DecodeOp& op, float* row, float* red) {
-  const int N = op.N, K = op.K, items = (N + kLinearWarps - 1) / kLinearWarps;
-  if (int(blockIdx.x) >= items) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const T* w = static_cast<const T*>(op.w);
-  WeightRow<T, Vector> wr;
-  int n = blockIdx.x * kLinearWarps + warp;
-  if (n < N) wr.fetch(w + int64_t(n) * K, K, lane);  // in flight while the row is loaded
-  linear_input_row(row, red, static_cast<const T*>(op.x), static_cast<const T*>(op.ln_w),
-                   static_cast<const T*>(op.ln_b), K, op.eps);
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    n = item * kLinearWarps + warp;
-    if (n >= N) break;
-    if (item != int(blockIdx.x)) wr.fetch(w + int64_t(n) * K, K, lane);
-    const float acc = wr.dot(w + int64_t(n) * K, row, K, lane);
-    if (lane == 0)
-      linear_store(static_cast<T*>(op.out), acc, static_cast<const T*>(op.b), op.gelu != 0,
-                   static_cast<const T*>(op.residual), n, n);
-  }
-}
-
-template <typename T>
-__device__ void program_step(const DecodeOp& op, float* smem, float* red) {
-  if (op.kind == DecodeOp::kLinear) {
-    if (op.vector)
-      program_linear<T, true>(op, smem, red);
-    else
-      program_linear<T, false>(op, smem, red);
-  } else if (op.kind == DecodeOp::kAttention) {
-    const int64_t p = __ldcg(op.pos);
-    for (int h = blockIdx.x; h < op.N; h += gridDim.x) {
-      if (op.vector)
-        attention_head<T, true>(static_cast<T*>(op.out), static_cast<const T*>(op.x),
-                                static_cast<T*>(op.k_cache), static_cast<T*>(op.v_cache), p, h,
-                                0, op.N, op.T, op.K, smem, red);
-      else
-        attention_head<T, false>(static_cast<T*>(op.out), static_cast<const T*>(op.x),
-                                 static_cast<T*>(op.k_cache), static_cast<T*>(op.v_cache), p, h,
-                                 0, op.N, op.T, op.K, smem, red);
-      __syncthreads();  // smem is reused by the block's next head
-    }
-  } else {  // embedding: out = wte[token] + wpe[pos], rounded once as torch's add rounds it
-    const int64_t token = __ldcg(op.token), p = __ldcg(op.pos);
-    T* out = static_cast<T*>(op.out);
-    const bool valid = token >= 0 && token < op.K && p >= 0 && p < op.T;  // else NaN, as above
-    const T* wte = static_cast<const T*>(op.x) + (valid ? token : 0) * op.N;
-    const T* wpe = static_cast<const T*>(op.w) + (valid ? p : 0) * op.N;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < op.N; c += gridDim.x * blockDim.x)
-      out[c] = from_f32<T>(valid ? to_f32(wte[c]) + to_f32(wpe[c]) : NAN);
-  }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kLinearWarps * 32)
-    decode_program_kernel(const DecodeOp* __restrict__ ops, int n_ops, unsigned* bar) {
-  extern __shared__ float smem[];
-  __shared__ float red[32];
-  for (int i = 0; i < n_ops; ++i) {
-    const DecodeOp op = ops[i];
-    program_step<T>(op, smem, red);
-    if (i + 1 < n_ops) grid_sync(bar);
-  }
-}
-
 template <typename T>
 void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, const T* ln_b,
                    const T* residual, int64_t R, int64_t N, int64_t K, double eps, bool gelu,
@@ -413,51 +285,6 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
 }
 
 }  // namespace
-
-int decode_program_max_blocks(DType dtype, int64_t smem_bytes) {
-  const void* kernel = dtype == DType::bf16
-                           ? reinterpret_cast<const void*>(&decode_program_kernel<__nv_bfloat16>)
-                           : reinterpret_cast<const void*>(&decode_program_kernel<float>);
-  static LaunchCheck bf16_check, f32_check;
-  (dtype == DType::bf16 ? bf16_check : f32_check)
-      .ensure(kernel, "decode_program", "", kLinearWarps * 32, static_cast<int>(smem_bytes));
-  int device = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kLinearWarps * 32,
-                                                static_cast<size_t>(smem_bytes));
-  check_launch("decode_program", "(occupancy)");
-  return sms * per_sm;
-}
-
-DecodeOp* decode_program_upload(const DecodeOp* ops, int n_ops, unsigned** barrier) {
-  DecodeOp* device_ops = nullptr;
-  *barrier = nullptr;
-  cudaMalloc(&device_ops, sizeof(DecodeOp) * n_ops);
-  cudaMalloc(barrier, 2 * sizeof(unsigned));
-  cudaMemcpy(device_ops, ops, sizeof(DecodeOp) * n_ops, cudaMemcpyHostToDevice);
-  cudaMemset(*barrier, 0, 2 * sizeof(unsigned));
-  check_launch("decode_program", "(upload)");
-  return device_ops;
-}
-
-void decode_program_free(DecodeOp* ops, unsigned* barrier) {
-  cudaFree(ops);
-  cudaFree(barrier);
-}
-
-void decode_program_cuda(const DecodeOp* ops, int n_ops, unsigned* barrier, int blocks,
-                         int64_t smem_bytes, DType dtype, uintptr_t stream) {
-  // an ordinary launch: the kernel never calls pdl_launch_dependents, so nothing launched after
-  // it can take an SM before all its blocks run (grid_sync needs every block resident)
-  if (dtype == DType::bf16)
-    decode_program_kernel<__nv_bfloat16><<<blocks, kLinearWarps * 32, smem_bytes,
-                                           as_stream(stream)>>>(ops, n_ops, barrier);
-  else
-    decode_program_kernel<float><<<blocks, kLinearWarps * 32, smem_bytes, as_stream(stream)>>>(
-        ops, n_ops, barrier);
-  check_launch("decode_program", "(ops=" + std::to_string(n_ops) + ")");
-}
 
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,

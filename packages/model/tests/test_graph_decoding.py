@@ -246,37 +246,3 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
     if fused and window == "slide" and not compile:  # the replayed draws are the eager loop's
         expected = _draws_by_the_fused_sampler(model, idx, 60, 3, temperature=1.0, top_k=5)
         assert torch.equal(a, expected[:, 5:].cpu())
-
-
-@needs_cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_batch_one_fused_step_runs_one_plan_with_the_op_by_op_bits(make_gpt, random_tokens, dtype):
-    if not HAVE_CUDA_OPS:
-        pytest.skip("needs gptstack.cuda_ops")
-    from gptstack.model.fused_step import FusedDecodeStep
-    from gptstack.model.kv_cache import StaticKVCache
-
-    model = make_gpt(29, scramble=0.3, block_size=32).cuda().to(dtype).eval()
-    cfg = model.config
-    caches = [
-        StaticKVCache(cfg.n_layer, 1, cfg.n_head, 32, cfg.head_size, device="cuda", dtype=dtype)
-        for _ in range(2)
-    ]
-    plan_step, op_step = FusedDecodeStep(model, caches[0]), FusedDecodeStep(model, caches[1])
-    op_step.use_plan = False
-    token = torch.zeros(1, 1, dtype=torch.long, device="cuda")
-    pos = torch.zeros((), dtype=torch.long, device="cuda")
-    ids = random_tokens(29, 1, 20, cfg.vocab_size).cuda()
-    with torch.no_grad():
-        for p in range(20):
-            token.copy_(ids[:, p : p + 1]), pos.fill_(p)
-            assert torch.equal(plan_step(token, pos), op_step(token, pos)), f"position {p}"
-    assert plan_step._plan is not None and op_step._plan is None
-    assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
-    # and the batch-1 graph decoder (which runs the plan) writes naive's greedy text
-    model = model.float()
-    idx = ids[:, :5]
-    expected = generate(model, idx, 70, temperature=0)
-    decoder = GraphDecoder(model, batch_size=1, chunk=16, fused=True)
-    got = torch.cat(list(decoder.generate(idx, 70, temperature=0)), dim=1)
-    assert decoder.step._plan is not None and torch.equal(got, expected[:, 5:].cpu())

@@ -14,7 +14,7 @@ from ._ext import _C
 from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
-from .decode import DecodePlan, decode_attention, decode_linear
+from .decode import decode_attention, decode_linear
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
@@ -35,7 +35,6 @@ def set_cpu_path(name: str) -> None:
 
 
 __all__ = [
-    "DecodePlan",
     "CudaOpsError",
     "NotBuiltError",
     "OpInputError",

@@ -5,11 +5,8 @@
     logits = step.window(ids)                 # ids (B, T) at positions 0..T-1 -> (B, V)
 
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
-against the cache. At batch 1 on CUDA it is one launch: a gptstack.cuda_ops.DecodePlan of the
-whole step (embedding, 5 ops per block, ln_f + LM head) run as one persistent kernel with a
-grid-wide barrier between ops; otherwise (or with `use_plan = False`) the same ops launched one
-by one, 5 per block plus 4, instead of ~28 per block (csrc/decode.h has the layout).
-`step.window(ids)` is `model(ids, last_only=True)`,
+against the cache, in 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28
+per block (csrc/decode.h has the layout). `step.window(ids)` is `model(ids, last_only=True)`,
 the slide window's step once the context is full (every position is re-run: absolute
 positions shift by one per token): cuBLAS matmuls with the fused LayerNorm, residual-add +
 LayerNorm, GELU and attention kernels between them, and only the last row past the last
@@ -68,14 +65,8 @@ class FusedDecodeStep:
         # the window's attention: gptstack.cuda_ops' kernel where it has the head size, else
         # (or False here: the A/B switch of benchmarks/profile_decode.py) PyTorch's SDPA
         self.native_attention = True
-        # the one-launch step at batch 1 on CUDA (False: op by op, the A/B switch of benchmarks)
-        self.use_plan = True
-        self._plan = None
-        self._plan_key: tuple = ()
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
-        if self.use_plan and token.is_cuda and token.size(0) == 1:
-            return self._run_plan(token, pos)
         m, ops, eps = self.model, self.ops, self.eps
         # index_select, not weight[pos]: indexing with a 0-d tensor reads it on the host, which
         # a CUDA-graph capture refuses
@@ -89,51 +80,6 @@ class FusedDecodeStep:
             y = ops.decode_attention(qkv, self.cache.k[i], self.cache.v[i], pos)  # (B, C)
             x = self._after_attention(block, x, y)
         return self._head(x)
-
-    def _run_plan(self, token: Tensor, pos: Tensor) -> Tensor:
-        """The whole step as one DecodePlan launch; the plan binds tensors by address, so it is
-        rebuilt if the token, the position, a weight or a cache moved."""
-        key = (
-            token.data_ptr(),
-            pos.data_ptr(),
-            self.cache.k.data_ptr(),
-            self.cache.v.data_ptr(),
-            *(p.data_ptr() for p in self.model.parameters()),
-        )
-        if self._plan is None or key != self._plan_key:
-            self._plan, self._logits = self._build_plan(token, pos)
-            self._plan_key = key
-        self._plan.run()
-        return self._logits
-
-    def _build_plan(self, token: Tensor, pos: Tensor):
-        m, eps = self.model, self.eps
-        weight = m.wte.weight
-
-        def buffer(n: int) -> Tensor:
-            return torch.empty(1, n, dtype=weight.dtype, device=weight.device)
-
-        plan = self.ops.DecodePlan()
-        x = buffer(m.config.n_embd)
-        plan.embedding(x, m.wte.weight, m.wpe.weight, token, pos)
-        for i, block in enumerate(m.h):
-            attn, mlp = block.attn, block.mlp
-            qkv, y = buffer(attn.c_attn.weight.size(0)), buffer(attn.c_proj.weight.size(1))
-            x1, h, x2 = buffer(x.size(1)), buffer(mlp.c_fc.weight.size(0)), buffer(x.size(1))
-            ln1, ln2 = block.ln_1, block.ln_2
-            plan.linear(qkv, x, attn.c_attn.weight, attn.c_attn.bias, ln_weight=ln1.weight,
-                        ln_bias=ln1.bias, eps=eps)  # fmt: skip
-            plan.attention(y, qkv, self.cache.k[i], self.cache.v[i], pos)
-            plan.linear(x1, y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
-            plan.linear(h, x1, mlp.c_fc.weight, mlp.c_fc.bias, ln_weight=ln2.weight,
-                        ln_bias=ln2.bias, gelu=True, eps=eps)  # fmt: skip
-            plan.linear(x2, h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x1)
-            x = x2
-        logits = buffer(m.lm_head.weight.size(0))
-        plan.linear(logits, x, m.lm_head.weight, None, ln_weight=m.ln_f.weight,
-                    ln_bias=m.ln_f.bias, eps=eps)  # fmt: skip
-        plan.finalize()
-        return plan, logits
 
     def _after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
         """The rest of a block for rows x (B, C) with attention output y (B, C):
