@@ -23,6 +23,14 @@
 //   shakespeare-char's T = 256 on the H200: six blocks, each waiting on one L2 read after
 //   another.
 //
+// Tried and reverted (commits 1e654ba, 1238e18): the whole step as one persistent kernel, its
+// blocks running the ~31 ops in order with a grid-wide barrier between them (an atomic arrival
+// per block, then a spin on a generation word). Bit for bit the op-by-op step, but slower on the
+// H200: a decode step of 170-192 us against 127-136 us for these kernels launched one by one with
+// programmatic dependent launch (benchmarks/profile_decode.py, profiles/profile-decode-
+// shakespeare-char-h200-20261203-persistent.json): a barrier over 132 blocks cost more than the
+// programmatic launch it replaced.
+//
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode.cu -I.
 #include <cmath>
 
