@@ -44,13 +44,21 @@ def test_graph_decoder_with_fused_kernels_writes_the_same_greedy_text(run_dir, t
     fused = sample(ckpt, "ROMEO:", mode="graph", kernels="gptstack", **greedy)
     torch_step = sample(ckpt, "ROMEO:", mode="graph", kernels="torch", **greedy)
     assert (fused.kernels, torch_step.kernels) == ("gptstack", "torch")
+    assert (fused.sampler, torch_step.sampler) == ("torch", "torch")  # greedy is an argmax
     assert fused.text == naive.text == torch_step.text
     record = tmp_path / "sample.json"
     args = ["sample", "--ckpt", str(run_dir), "--tokens", "5", "--mode", "graph", "--kernels",
-            "gptstack", "--json", str(record)]  # fmt: skip
+            "gptstack", "--seed", "1", "--json", str(record)]  # fmt: skip
     assert main(args) == 0
-    assert json.loads(record.read_text())["kernels"] == "gptstack"
-    assert "fused gptstack kernels" in capsys.readouterr().err
+    fields = json.loads(record.read_text())
+    assert (fields["kernels"], fields["sampler"]) == ("gptstack", "gptstack")
+    assert "fused gptstack kernels and sampler" in capsys.readouterr().err
+    # the fused sampler's text is seeded too, and top-p falls back to PyTorch's sampling
+    drawn = [sample(ckpt, "ROMEO:", tokens=30, mode="graph", kernels="gptstack", seed=4, out=None)
+             for _ in range(2)]  # fmt: skip
+    assert drawn[0].sampler == "gptstack" and drawn[0].text == drawn[1].text
+    top_p = sample(ckpt, "ROMEO:", tokens=5, mode="graph", kernels="gptstack", top_p=0.9, out=None)
+    assert top_p.sampler == "torch"
 
 
 def test_prompt_with_an_unknown_character_is_one_line_error(run_dir, capsys):

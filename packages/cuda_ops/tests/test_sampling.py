@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C
@@ -75,6 +77,33 @@ def _check_cases(dtype, gen, device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_tokens_match_the_rebuilt_stream(dtype, gen):
     _check_cases(dtype, gen, "cpu")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 3),
+    vocab=st.integers(1, 300),
+    top_k=st.one_of(st.none(), st.integers(1, 320)),
+    cut=st.integers(0, 20),
+    temperature=st.floats(0.05, 5.0),
+    scale=st.sampled_from([0.0, 0.01, 1.0, 30.0]),  # flat, nearly flat, usual, peaked rows
+    seed=st.integers(0, 2**63 - 1),
+    draw=st.integers(0, 2**40),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+def test_any_setting_draws_the_rebuilt_streams_token(
+    rows, vocab, top_k, cut, temperature, scale, seed, draw, dtype
+):
+    gen = torch.Generator().manual_seed(seed % 2**32)
+    logits = (scale * torch.randn(rows, vocab, generator=gen)).to(dtype)
+    limit = max(1, vocab - cut) if cut else None
+    state = ops.sampler_state(seed)
+    state[1] = draw
+    tokens = ops.sample_tokens(
+        logits, state, temperature=temperature, top_k=top_k, vocab_limit=limit
+    )
+    check_against_reference(tokens, logits, seed, draw, temperature, top_k, limit)
+    assert state.tolist() == [seed, draw + 1, 0]
 
 
 def test_top_k_keeps_ties_at_the_kth_value():

@@ -191,7 +191,10 @@ def cmd_sample(args) -> int:
         compile=args.compile,
         kernels=args.kernels,
     )
-    step = " (fused gptstack kernels)" if result.kernels == "gptstack" else ""
+    step = ""
+    if result.kernels == "gptstack":
+        sampler = " and sampler" if result.sampler == "gptstack" else ""
+        step = f" (fused gptstack kernels{sampler})"
     print(
         f"[{result.new_tokens} tokens: {result.tokens_per_s:,.1f} tokens/s steady state, "
         f"start-up {result.startup_s:.2f} s; {result.mode} decoding{step}, {result.dtype}, on "
