@@ -81,6 +81,12 @@ def test_generate_sections_and_checks(suite_results):
     skipped = rows(data, status="skipped")
     assert skipped and all("GPU only" in r["note"] for r in skipped)
     assert data["floors"]["copy"]["bytes_per_s"] > 0
+    # the CLI's decoder with both steps runs (eagerly on a CPU) beside the others, and its
+    # greedy text is naive's
+    decode = rows(data, "decode", "ok")
+    for name in ("graph decoder, PyTorch step", "graph decoder, gptstack kernels"):
+        graph = [r for r in decode if r["name"] == name]
+        assert graph and all(r["metrics"]["greedy_match"] == 1.0 for r in graph), name
 
 
 @pytest.mark.parametrize("suite", ["generate", "train"])

@@ -173,7 +173,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument(
         "--decoders",
         type=_csv,
-        help="of naive,kv,static,graph,graph-compile (default: all but graph-compile)",
+        help="of naive,kv,static,graph,graph-compile,graph-decoder,graph-decoder-fused "
+        "(default: all but graph-compile; graph-decoder* are `gptstack sample`'s decoder)",
     )
     p.add_argument("--prompt-len", type=int, help="prompt tokens (default block_size/8)")
     p.add_argument("--new-tokens", type=int, help="generated tokens (default min(block/2, 64))")

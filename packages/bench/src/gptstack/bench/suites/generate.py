@@ -7,7 +7,9 @@ Decoders (gptstack.model.decoding): naive (forward of the whole window per token
 reference), KV cache (prefill, then one token against a growing cache), static cache (fixed
 shapes, position as a tensor), static cache + CUDA graph (the decode step captured once and
 replayed), and optionally + torch.compile inside the graph (gpt-fast's recipe; compile time is
-paid once per model and batch). Random weights, greedy decoding, rotating random prompts.
+paid once per model and batch); then GraphDecoder, what `gptstack sample` runs on CUDA (many
+tokens per graph replay, sampling on the device), with PyTorch's step and with gptstack.cuda_ops'
+fused decode kernels. Random weights, greedy decoding, rotating random prompts.
 
 Each `generate()` call is timed end to end (prefill included). Achieved bandwidth = model bytes x
 decode steps per second (every step reads every weight once for the whole batch; KV-cache reads
@@ -30,7 +32,9 @@ from typing import Any
 
 import torch
 
-from gptstack.model import KVCacheDecoder, StaticCacheDecoder, generate
+from gptstack.model import GraphDecoder, KVCacheDecoder, StaticCacheDecoder, generate
+from gptstack.model.fused_step import FusedDecodeStep
+from gptstack.model.kv_cache import StaticKVCache
 
 from ..errors import BenchError
 from ..harness import Variant, compare, error_text
@@ -61,6 +65,7 @@ class Decoder:
     cuda_graph: bool
     compile: bool
     gpu_only: bool
+    fused: bool = False  # mode "graph": the fused gptstack.cuda_ops step (else PyTorch's)
 
 
 DECODERS: tuple[Decoder, ...] = (
@@ -69,9 +74,20 @@ DECODERS: tuple[Decoder, ...] = (
     Decoder("static", "static cache", "static", False, False, False),
     Decoder("graph", "static cache + CUDA graph", "static", True, False, True),
     Decoder("graph-compile", "static + CUDA graph + compile", "static", True, True, True),
+    # GraphDecoder (CUDA graphs on CUDA, eager on a CPU): the CLI's decoder, both steps
+    Decoder("graph-decoder", "graph decoder, PyTorch step", "graph", False, False, False),
+    Decoder(
+        "graph-decoder-fused",
+        "graph decoder, gptstack kernels",
+        "graph",
+        False,
+        False,
+        False,
+        fused=True,
+    ),  # fmt: skip
 )
 DECODER_KEYS = tuple(d.key for d in DECODERS)
-DEFAULT_DECODERS = ("naive", "kv", "static", "graph")
+DEFAULT_DECODERS = ("naive", "kv", "static", "graph", "graph-decoder", "graph-decoder-fused")
 
 
 def _make_decoder(d: Decoder, model: torch.nn.Module, batch: int):
@@ -79,6 +95,8 @@ def _make_decoder(d: Decoder, model: torch.nn.Module, batch: int):
         return KVCacheDecoder(model)
     if d.mode == "static":
         return StaticCacheDecoder(model, batch, cuda_graph=d.cuda_graph, compile=d.compile)
+    if d.mode == "graph":
+        return GraphDecoder(model, batch, fused=d.fused)  # ModelError if fused cannot run
     return None
 
 
@@ -90,15 +108,27 @@ def _decode_check(d: Decoder, model32, prompt: torch.Tensor) -> dict:
     tests cover compile + graph)."""
     if d.mode == "naive":
         return {"ok": True, "against": "is the reference"}
+    if d.mode == "graph" and not d.fused:  # its step is the static cache's forward
+        return _decode_check(dataclasses.replace(d, mode="static"), model32, prompt)
     if prompt.size(1) < 2:  # the check needs a prefix to prefill and one token to decode
         prompt = torch.cat([prompt, prompt], dim=1)
     B, P = prompt.shape
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        decoder = _make_decoder(dataclasses.replace(d, compile=False), model32, B)
-        decoder.prefill(prompt[:, :-1])
-        got = decoder.decode(prompt[:, -1], P - 1)  # (B, V): last prompt token at position P-1
+        if d.mode == "graph":  # the fused step on a cache the model's forward filled
+            cfg = model32.config
+            cache = StaticKVCache(
+                cfg.n_layer, B, cfg.n_head, cfg.block_size, cfg.head_size,
+                device=prompt.device, dtype=torch.float32,
+            )  # fmt: skip
+            model32(prompt[:, :-1], last_only=True, kv_cache=cache, pos=0)
+            step = FusedDecodeStep(model32, cache)
+            got = step(prompt[:, -1:].contiguous(), torch.tensor(P - 1, device=prompt.device))
+        else:
+            decoder = _make_decoder(dataclasses.replace(d, compile=False), model32, B)
+            decoder.prefill(prompt[:, :-1])
+            got = decoder.decode(prompt[:, -1], P - 1)  # (B, V): last prompt token at P-1
         ref, _ = model32(prompt, last_only=True)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
