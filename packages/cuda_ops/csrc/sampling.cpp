@@ -1,5 +1,5 @@
 // sampling.cpp: sample_tokens on the CPU (the reference of the CUDA kernel: the same Philox
-// stream and formulas, sampling.h) and its _C binding.
+// stream and formulas, sampling.h; scalar, OpenMP over rows) and its _C binding.
 #include "sampling.h"
 
 #include <algorithm>
@@ -15,47 +15,61 @@ using namespace nb::literals;
 namespace gs {
 namespace {
 
+// One row: the k-th largest z by nth_element, then the race in index order (the lowest index
+// keeps a tie, as the CUDA kernel's reduction does).
+template <typename T>
+int64_t sample_row(const T* row, int64_t r, int64_t V, float temperature, int64_t top_k,
+                   uint64_t seed, uint64_t draw, std::vector<float>& z,
+                   std::vector<float>& sorted) {
+  z.resize(V);
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < V; ++i) {
+    z[i] = static_cast<float>(load(row + i)) / temperature;
+    m = std::max(m, z[i]);
+  }
+  float kth = -std::numeric_limits<float>::infinity();
+  if (top_k > 0 && top_k < V) {
+    sorted.assign(z.begin(), z.end());
+    for (float& v : sorted)  // NaN has no place in an ordering
+      if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
+                     std::greater<float>());
+    kth = sorted[top_k - 1];
+  }
+  float best = -2.0f;
+  int64_t index = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    float score = -1.0f;
+    if (!(z[i] < kth)) {
+      const float e = std::exp(z[i] - m);
+      if (e > 0.0f) {
+        const Philox4 bits = sample_bits(seed, draw, uint32_t(r), uint32_t(i / 4));
+        score = e / -std::log(sample_uniform(bits.w[i % 4]));
+      }
+    }
+    if (score > best) best = score, index = i;
+  }
+  return index;
+}
+
+// Rows in parallel (OpenMP, each thread with its own buffers), then the draw counter advances.
 template <typename T>
 void sample_tokens_cpu(int64_t* tokens, const T* logits, int64_t* state, int64_t R, int64_t V,
-                       int64_t stride, float temperature, int64_t top_k) {
+                       int64_t stride, float temperature, int64_t top_k, int nt) {
   const uint64_t seed = uint64_t(state[0]), draw = uint64_t(state[1]);
-  std::vector<float> z(V), sorted;
-  for (int64_t r = 0; r < R; ++r) {
-    const T* row = logits + r * stride;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < V; ++i) {
-      z[i] = static_cast<float>(load(row + i)) / temperature;
-      m = std::max(m, z[i]);
-    }
-    float kth = -std::numeric_limits<float>::infinity();
-    if (top_k > 0 && top_k < V) {
-      sorted.assign(z.begin(), z.end());
-      for (float& v : sorted)  // NaN has no place in an ordering
-        if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
-      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
-                       std::greater<float>());
-      kth = sorted[top_k - 1];
-    }
-    float best = -2.0f;
-    int64_t index = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      float score = -1.0f;
-      if (!(z[i] < kth)) {
-        const float e = std::exp(z[i] - m);
-        if (e > 0.0f) {
-          const Philox4 bits = sample_bits(seed, draw, uint32_t(r), uint32_t(i / 4));
-          score = e / -std::log(sample_uniform(bits.w[i % 4]));
-        }
-      }
-      if (score > best) best = score, index = i;
-    }
-    tokens[r] = index;
+#pragma omp parallel num_threads(nt) if (R * V >= kParallelMinElements)
+  {
+    std::vector<float> z, sorted;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < R; ++r)
+      tokens[r] = sample_row(logits + r * stride, r, V, temperature, top_k, seed, draw, z, sorted);
   }
   state[1] = int64_t(draw + 1);
 }
 
 void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> state,
-                   double temperature, int64_t top_k, int64_t vocab_limit, uintptr_t stream) {
+                   double temperature, int64_t top_k, int64_t vocab_limit, uintptr_t stream,
+                   int num_threads) {
   const char* op = "sample_tokens";
   (void)stream;
   Tensor L = view(op, "logits", logits), Y = view(op, "tokens", tokens),
@@ -83,10 +97,11 @@ void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> sta
                                     stride, temperature, top_k, L.dtype, stream));
     return;
   }
+  const int nt = resolve_threads(num_threads);
   dispatch_float(op, L.dtype, [&](auto tag) {
     using T = decltype(tag);
     sample_tokens_cpu<T>(Y.ptr<int64_t>(), L.ptr<const T>(), S.ptr<int64_t>(), R, vocab_limit,
-                         stride, static_cast<float>(temperature), top_k);
+                         stride, static_cast<float>(temperature), top_k, nt);
   });
 }
 
@@ -94,7 +109,8 @@ void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> sta
 
 void register_sampling(nb::module_& m) {
   m.def("sample_tokens", &sample_tokens, "tokens"_a, "logits"_a, "state"_a, "temperature"_a,
-        "top_k"_a, "vocab_limit"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "top_k"_a, "vocab_limit"_a, "stream"_a = 0, "num_threads"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
         "One token per row: temperature, top-k, exponential race on Philox (sampling.h); "
         "advances state's draw.");
 }

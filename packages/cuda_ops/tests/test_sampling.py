@@ -137,6 +137,20 @@ def test_each_call_is_a_new_draw_and_a_seed_repeats(gen):
     assert not torch.equal(ops.sample_tokens(logits, ops.sampler_state(43)), first)
 
 
+def test_cpu_rows_in_parallel_draw_what_one_thread_draws(gen):
+    logits = _logits(64, 1000, torch.float32, gen)  # above the size that wakes OpenMP
+    before = torch.get_num_threads()
+    try:
+        draws = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            draws.append(ops.sample_tokens(logits, ops.sampler_state(8), top_k=100))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(*draws)
+    check_against_reference(draws[0][:4], logits[:4], 8, 0, 1.0, 100, None)
+
+
 def test_all_filtered_rows_give_token_zero_like_the_reference():
     logits = torch.full((2, 6), -math.inf)
     assert ops.sample_tokens(logits, ops.sampler_state(0), top_k=2).tolist() == [0, 0]

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ._checks import direct, float_tensor
-from ._ext import _C, dl, stream_of
+from ._ext import _C, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 
@@ -32,8 +32,9 @@ def _sample_tokens_impl(
 ) -> Tensor:
     tokens = torch.empty(logits.size(0), dtype=torch.int64, device=logits.device)
     _C.sample_tokens(
-        dl(tokens), dl(logits), dl(state), temperature, top_k, vocab_limit, stream_of(logits)
-    )
+        dl(tokens), dl(logits), dl(state), temperature, top_k, vocab_limit, stream_of(logits),
+        threads(),
+    )  # fmt: skip
     return tokens
 
 
