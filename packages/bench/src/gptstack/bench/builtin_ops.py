@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .opregistry import OpSize, register_op
+from .opregistry import OpSize, differentiate, register_op
 
 LAYER_NORM_EPS = 1e-5  # as gptstack.model (GPT-2's epsilon)
 
@@ -72,22 +72,14 @@ def _sdpa_inputs(s: OpSize, device, dtype, g):
     return tuple(_randn((s.B, s.nh, s.T, s.hs), device, dtype, g) for _ in range(3))
 
 
-def _fwd_bwd(forward, wrt: tuple, extra: tuple, douts) -> tuple[torch.Tensor, ...]:
-    """(gradient of forward(*wrt, *extra)'s outputs with respect to each of wrt, then the
-    outputs), against douts: a tensor, a tuple, or None for a scalar loss."""
-    outs, vjp = torch.func.vjp(lambda *w: forward(*w, *extra), *wrt)
-    grads = vjp(torch.ones_like(outs) if douts is None else douts)
-    return (*grads, *(outs if isinstance(outs, tuple) else (outs,)))
-
-
 # Each `*_fwd_bwd` op's arguments split as (forward, wrt, extra, douts): what its reference
-# differentiates, and what the suite's "torch.compile (fwd, bwd)" row compiles on its own.
+# differentiates (opregistry.differentiate), and what the suite's "torch.compile (fwd, bwd)"
+# row compiles on its own.
 def _ln_split(x, weight, bias, dy):
     return layernorm, (x, weight, bias), (), dy
 
 
-def layernorm_fwd_bwd(x, weight, bias, dy):
-    return _fwd_bwd(*_ln_split(x, weight, bias, dy))
+layernorm_fwd_bwd = differentiate(_ln_split)
 
 
 def _ln_grad_inputs(s: OpSize, device, dtype, g):
@@ -103,8 +95,7 @@ def _add_ln_split(x, residual, weight, bias, ds, dy):
     return _add_layernorm, (x, residual, weight, bias), (), (ds, dy)
 
 
-def add_layernorm_fwd_bwd(x, residual, weight, bias, ds, dy):
-    return _fwd_bwd(*_add_ln_split(x, residual, weight, bias, ds, dy))
+add_layernorm_fwd_bwd = differentiate(_add_ln_split)
 
 
 def _add_ln_inputs(s: OpSize, device, dtype, g):
@@ -123,8 +114,7 @@ def _gelu_split(x, dy):
     return gelu_tanh, (x,), (), dy
 
 
-def gelu_tanh_fwd_bwd(x, dy):
-    return _fwd_bwd(*_gelu_split(x, dy))
+gelu_tanh_fwd_bwd = differentiate(_gelu_split)
 
 
 def _gelu_grad_inputs(s: OpSize, device, dtype, g):
@@ -150,8 +140,7 @@ def _ce_split(logits, targets):
     return _ce_loss, (logits,), (targets,), None
 
 
-def cross_entropy_fwd_bwd(logits, targets):
-    return _fwd_bwd(*_ce_split(logits, targets))
+cross_entropy_fwd_bwd = differentiate(_ce_split)
 
 
 def _targets(s: OpSize, V: int, device, g) -> torch.Tensor:
@@ -171,8 +160,7 @@ def _linear_ce_split(h, weight, targets):
     return _linear_ce_loss, (h, weight), (targets,), None
 
 
-def linear_cross_entropy_fwd_bwd(h, weight, targets):
-    return _fwd_bwd(*_linear_ce_split(h, weight, targets))
+linear_cross_entropy_fwd_bwd = differentiate(_linear_ce_split)
 
 
 def _linear_ce_inputs(s: OpSize, device, dtype, g):

@@ -64,6 +64,27 @@ class Op:
     backprop: Callable[..., tuple] | None = None
 
 
+def differentiate(
+    backprop: Callable[..., tuple], forward: Callable | None = None
+) -> Callable[..., tuple]:
+    """A `*_fwd_bwd` op's function from its `backprop` split, run as a training step runs it:
+    forward(*wrt, *extra) -- the split's own forward, or `forward` taking the same arguments (a
+    compiled one, a candidate) -- then autograd for the gradients of wrt against douts (None:
+    a scalar loss). Returns (gradients, outputs): what every `*_fwd_bwd` op returns."""
+
+    def run(*inputs):
+        own, wrt, extra, douts = backprop(*inputs)
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in wrt]
+            outs = (forward or own)(*leaves, *extra)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            douts = douts if douts is None or isinstance(douts, tuple) else (douts,)
+            grads = torch.autograd.grad(outs, leaves, douts)
+        return (*grads, *(o.detach() for o in outs))
+
+    return run
+
+
 # the suite's own rows: no candidate may take these names
 RESERVED_NAMES = ("eager", "torch.compile", "torch.compile (fwd, bwd)")
 

@@ -16,14 +16,14 @@ overhead is not counted; where capture fails the row is timed with CUDA events a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ..errors import BenchError
 from ..harness import Variant, compare, error_text
-from ..opregistry import Op, OpSize, load_native_candidates, registered_ops
+from ..opregistry import Op, OpSize, differentiate, load_native_candidates, registered_ops
 from ..results import Column, make_row, ratio_entries
 from ..shapes import ModelShape
 from .common import (
@@ -41,24 +41,6 @@ GRAPH_INNER = 10  # calls per captured graph: one replay amortizes the replay's 
 
 
 COMPILE_FWD_BWD = "torch.compile (fwd, bwd)"
-
-
-def autograd_fwd_bwd(backprop: Callable[..., tuple], forward: Callable) -> Callable[..., tuple]:
-    """A `*_fwd_bwd` op run as a training step runs it: `forward` (the op's own compiled, or a
-    candidate's, taking the same arguments) on the split `backprop` gives, then autograd for the
-    gradients; returns (gradients, outputs) as the op's reference does."""
-
-    def run(*inputs):
-        _, wrt, extra, douts = backprop(*inputs)
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_() for t in wrt]
-            outs = forward(*leaves, *extra)
-            outs = outs if isinstance(outs, tuple) else (outs,)
-            douts = douts if douts is None or isinstance(douts, tuple) else (douts,)
-            grads = torch.autograd.grad(outs, leaves, douts)
-        return (*grads, *(o.detach() for o in outs))
-
-    return run
 
 
 def _upcast(inputs: tuple, dtype: torch.dtype) -> tuple:
@@ -94,10 +76,10 @@ def _measure_op(
         # two (read x once for y and dx): no model can, its backward runs after the rest of
         # the network. Candidates give their forward and are differentiated the same way.
         forward = op.backprop(*inputs[0])[0]
-        impls[COMPILE_FWD_BWD] = autograd_fwd_bwd(
+        impls[COMPILE_FWD_BWD] = differentiate(
             op.backprop, compile_callable(forward, ctx.compile_backend)
         )
-        impls.update({k: autograd_fwd_bwd(op.backprop, f) for k, f in op.candidates.items()})
+        impls.update({k: differentiate(op.backprop, f) for k, f in op.candidates.items()})
     for name, fn in list(impls.items()):
         try:
             with torch.no_grad():
