@@ -55,14 +55,21 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
 // ordinary launch.
 bool programmatic_launch_enabled();  // common.cpp
 
+// Whether launches on the current device go programmatic: switched on and sm_90 or newer (the
+// compute capability looked up once per device; an inline function's static is one for all).
+inline bool programmatic_launch_here() {
+  static int major[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device >= 64) return false;
+  if (major[device] == 0)
+    cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device);
+  return programmatic_launch_enabled() && major[device] >= 9;
+}
+
 template <typename... P, typename... A>
 void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                          cudaStream_t stream, const A&... args) {
-  static int major[64] = {};  // compute capability per device, looked up once
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device < 64 && major[device] == 0)
-    cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device);
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -71,7 +78,7 @@ void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t sme
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic_launch_enabled() && device < 64 && major[device] >= 9) {
+  if (programmatic_launch_here()) {
     config.attrs = attribute;
     config.numAttrs = 1;
   }
