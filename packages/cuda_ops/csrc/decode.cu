@@ -28,8 +28,8 @@
 // per block, then a spin on a generation word). Bit for bit the op-by-op step, but slower on the
 // H200: a decode step of 170-192 us against 127-136 us for these kernels launched one by one with
 // programmatic dependent launch (benchmarks/profile_decode.py, profiles/profile-decode-
-// shakespeare-char-h200-20261203-persistent.json): a barrier over 132 blocks cost more than the
-// programmatic launch it replaced.
+// shakespeare-char-h200-20261203-persistent{,-384}.json: one block per SM, up to 384 blocks):
+// a barrier over 132 blocks cost more than the programmatic launch it replaced.
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode.cu -I.
 #include <cmath>
