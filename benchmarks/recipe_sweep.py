@@ -261,6 +261,55 @@ GRIDS: dict[str, dict] = {
         "note": "Twelve runs at a time. No point reached 2.08 bits/char; the best seed-1337 run is "
         "worse than the preset's own (esp32-round3), so the preset is unchanged.",
     },
+    # esp32, round 6: knowledge distillation. Larger models trained on the same tokens (the
+    # teachers: this grid, run with --runs sweep-teachers), then the preset's model trained
+    # towards their predictions as well as the text (esp32-distill), and the linear decay.
+    "esp32-teacher": {
+        "preset": "esp32",
+        "fixed": {"train.eval_interval": 250},
+        "points": [
+            {
+                "name": "wide",
+                "model.n_embd": 384,
+                "model.n_head": 6,
+                "model.dropout": 0.3,
+                "train.lr": 1e-3,
+            },
+            {
+                "name": "wide-d4",
+                "model.n_embd": 384,
+                "model.n_head": 6,
+                "model.dropout": 0.4,
+                "train.lr": 1e-3,
+            },
+            {
+                "name": "deep-wide",
+                "model.n_layer": 8,
+                "model.n_embd": 512,
+                "model.n_head": 8,
+                "model.dropout": 0.35,
+                "train.lr": 8e-4,
+            },
+        ],
+        "seeds": [1337],
+    },
+    "esp32-distill": {
+        "preset": "esp32",
+        "fixed": {"train.eval_interval": 250},
+        "axes": {
+            "train.distill_from": [
+                f"sweep-teachers/{name},seed=1337" for name in ("wide", "wide-d4", "deep-wide")
+            ],
+            "train.distill_weight": [0.5, 0.8],
+        },
+        "seeds": [1337, 1],
+    },
+    "esp32-linear": {
+        "preset": "esp32",
+        "fixed": {"train.eval_interval": 250},
+        "points": [{"train.lr_decay": "linear"}],
+        "seeds": [1337, 1, 2],
+    },
     "seconds": {  # a CPU check of the script itself
         "preset": "smoke",
         "fixed": {"train.eval_interval": 2, "train.eval_batches": 1, "train.device": "cpu"},
@@ -331,10 +380,13 @@ def train_one(
 ) -> dict:
     """One `gptstack train` process; its summary.json, or why there is none. `evaluate`: then
     `gptstack eval` over all val windows (row["eval_all"])."""
-    run_dir = runs / run_name(overrides)
+    # a point's "name" (not a setting) names its folder, e.g. a teacher a later grid reads
+    named = overrides.get("name")
+    run_dir = runs / (f"{named},seed={overrides['train.seed']}" if named else run_name(overrides))
     cmd = [sys.executable, "-m", "gptstack.tools.cli", "train", "--preset", preset]
     for key, value in overrides.items():
-        cmd += ["--set", f"{key}={value}"]
+        if key != "name":
+            cmd += ["--set", f"{key}={value}"]
     cmd += ["--out", str(run_dir), "--overwrite", "--no-progress"]
     t0 = time.time()
     row = {"overrides": overrides, "run_dir": str(run_dir), "command": cmd[1:]}

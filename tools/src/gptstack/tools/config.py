@@ -83,7 +83,10 @@ class TrainSection:
     # dropout costs quality and its random mask costs time (14 % of an esp32 step on 2 cores)
     cpu_dropout: float = -1.0
     lr: float = 1e-3
-    min_lr: float = 1e-4  # cosine floor (nanoGPT: lr/10, per Chinchilla)
+    min_lr: float = 1e-4  # the decay's floor (nanoGPT: lr/10, per Chinchilla)
+    # how lr falls from its peak after the warmup to min_lr at max_steps: cosine (nanoGPT) |
+    # linear
+    lr_decay: str = "cosine"
     warmup_steps: int = 100
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -103,6 +106,13 @@ class TrainSection:
     # weights themselves). best/ then holds the average; last/ the weights, the average in its
     # train_state.pt (weight_average.py in the model package)
     ema_decay: float = 0.0
+    # knowledge distillation (gptstack.model.distillation): a trained checkpoint or run directory
+    # whose model (same tokenizer, context >= model.block_size) the student also learns from;
+    # distill_weight of the loss is the cross-entropy against the teacher's distribution softened
+    # by distill_temperature, the rest the usual next-token loss. "" : no teacher
+    distill_from: str = ""
+    distill_weight: float = 0.5
+    distill_temperature: float = 1.0
     seed: int = 1337
     device: str = "auto"  # auto (cuda if available) | cuda | cpu
     # auto (bf16 autocast on CUDA and on CPUs with native bf16, else fp32: runtime.py) | bf16
@@ -165,6 +175,7 @@ CHOICES = {
     ("train", "compile"): ("auto", "regional", "full", "true", "false"),
     ("train", "cuda_graph"): ("auto", "true", "false"),
     ("train", "parallel"): ("ddp", "fsdp"),
+    ("train", "lr_decay"): ("cosine", "linear"),
 }
 
 
@@ -282,6 +293,14 @@ def validate(cfg: RunConfig, *, source: str) -> None:
             "to be sharded like the parameters): use train.parallel=ddp or train.ema_decay=0",
         ),
         (t.dist_timeout_s > 0, f"train.dist_timeout_s must be > 0, got {t.dist_timeout_s}"),
+        (
+            0.0 <= t.distill_weight <= 1.0,
+            f"train.distill_weight must be in [0, 1], got {t.distill_weight}",
+        ),
+        (
+            t.distill_temperature > 0,
+            f"train.distill_temperature must be > 0, got {t.distill_temperature}",
+        ),
     ]
     for ok, message in rules:
         if not ok:

@@ -42,12 +42,16 @@ def warmup_steps(train: TrainSection, max_steps: int) -> int:
 
 
 def get_lr(step: int, train: TrainSection, max_steps: int) -> float:
-    """Linear warmup to lr, then cosine decay to min_lr at max_steps (nanoGPT's get_lr)."""
+    """Linear warmup to lr, then a decay to min_lr at max_steps: cosine (nanoGPT's get_lr) or
+    linear (train.lr_decay)."""
     warm = warmup_steps(train, max_steps)
     if step < warm:
         return train.lr * (step + 1) / warm
     if step >= max_steps:
         return train.min_lr
     progress = (step - warm) / max(1, max_steps - warm)
-    coeff = 0.5 * (1.0 + math.cos(math.pi * progress))  # 1 -> 0
+    if train.lr_decay == "linear":
+        coeff = 1.0 - progress  # 1 -> 0
+    else:
+        coeff = 0.5 * (1.0 + math.cos(math.pi * progress))  # 1 -> 0
     return train.min_lr + coeff * (train.lr - train.min_lr)

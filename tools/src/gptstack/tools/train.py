@@ -36,7 +36,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from gptstack.model import GPT, GPTConfig, TrainStep, WeightAverage, load_safetensors
+from gptstack.model import (
+    GPT,
+    Distillation,
+    GPTConfig,
+    TrainStep,
+    WeightAverage,
+    load_safetensors,
+)
 from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
 
@@ -52,6 +59,7 @@ from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
 from .runtime import Runtime, process_start_time, resolve_runtime
 from .schedule import dropout_for_device, for_device, get_lr, total_steps
 from .shards import train_batch
+from .teacher import check_teacher, load_teacher
 from .threads import use_threads
 
 
@@ -205,11 +213,14 @@ def train(
     max_steps = total_steps(cfg.train, runtime.device_type)
     micro_batches = world.micro_batches(t.grad_accum)  # [dist] this rank's share of each step
 
+    teacher = load_teacher(cfg, runtime.device)  # train.distill_from, or None
     tokenizer, ckpt = None, None
     if resume is not None:
         ckpt = resolve_checkpoint(resume, prefer="last")
         read_meta(ckpt)
         tokenizer = load_tokenizer(ckpt / "tokenizer.json")
+    elif teacher is not None:
+        tokenizer = teacher.tokenizer  # the student reads the teacher's token ids
     if corpus is None:
         with world.main_first():  # [dist] rank 0 fills the token cache, the others read it
             corpus = prepare_corpus(cfg, tokenizer)
@@ -219,6 +230,8 @@ def train(
     dropout = dropout_for_device(cfg.train, mcfg.dropout, runtime.device_type)
     mcfg = dataclasses.replace(mcfg, dropout=dropout)  # train.cpu_dropout, on a CPU
     model = GPT(mcfg)
+    if teacher is not None:
+        check_teacher(teacher, corpus.tokenizer, mcfg)
     state = _read_train_state(ckpt) if resume is not None else None
     if state is not None:
         load_safetensors(model, ckpt / "model.safetensors")
@@ -247,8 +260,13 @@ def train(
             log(f"{ckpt} is at step {start:,} of {max_steps:,}: training is finished")
             return TrainResult(run_dir, start, max_steps, best_val, math.nan, best_bpc, 0.0, False)
     fwd = replicas.fwd
+    objective = fwd
+    if teacher is not None:
+        objective = Distillation(
+            fwd, teacher.model, weight=t.distill_weight, temperature=t.distill_temperature
+        )
     train_step = TrainStep(
-        fwd,
+        objective,
         model.parameters(),
         optimizer,
         device=runtime.device,
@@ -272,6 +290,12 @@ def train(
         f"data {corpus.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens "
         f"({corpus.tokenizer.kind} tokenizer, vocab {corpus.tokenizer.vocab_size})"
     )
+    if teacher is not None:
+        log(
+            f"distilling from {teacher.path} ({teacher.model.num_params() / 1e6:.2f}M parameters):"
+            f" weight {t.distill_weight:g}, temperature {t.distill_temperature:g}; the train loss"
+            " is the mixed objective, the val loss the plain one"
+        )
     if runtime.peak is not None:
         log(f"MFU peak: {runtime.peak.label}")
     if world.size > 1:

@@ -31,6 +31,8 @@ _EXPORTS = {
     "resolve_device": ".device",
     "ModelConfigError": ".errors",
     "ModelError": ".errors",
+    "Distillation": ".distillation",
+    "distillation_loss": ".distillation",
     "KVCacheDecoder": ".decoding",
     "StaticCacheDecoder": ".decoding",
     "generate": ".decoding",
