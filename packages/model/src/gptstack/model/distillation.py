@@ -50,17 +50,18 @@ def distillation_loss(
             f"{tuple(teacher_logits.shape)} differ: the two models need the same vocabulary"
         )
     V = student_logits.size(-1)
-    s = student_logits.reshape(-1, V).float()
-    t = teacher_logits.reshape(-1, V).float()
+    dtype = torch.promote_types(student_logits.dtype, torch.float32)  # bf16 logits: in fp32
+    s = student_logits.reshape(-1, V).to(dtype)
+    t = teacher_logits.reshape(-1, V).to(dtype)
     y = targets.reshape(-1)
-    hard = F.cross_entropy(s, y, ignore_index=-1)
+    kept = (y != -1).to(dtype)
+    hard = F.cross_entropy(s, y.clamp(min=0), reduction="none")  # (N,)
     soft_targets = F.softmax(t / temperature, dim=-1)
     soft = -(soft_targets * F.log_softmax(s / temperature, dim=-1)).sum(-1)  # (N,)
+    per_position = (1.0 - weight) * hard + weight * temperature**2 * soft
     # a mean over the kept positions without boolean indexing (a data-dependent shape would
-    # synchronise the host and could not be captured in a CUDA graph)
-    kept = (y != -1).to(soft.dtype)
-    soft = (soft * kept).sum() / kept.sum().clamp(min=1.0)
-    return (1.0 - weight) * hard + weight * temperature**2 * soft
+    # synchronise the host and could not be captured in a CUDA graph); 0 if none is kept
+    return (per_position * kept).sum() / kept.sum().clamp(min=1.0)
 
 
 class Distillation:
