@@ -304,6 +304,44 @@ GRIDS: dict[str, dict] = {
         },
         "seeds": [1337, 1],
     },
+    # round 7: the best teacher of round 6 again (esp32 runs are bit-reproducible), the preset's
+    # own model as its teacher, and a hotter wide teacher; students on three seeds
+    "esp32-teacher2": {
+        "preset": "esp32",
+        "fixed": {"train.eval_interval": 250},
+        "points": [
+            {
+                "name": "wide",
+                "model.n_embd": 384,
+                "model.n_head": 6,
+                "model.dropout": 0.3,
+                "train.lr": 1e-3,
+            },
+            {"name": "self"},
+            {
+                "name": "wide-hot",
+                "model.n_embd": 384,
+                "model.n_head": 6,
+                "model.dropout": 0.25,
+                "train.lr": 1.5e-3,
+            },
+        ],
+        "seeds": [1337],
+    },
+    "esp32-distill2": {
+        "preset": "esp32",
+        "fixed": {"train.eval_interval": 250},
+        "points": [
+            {"train.distill_from": "sweep-teachers/wide,seed=1337", "train.distill_weight": 0.5},
+            {"train.distill_from": "sweep-teachers/wide,seed=1337", "train.distill_weight": 0.3},
+            {"train.distill_from": "sweep-teachers/self,seed=1337", "train.distill_weight": 0.5},
+            {
+                "train.distill_from": "sweep-teachers/wide-hot,seed=1337",
+                "train.distill_weight": 0.5,
+            },
+        ],
+        "seeds": [1337, 1, 2],
+    },
     "esp32-linear": {
         "preset": "esp32",
         "fixed": {"train.eval_interval": 250},
