@@ -82,6 +82,7 @@ class TrainSection:
     # model.dropout on a CPU (-1: model.dropout): the short CPU schedule underfits, where
     # dropout costs quality and its random mask costs time (14 % of an esp32 step on 2 cores)
     cpu_dropout: float = -1.0
+    cpu_distill: bool = True  # false: on a CPU, train without train.distill_from's teacher
     lr: float = 1e-3
     min_lr: float = 1e-4  # the decay's floor (nanoGPT: lr/10, per Chinchilla)
     # how lr falls from its peak after the warmup to min_lr at max_steps: cosine (nanoGPT) |
@@ -107,9 +108,10 @@ class TrainSection:
     # train_state.pt (weight_average.py in the model package)
     ema_decay: float = 0.0
     # knowledge distillation (gptstack.model.distillation): a trained checkpoint or run directory
-    # whose model (same tokenizer, context >= model.block_size) the student also learns from;
-    # distill_weight of the loss is the cross-entropy against the teacher's distribution softened
-    # by distill_temperature, the rest the usual next-token loss. "" : no teacher
+    # whose model (same tokenizer, context >= model.block_size) the student also learns from, or
+    # "preset:NAME" to train that preset first into RUN/teacher (teacher.py); distill_weight of
+    # the loss is the cross-entropy against the teacher's distribution softened by
+    # distill_temperature, the rest the usual next-token loss. "": no teacher
     distill_from: str = ""
     distill_weight: float = 0.5
     distill_temperature: float = 1.0

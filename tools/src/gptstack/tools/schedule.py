@@ -18,7 +18,7 @@ def total_steps(train: TrainSection, device_type: str) -> int:
 def for_device(train: TrainSection, device_type: str) -> TrainSection:
     """The train section as it runs on this device: on a CPU, each cpu_* value that is set
     replaces its GPU counterpart (batch_size, eval_interval, eval_batches; max_steps through
-    total_steps)."""
+    total_steps), and cpu_distill = false trains without the teacher."""
     if device_type != "cpu":
         return train
     changes = {
@@ -26,6 +26,8 @@ def for_device(train: TrainSection, device_type: str) -> TrainSection:
         for key in ("batch_size", "eval_interval", "eval_batches")
         if getattr(train, f"cpu_{key}") > 0
     }
+    if not train.cpu_distill:
+        changes["distill_from"] = ""
     return dataclasses.replace(train, **changes)
 
 

@@ -1,15 +1,23 @@
-"""The teacher of a distilled run (train.distill_from): loaded, frozen and checked against the
-student's run before any step is taken, so a mismatch is a clear error and not a shape error deep
-inside the first step.
+"""The teacher of a distilled run (train.distill_from): found or trained, loaded, frozen and
+checked against the student's run before any step is taken, so a mismatch is a clear error and
+not a shape error deep inside the first step.
 
-    teacher = load_teacher(cfg, device)            # a Checkpoint; None without distill_from
+train.distill_from names either a checkpoint (or run directory) or `preset:NAME`: then the
+preset NAME is trained first, on this run's data and tokenizer, into RUN/teacher, and a later run
+into the same RUN (a --resume, or a run stopped during the teacher's training) reuses or resumes
+it; --overwrite trains it again.
+
+    stage = teacher_stage(cfg, run_dir)            # (teacher's RunConfig, RUN/teacher) or None
+    teacher = load_teacher(path, cfg, device)      # a Checkpoint
     corpus = prepare_corpus(cfg, teacher.tokenizer)  # the teacher's token ids are the student's
     check_teacher(teacher, corpus.tokenizer, student_config)
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 from pathlib import Path
 
 import torch
@@ -17,15 +25,47 @@ import torch
 from gptstack.model import GPTConfig
 
 from .checkpoint import Checkpoint, load_checkpoint
-from .config import RunConfig
+from .config import RunConfig, load_preset
 from .errors import ConfigError
+from .run_dir import checkpoint_step, holds_checkpoints
+
+PRESET_PREFIX = "preset:"
 
 
-def load_teacher(cfg: RunConfig, device: torch.device) -> Checkpoint | None:
-    """train.distill_from's checkpoint on `device` (eval mode, no gradients), or None."""
-    path = cfg.train.distill_from
-    if not path:
+def teacher_stage(cfg: RunConfig, run_dir: Path) -> tuple[RunConfig, Path] | None:
+    """For train.distill_from = "preset:NAME": the teacher's run config (the preset, with this
+    run's data, tokenizer, device and dtype) and its run directory RUN/teacher. None otherwise."""
+    source = cfg.train.distill_from
+    if not source.startswith(PRESET_PREFIX):
         return None
+    name = source[len(PRESET_PREFIX) :]
+    teacher = load_preset(name)  # ConfigError naming the presets if there is no such one
+    if teacher.train.distill_from:
+        raise ConfigError(
+            f"train.distill_from = {source}: that preset is distilled from a teacher itself; "
+            "name a preset that trains alone (a chain of teachers is not supported)"
+        )
+    teacher.data, teacher.tokenizer = copy.deepcopy(cfg.data), copy.deepcopy(cfg.tokenizer)
+    teacher.train.device, teacher.train.dtype = cfg.train.device, cfg.train.dtype
+    return teacher, Path(run_dir) / "teacher"
+
+
+def teacher_progress(teacher_cfg: RunConfig, teacher_dir: Path, max_steps: int) -> str:
+    """ "done" (a finished run of exactly this config), "resume" (an unfinished one) or "train"
+    (none, or one of another config: trained again)."""
+    if not holds_checkpoints(teacher_dir):
+        return "train"
+    try:
+        meta = json.loads((teacher_dir / "last" / "config.json").read_text())
+    except (OSError, ValueError):
+        return "train"
+    if meta.get("run") != teacher_cfg.to_dict():
+        return "train"
+    return "done" if checkpoint_step(teacher_dir / "last") == max_steps else "resume"
+
+
+def load_teacher(path: Path, cfg: RunConfig, device: torch.device) -> Checkpoint:
+    """The teacher checkpoint at `path` on `device` (eval mode, no gradients)."""
     teacher = load_checkpoint(Path(path), device=device)  # CheckpointError if it is not one
     teacher.model.requires_grad_(False)
     wanted = dataclasses.asdict(cfg.tokenizer)

@@ -59,7 +59,7 @@ from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
 from .runtime import Runtime, process_start_time, resolve_runtime
 from .schedule import dropout_for_device, for_device, get_lr, total_steps
 from .shards import train_batch
-from .teacher import check_teacher, load_teacher
+from .teacher import check_teacher, load_teacher, teacher_progress, teacher_stage
 from .threads import use_threads
 
 
@@ -88,9 +88,50 @@ def startup_line(startup: dict[str, float]) -> str:
         "model_s": "model + CUDA init",
         "first_eval_s": "first evaluation (compile, capture)",
         "first_steps_s": f"first {FIRST_STEPS} steps (compile, warm-up, capture)",
+        "teacher_s": "training the teacher",
     }
     parts = [f"{names[k]} {v:.1f} s" for k, v in startup.items() if k in names]
     return f"start-up: {sum(startup.values()):.1f} s = " + ", ".join(parts)
+
+
+def _train_teacher(
+    teacher_cfg: RunConfig,
+    teacher_dir: Path,
+    runtime: Runtime,
+    overwrite: bool,
+    progress: bool,
+    log: Callable[[str], None],
+    world: World,
+) -> TrainResult | None:
+    """Train (or resume) a `preset:NAME` teacher into RUN/teacher; None when a finished run of
+    the same config is already there. --overwrite of the student trains it again."""
+    steps = total_steps(teacher_cfg.train, runtime.device_type)
+    state = "train" if overwrite else teacher_progress(teacher_cfg, teacher_dir, steps)
+    if state == "done":
+        log(f"teacher: the finished run of preset {teacher_cfg.name} in {teacher_dir}")
+        return None
+    log(
+        f"teacher: {'resuming' if state == 'resume' else 'training'} preset "
+        f"{teacher_cfg.name} in {teacher_dir} first (train.distill_from)"
+    )
+    result = train(
+        teacher_cfg,
+        teacher_dir,
+        resume=teacher_dir if state == "resume" else None,
+        overwrite=state == "train",
+        progress=progress,
+        log=log,
+        world=world,
+    )
+    if world.is_main:  # [dist]
+        from .summary import write_run_summary
+
+        write_run_summary(teacher_dir)
+    log(
+        f"teacher: best val loss {result.best_val_loss:.4f} ({result.best_val_bpc:.4f} "
+        f"bits/char) -> {teacher_dir}/best"
+    )
+    return result
 
 
 def padded_vocab(vocab_size: int, multiple: int) -> int:
@@ -213,7 +254,18 @@ def train(
     max_steps = total_steps(cfg.train, runtime.device_type)
     micro_batches = world.micro_batches(t.grad_accum)  # [dist] this rank's share of each step
 
-    teacher = load_teacher(cfg, runtime.device)  # train.distill_from, or None
+    teacher = None
+    if t.distill_from:  # knowledge distillation: the teacher is found, or trained first
+        stage = teacher_stage(cfg, run_dir)  # for "preset:NAME": (its config, RUN/teacher)
+        teacher_dir = Path(t.distill_from) if stage is None else stage[1]
+        if stage is not None:
+            t_teacher = time.time()
+            result = _train_teacher(*stage, runtime, overwrite, progress, log, world)
+            if result is not None and result.interrupted:
+                log("stopped while training the teacher: run the same command again to go on")
+                return result
+            startup["teacher_s"] = time.time() - t_teacher
+        teacher = load_teacher(teacher_dir, cfg, runtime.device)
     tokenizer, ckpt = None, None
     if resume is not None:
         ckpt = resolve_checkpoint(resume, prefer="last")
@@ -224,7 +276,7 @@ def train(
     if corpus is None:
         with world.main_first():  # [dist] rank 0 fills the token cache, the others read it
             corpus = prepare_corpus(cfg, tokenizer)
-    startup["data_s"] = time.time() - entered
+    startup["data_s"] = time.time() - entered - startup.get("teacher_s", 0.0)
     torch.manual_seed(t.seed)
     mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
     dropout = dropout_for_device(cfg.train, mcfg.dropout, runtime.device_type)
@@ -247,7 +299,9 @@ def train(
 
     average = WeightAverage(model.parameters(), t.ema_decay) if t.ema_decay > 0 else None
 
-    startup["model_s"] = time.time() - entered - startup["data_s"]  # incl. CUDA's start
+    startup["model_s"] = (  # incl. CUDA's start
+        time.time() - entered - startup["data_s"] - startup.get("teacher_s", 0.0)
+    )
     start, best_val, best_bpc, elapsed0, evals_without_gain = 0, math.inf, math.inf, 0.0, 0
     if state is not None:
         _restore(ckpt, state, replicas, optimizer, runtime, t.seed)
