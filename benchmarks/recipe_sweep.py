@@ -45,6 +45,19 @@ ESP32_WINNER = {
     "model.dropout": 0.2,
 }
 
+# Since round 6 the esp32 preset learns from a teacher (preset esp32-teacher); the grids from
+# before, the teachers themselves and the comparisons without one set this to train alone.
+NO_TEACHER = {"train.distill_from": ""}
+
+# Round 6's best teacher, the recipe of preset esp32-teacher: the esp32 model 1.5x wider.
+WIDE_TEACHER = {
+    "name": "wide",
+    "model.n_embd": 384,
+    "model.n_head": 6,
+    "model.dropout": 0.3,
+    "train.lr": 1e-3,
+}
+
 # name -> preset, fixed settings (every run), swept axes (the cartesian product), seeds.
 # The evaluation interval is fixed across a grid, so "best step" means the same everywhere.
 GRIDS: dict[str, dict] = {
@@ -53,7 +66,7 @@ GRIDS: dict[str, dict] = {
     # where the model is best, more regularisation, and the peak learning rate.
     "esp32": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200},
+        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200, **NO_TEACHER},
         "axes": {
             "train.max_steps": [2500, 4000, 6000],
             "model.dropout": [0.2, 0.3],
@@ -66,7 +79,7 @@ GRIDS: dict[str, dict] = {
     # 2.093 bits/char at 2,500 steps, lr 2e-3, weight decay 0.5, dropout 0.2)
     "esp32-fine": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200},
+        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200, **NO_TEACHER},
         "axes": {
             "train.max_steps": [2000, 2500, 3000],
             "train.lr": [2e-3, 3e-3],
@@ -94,6 +107,7 @@ GRIDS: dict[str, dict] = {
             "train.warmup_steps": 200,
             "train.max_steps": 3000,
             "model.dropout": 0.2,
+            **NO_TEACHER,
         },
         "points": [
             {"train.lr": 2e-3, "train.weight_decay": 1.0},
@@ -118,7 +132,7 @@ GRIDS: dict[str, dict] = {
     # stronger weight decay / dropout with a longer schedule
     "esp32-round3": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200},
+        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200, **NO_TEACHER},
         "points": [
             {**ESP32_WINNER},
             {**ESP32_WINNER, "train.weight_decay": 2.0},
@@ -147,7 +161,7 @@ GRIDS: dict[str, dict] = {
     # (2.147 bits/char by `gptstack eval` against 2.082): smaller batches, more steps
     "esp32-round4": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200},
+        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200, **NO_TEACHER},
         "points": [
             {**ESP32_WINNER, "train.batch_size": 32},
             {**ESP32_WINNER, "train.batch_size": 32, "train.max_steps": 4500},
@@ -185,7 +199,7 @@ GRIDS: dict[str, dict] = {
         "follows its ramp (1 + n) / (10 + n), which reaches 0.997 at the last step (the esp32 "
         "runs are bit-reproducible: the two rows agree to the last digit).",
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200},
+        "fixed": {"train.eval_interval": 250, "train.warmup_steps": 200, **NO_TEACHER},
         "axes": {"train.ema_decay": [0.995, 0.998, 0.999]},
         "seeds": [1337, 1],
     },
@@ -221,7 +235,7 @@ GRIDS: dict[str, dict] = {
     "esp32-seeds": {
         "note": "The preset's seeds 1 and 2; seed 1337 is the preset's point in esp32-round3.",
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250},
+        "fixed": {"train.eval_interval": 250, **NO_TEACHER},
         "axes": {"train.max_steps": [3000]},
         "seeds": [1, 2],
     },
@@ -231,7 +245,7 @@ GRIDS: dict[str, dict] = {
     # the arena to ~248 KB of the 280 KiB budget (check with `gptstack export`'s memory plan).
     "esp32-shape": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250},
+        "fixed": {"train.eval_interval": 250, **NO_TEACHER},
         "points": [
             {"model.n_head": 4},
             {"model.n_layer": 8, "model.n_embd": 224, "model.n_head": 7},
@@ -248,7 +262,7 @@ GRIDS: dict[str, dict] = {
     # around it, and the bias-free layers nanoGPT finds a little better
     "esp32-round5": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250},
+        "fixed": {"train.eval_interval": 250, **NO_TEACHER},
         "points": [
             {"model.n_head": 4, "model.bias": False},
             {"model.n_head": 8, "model.bias": False},
@@ -266,15 +280,9 @@ GRIDS: dict[str, dict] = {
     # towards their predictions as well as the text (esp32-distill), and the linear decay.
     "esp32-teacher": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250},
+        "fixed": {"train.eval_interval": 250, **NO_TEACHER},
         "points": [
-            {
-                "name": "wide",
-                "model.n_embd": 384,
-                "model.n_head": 6,
-                "model.dropout": 0.3,
-                "train.lr": 1e-3,
-            },
+            WIDE_TEACHER,
             {
                 "name": "wide-d4",
                 "model.n_embd": 384,
@@ -318,15 +326,9 @@ GRIDS: dict[str, dict] = {
     # own model as its teacher, and a hotter wide teacher; students on three seeds
     "esp32-teacher2": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250},
+        "fixed": {"train.eval_interval": 250, **NO_TEACHER},
         "points": [
-            {
-                "name": "wide",
-                "model.n_embd": 384,
-                "model.n_head": 6,
-                "model.dropout": 0.3,
-                "train.lr": 1e-3,
-            },
+            WIDE_TEACHER,
             {"name": "self"},
             {
                 "name": "wide-hot",
@@ -364,7 +366,7 @@ GRIDS: dict[str, dict] = {
     },
     "esp32-linear": {
         "preset": "esp32",
-        "fixed": {"train.eval_interval": 250},
+        "fixed": {"train.eval_interval": 250, **NO_TEACHER},
         "points": [{"train.lr_decay": "linear"}],
         "seeds": [1337, 1, 2],
         "note": (
