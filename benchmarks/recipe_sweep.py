@@ -13,6 +13,11 @@ going at the deadline is stopped with SIGINT (it saves) and recorded as interrup
 then scores each run's best/ with `gptstack eval --val-windows all` (every val window: the figure
 the presets' goals are stated in; a training evaluation averages random windows).
 
+A grid's point may carry a "name" (not a setting): its run folder is then NAME,seed=N, which a
+later grid can name, e.g. a teacher for train.distill_from (esp32-teacher, then esp32-distill
+with --runs sweep-teachers for both: the teachers' folders are relative to the working
+directory).
+
 `report` turns that JSON into a markdown table (best first; repeated seeds as mean and spread)
 and a plot of best val bits/char against each swept setting, beside the JSON in benchmarks/.
 """

@@ -170,3 +170,34 @@ def test_linear_decay_falls_in_a_straight_line_to_min_lr(small_corpus):
     assert get_lr(35, cosine, 110) > get_lr(35, t, 110)  # cosine stays high longer
     with pytest.raises(ConfigError, match="lr_decay"):
         smoke_cfg(small_corpus, "train.lr_decay=step")
+
+
+def test_a_stop_while_the_teacher_trains_reports_the_teacher_and_resumes_it(
+    tmp_path, small_corpus, monkeypatch, capsys
+):
+    """Ctrl-C during the teacher's run: the command reports the teacher's checkpoint (the
+    student has none yet) and exits 130; the same command again resumes the teacher."""
+    from gptstack.tools import train as train_module
+    from gptstack.tools.cli import main
+
+    real = train_module._train_teacher
+
+    def stopped_early(teacher_cfg, teacher_dir, runtime, overwrite, progress, log, world):
+        # the teacher's own run, stopped after 3 steps as a Ctrl-C would stop it
+        return train_module.train(
+            teacher_cfg, teacher_dir, stop_at=3, progress=False, log=log, world=world
+        )
+
+    run = tmp_path / "run"
+    argv = ["train", "--preset", "smoke", "--out", str(run), "--no-progress"]
+    argv += ["--set", f"data.path={small_corpus}", "--set", "train.distill_from=preset:smoke"]
+    monkeypatch.setattr(train_module, "_train_teacher", stopped_early)
+    assert main(argv) == 130
+    out = capsys.readouterr().out
+    assert "stopped while training the teacher" in out
+    assert f"{run / 'teacher' / 'best'}" in out and "stopped at step 3/" in out
+    assert not (run / "best").exists()
+    monkeypatch.setattr(train_module, "_train_teacher", real)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "resuming preset smoke" in out and f"-> {run / 'best'}" in out

@@ -144,6 +144,7 @@ def cmd_train(args) -> int:
         shutdown_world()
     if not world.is_main:
         return 0
+    run_dir = result.run_dir  # RUN/teacher when a stop came while the teacher trained
     plot = plot_run(run_dir)
     summary, recorded = write_run_summary(run_dir)
     rate = recorded["tokens_per_s_median"]
