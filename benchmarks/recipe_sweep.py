@@ -14,9 +14,9 @@ then scores each run's best/ with `gptstack eval --val-windows all` (every val w
 the presets' goals are stated in; a training evaluation averages random windows).
 
 A grid's point may carry a "name" (not a setting): its run folder is then NAME,seed=N, which a
-later grid can name, e.g. a teacher for train.distill_from (esp32-teacher, then esp32-distill
-with --runs sweep-teachers for both: the teachers' folders are relative to the working
-directory).
+later grid can name, e.g. a teacher for train.distill_from: esp32-teacher runs with --runs
+sweep-teachers, then esp32-distill's points name sweep-teachers/NAME,seed=1337 (relative to the
+working directory, the checkout's root on the GPU machine).
 
 `report` turns that JSON into a markdown table (best first; repeated seeds as mean and spread)
 and a plot of best val bits/char against each swept setting, beside the JSON in benchmarks/.
