@@ -138,3 +138,23 @@ def test_gpu_scripts_parse(script):
     if bash is None:
         pytest.skip("no bash")
     assert subprocess.run([bash, "-n", str(script)]).returncode == 0
+
+
+def test_a_distilled_presets_shape_carries_its_teachers():
+    from gptstack.tools.bench_cli import preset_shape
+
+    esp = preset_shape("esp32")
+    assert esp.teacher is not None
+    assert (esp.teacher.n_layer, esp.teacher.n_head, esp.teacher.n_embd) == (6, 6, 384)
+    assert (esp.teacher.vocab_size, esp.teacher.block_size) == (esp.vocab_size, esp.block_size)
+    assert preset_shape("shakespeare-char").teacher is None
+
+
+def test_the_rungs_help_names_every_rung(capsys):
+    from gptstack.bench import RUNG_KEYS
+    from gptstack.tools.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "train", "--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps the help anywhere
+    assert ",".join(RUNG_KEYS) in text

@@ -200,3 +200,33 @@ def test_a_registered_candidate_is_timed_and_checked(tmp_path, bench_settings):
             bytes_moved=op.bytes_moved,
             flops=op.flops,
         )
+
+
+def test_the_distill_rung_trains_towards_the_teacher():
+    """The distill rung's step is Distillation(student, teacher): its first loss is the
+    objective on the shared initial weights (on a CPU: fp32, no graph, no compile)."""
+    import dataclasses
+
+    from gptstack.bench import ModelShape
+    from gptstack.bench.suites.train import _BY_KEY, DISTILL_WEIGHT, RungStep
+    from gptstack.model import distillation_loss
+
+    rung = dataclasses.replace(
+        _BY_KEY["distill"], dtype="fp32", compile=None, step_graph=False, gpu_only=False
+    )
+    teacher_shape = ModelShape("t", 64, 16, 2, 2, 48)
+    shape = ModelShape("s", 64, 16, 2, 2, 32, batch_size=3, teacher=teacher_shape)
+    assert shape.smoke().teacher == teacher_shape.smoke()
+    base, teacher = (
+        shape.build(torch.device("cpu")),
+        teacher_shape.build(torch.device("cpu"), seed=1),
+    )
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, 64, (3, 16), generator=g) for _ in range(2))
+    with torch.no_grad():
+        expected = distillation_loss(base(x)[0], teacher(x)[0], y, weight=DISTILL_WEIGHT)
+        plain = torch.nn.functional.cross_entropy(base(x)[0].reshape(-1, 64), y.reshape(-1))
+    step = RungStep(rung, base, torch.device("cpu"), "inductor", teacher)
+    step.first_steps([(x, y)])
+    assert step.first_loss == pytest.approx(expected.item(), rel=1e-5)
+    assert abs(step.first_loss - plain.item()) > 1e-3  # the teacher's term is in it

@@ -60,6 +60,7 @@ def preset_shape(name: str, batch_size: int | None = None):
     from gptstack.bench import ModelShape
 
     from .config import load_preset
+    from .teacher import PRESET_PREFIX
     from .train import model_config
 
     cfg = load_preset(name)
@@ -71,6 +72,9 @@ def preset_shape(name: str, batch_size: int | None = None):
     else:
         vocab = CHAR_VOCAB_TINYSHAKESPEARE
     m = model_config(cfg, vocab)
+    teacher = None
+    if cfg.train.distill_from.startswith(PRESET_PREFIX):  # its teacher, a preset too
+        teacher = preset_shape(cfg.train.distill_from[len(PRESET_PREFIX) :], batch_size)
     return ModelShape(
         name,
         vocab_size=m.vocab_size,
@@ -81,6 +85,7 @@ def preset_shape(name: str, batch_size: int | None = None):
         batch_size=batch_size or cfg.train.batch_size,
         dropout=m.dropout,
         bias=m.bias,
+        teacher=teacher,
     )
 
 
@@ -160,8 +165,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument(
         "--rungs",
         type=_csv,
-        help="comma-separated rung keys (default: all of "
-        "fp32,tf32,bf16,fused,graph-eager,compile,reduce-overhead,graph)",
+        help="comma-separated rung keys (default: all of fp32,tf32,bf16,fused,graph-eager,"
+        "compile,reduce-overhead,graph,regional,native,ema,distill)",
     )
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default: block_size)")
     p.add_argument("--grad-accum", type=int, help="micro-batches per step (default 1)")

@@ -45,6 +45,8 @@ class ModelShape:
     batch_size: int = 1
     dropout: float = 0.0
     bias: bool = True
+    # the model this one learns from when its preset distills (train.distill_from), or None
+    teacher: ModelShape | None = None
 
     def __post_init__(self) -> None:
         sizes = (
@@ -94,8 +96,9 @@ class ModelShape:
         return dataclasses.replace(self, **changes)
 
     def smoke(self) -> ModelShape:
-        """The same name at CI size (SMOKE_LIMITS caps each size)."""
-        return self.replace(**{k: min(getattr(self, k), v) for k, v in SMOKE_LIMITS.items()})
+        """The same name at CI size (SMOKE_LIMITS caps each size, the teacher's too)."""
+        small = {k: min(getattr(self, k), v) for k, v in SMOKE_LIMITS.items()}
+        return self.replace(**small, teacher=self.teacher.smoke() if self.teacher else None)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -27,7 +27,13 @@ from typing import Any
 
 import torch
 
-from gptstack.model import TrainStep, WeightAverage, compile_model, configure_adamw
+from gptstack.model import (
+    Distillation,
+    TrainStep,
+    WeightAverage,
+    compile_model,
+    configure_adamw,
+)
 from gptstack.model.train_step import WARMUP_STEPS
 
 from ..errors import BenchError
@@ -44,6 +50,7 @@ INPUT_SETS = 4  # rotating batches per preset
 # First-step loss of every rung vs fp32 eager: dropout masks differ between rungs (and between
 # eager and compiled code), so this is a sanity bound that catches broken rungs, not an equality.
 LOSS_SANITY_RTOL = 0.05
+DISTILL_WEIGHT = 0.5  # the esp32 preset's train.distill_weight
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class Rung:
     about: str
     native: bool = False  # ops="gptstack", attention="gptstack": the kernels of gptstack.cuda_ops
     average: bool = False  # a WeightAverage (train.ema_decay) updated inside the step
+    teacher: bool = False  # the loss of gptstack.model.Distillation with the preset's teacher
 
 
 RUNGS: tuple[Rung, ...] = (
@@ -192,6 +200,20 @@ RUNGS: tuple[Rung, ...] = (
         "updated after AdamW inside the graph (the shakespeare-char preset's ema_decay=0.999)",
         average=True,
     ),
+    Rung(
+        "distill",
+        "+ teacher (train.distill_from)",
+        "regional",
+        "bf16",
+        True,
+        "regional",
+        True,
+        True,
+        "as the regional whole-step graph, plus the frozen teacher's forward and the "
+        "distillation loss (gptstack.model.Distillation, weight 0.5) inside the graph: the "
+        "esp32 preset's step (its teacher is the preset esp32-teacher)",
+        teacher=True,
+    ),
 )
 RUNG_KEYS = tuple(r.key for r in RUNGS)
 _BY_KEY = {r.key: r for r in RUNGS}
@@ -219,7 +241,12 @@ class RungStep:
     `first_loss` is the loss of the first step it ran (from the shared initial weights)."""
 
     def __init__(
-        self, rung: Rung, base: torch.nn.Module, device: torch.device, backend: str
+        self,
+        rung: Rung,
+        base: torch.nn.Module,
+        device: torch.device,
+        backend: str,
+        teacher: torch.nn.Module | None = None,
     ) -> None:
         self.rung, self.device = rung, device
         if rung.native:  # same weights, the native kernels
@@ -248,6 +275,8 @@ class RungStep:
             fwd = compile_callable(
                 self.model, backend, None if rung.compile == "default" else rung.compile
             )
+        if rung.teacher:  # the teacher runs eagerly inside the captured step, as in training
+            fwd = Distillation(fwd, copy.deepcopy(teacher).to(device), weight=DISTILL_WEIGHT)
         self.train_step = TrainStep(
             fwd,
             self.model.parameters(),
@@ -303,17 +332,25 @@ def _cudagraph_skips() -> int | None:
 
 
 def _build_rungs(
-    ctx: SuiteContext, base: torch.nn.Module, rungs: Sequence[Rung], inputs: list
+    ctx: SuiteContext,
+    base: torch.nn.Module,
+    rungs: Sequence[Rung],
+    inputs: list,
+    teacher: torch.nn.Module | None = None,
 ) -> tuple[dict[str, RungStep], dict[str, dict], dict[str, tuple]]:
     """Build each rung from the shared initial weights and run its first step (compilation,
-    capture) alone, recording its peak memory. Returns (built, info, not_run) where not_run maps
-    a rung key to (status, note)."""
+    capture) alone, recording its peak memory. `teacher`: the preset's teacher (random weights)
+    for the distill rung. Returns (built, info, not_run) where not_run maps a rung key to
+    (status, note)."""
     built: dict[str, RungStep] = {}
     info: dict[str, dict] = {}
     not_run: dict[str, tuple[str, str]] = {}
     for rung in rungs:
         if rung.gpu_only and not ctx.cuda:
             not_run[rung.key] = ("skipped", f"GPU only ({rung.about}); this run is on a CPU")
+            continue
+        if rung.teacher and teacher is None:
+            not_run[rung.key] = ("skipped", "this preset trains without a teacher")
             continue
         ctx.progress.step(rung.name, "build, compile, first step")
         skips_before = _cudagraph_skips()
@@ -323,7 +360,7 @@ def _build_rungs(
                 torch.cuda.synchronize(ctx.device)
                 torch.cuda.reset_peak_memory_stats(ctx.device)
                 before = torch.cuda.memory_allocated(ctx.device)
-            step = RungStep(rung, base, ctx.device, ctx.compile_backend)
+            step = RungStep(rung, base, ctx.device, ctx.compile_backend, teacher)
             step.first_steps(inputs[0])
             peak = None
             if ctx.cuda:
@@ -601,13 +638,14 @@ def run_train(
             for _ in range(INPUT_SETS)
         ]
         base = shape.build(torch.device("cpu"), seed=0)
+        teacher = shape.teacher.build(torch.device("cpu"), seed=1) if shape.teacher else None
         row_params = {
             "batch": shape.batch_size,
             "seq_len": T,
             "grad_accum": grad_accum,
             "n_params": base.num_params(),
         }
-        built, info, not_run = _build_rungs(ctx, base, chosen, inputs)
+        built, info, not_run = _build_rungs(ctx, base, chosen, inputs, teacher)
         variants = [Variant(r.name, built[r.key].step, inputs) for r in chosen if r.key in built]
         cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
         _ladder_rows(ctx, shape, chosen, cmp, built, info, not_run, row_params, T, grad_accum)
@@ -625,7 +663,7 @@ def run_train(
                 row_params,
             )
             built = None
-        del built, base
+        del built, base, teacher
         torch._dynamo.reset()  # fresh compile caches per preset (recompile limits)
         release_memory(ctx.device)
     if ctx.cuda:
