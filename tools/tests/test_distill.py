@@ -140,6 +140,9 @@ def test_bad_teachers_are_clear_errors(tmp_path, small_corpus, teacher_run):
         run("train.distill_from=preset:no-such-preset")
     with pytest.raises(ConfigError, match="chain of teachers"):
         run("train.distill_from=preset:esp32")
+    # a preset teacher too short for the run is refused before it trains
+    with pytest.raises(ConfigError, match="context is 64 tokens"):
+        run("train.distill_from=preset:esp32-teacher", "model.block_size=128")
     assert not (tmp_path / "student").exists()  # nothing was trained
 
 

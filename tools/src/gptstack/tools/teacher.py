@@ -45,6 +45,12 @@ def teacher_stage(cfg: RunConfig, run_dir: Path) -> tuple[RunConfig, Path] | Non
             f"train.distill_from = {source}: that preset is distilled from a teacher itself; "
             "name a preset that trains alone (a chain of teachers is not supported)"
         )
+    if teacher.model.block_size < cfg.model.block_size:  # found now, not after its training
+        raise ConfigError(
+            f"train.distill_from = {source}: that preset's context is "
+            f"{teacher.model.block_size} tokens, shorter than this run's model.block_size = "
+            f"{cfg.model.block_size}: name a teacher with a context at least as long"
+        )
     teacher.data, teacher.tokenizer = copy.deepcopy(cfg.data), copy.deepcopy(cfg.tokenizer)
     teacher.train.device, teacher.train.dtype = cfg.train.device, cfg.train.dtype
     return teacher, Path(run_dir) / "teacher"
