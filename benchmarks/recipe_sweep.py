@@ -363,10 +363,10 @@ GRIDS: dict[str, dict] = {
         ],
         "seeds": [1337, 1, 2],
         "note": (
-            "Three seeds each; the preset alone scores 2.0816, 2.1130, 2.0980 on seeds 1337, 1, 2"
-            " (esp32-round3, esp32-seeds). Teacher 'wide' at weight 0.5 became the preset's "
-            "recipe (preset esp32-teacher): each of its seeds is below 2.08 bits/char over every "
-            "val window."
+            "Three seeds each; the preset alone on the same seeds: esp32-round3 (seed 1337) and "
+            "esp32-seeds (1, 2). Teacher 'wide' at weight 0.5 became the preset's recipe "
+            "(preset esp32-teacher): each of its seeds is below 2.08 bits/char over every val "
+            "window."
         ),
     },
     "esp32-linear": {

@@ -1,8 +1,9 @@
 // attention_philox.h: the dropout random stream of causal attention, one definition for the CPU,
 // the CUDA kernels and the warp emulator (plain C++ that nvcc also compiles for the device).
 //
-// Generator: Philox4x32-10 (philox.h). Counter-based: the random bits of an attention weight are a pure function of (seed, head, query i, key j), so the forward and
-// both backward stages regenerate the same mask without storing it, in any tile order.
+// Generator: Philox4x32-10 (philox.h). Counter-based: the random bits of an attention weight
+// are a pure function of (seed, head, query i, key j), so the forward and both backward stages
+// regenerate the same mask without storing it, in any tile order.
 //
 // Element (bh = b*nh + h, query i, key j) takes 16 bits of one Philox call:
 //   counter = ( (j >> 4) * 4 + ((j & 7) >> 1),  (i >> 4) * 8 + (i & 7),  bh,  0 )

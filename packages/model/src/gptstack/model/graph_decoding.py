@@ -324,8 +324,9 @@ class GraphDecoder:
             self.generator.seed()
         else:
             self.generator.manual_seed(seed)
-        # the sampler's stream starts at draw 0 of the generator's seed (kept to 63 bits: int64)
-        self.sampler.copy_(torch.tensor([self.generator.initial_seed() % 2**63, 0, 0]))
+        if fused_sampling:  # its stream starts at draw 0 of the generator's seed (int64: 63 bits)
+            state = native_ops().sampler_state(self.generator.initial_seed() % 2**63)
+            self.sampler.copy_(state)  # in place: the captured graphs read this buffer
         # The prompt: one eager prefill at positions [0, L); its last logits give token 1.
         logits, _ = self.model(prompt, last_only=True, kv_cache=self.cache, pos=0)
         first = pick(logits[:, -1])

@@ -34,7 +34,6 @@ import torch
 
 from gptstack.model import GraphDecoder, KVCacheDecoder, StaticCacheDecoder, generate
 from gptstack.model.fused_step import FusedDecodeStep
-from gptstack.model.kv_cache import StaticKVCache
 
 from ..errors import BenchError
 from ..harness import Variant, compare, error_text
@@ -116,14 +115,10 @@ def _decode_check(d: Decoder, model32, prompt: torch.Tensor) -> dict:
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        if d.mode == "graph":  # the fused step on a cache the model's forward filled
-            cfg = model32.config
-            cache = StaticKVCache(
-                cfg.n_layer, B, cfg.n_head, cfg.block_size, cfg.head_size,
-                device=prompt.device, dtype=torch.float32,
-            )  # fmt: skip
-            model32(prompt[:, :-1], last_only=True, kv_cache=cache, pos=0)
-            step = FusedDecodeStep(model32, cache)
+        if d.mode == "graph":  # the fused step on the cache a static decoder's prefill filled
+            decoder = StaticCacheDecoder(model32, B)
+            decoder.prefill(prompt[:, :-1])
+            step = FusedDecodeStep(model32, decoder.cache)
             got = step(prompt[:, -1:].contiguous(), torch.tensor(P - 1, device=prompt.device))
         else:
             decoder = _make_decoder(dataclasses.replace(d, compile=False), model32, B)

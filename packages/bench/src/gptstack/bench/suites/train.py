@@ -71,6 +71,12 @@ class Rung:
     teacher: bool = False  # the loss of gptstack.model.Distillation with the preset's teacher
 
 
+def _beside_regional(key: str, name: str, about: str, **adds: bool) -> Rung:
+    """A rung that is the regional whole-step graph (what `gptstack train` runs on CUDA) plus
+    one thing (`adds`: native, average or teacher)."""
+    return Rung(key, name, "regional", "bf16", True, "regional", True, True, about, **adds)
+
+
 RUNGS: tuple[Rung, ...] = (
     Rung(
         "fp32",
@@ -174,41 +180,23 @@ RUNGS: tuple[Rung, ...] = (
         "as the whole-step graph, with each block and the head compiled once "
         "(gptstack.model.compile_model 'regional': shorter start-up)",
     ),
-    Rung(
+    _beside_regional(
         "native",
         "+ gptstack.cuda_ops kernels",
-        "regional",
-        "bf16",
-        True,
-        "regional",
-        True,
-        True,
         "ops='gptstack' (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss) "
         "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops",
         native=True,
     ),
-    Rung(
+    _beside_regional(
         "ema",
         "+ weight average (train.ema_decay)",
-        "regional",
-        "bf16",
-        True,
-        "regional",
-        True,
-        True,
         "as the regional whole-step graph, plus the exponential moving average of the weights "
         "updated after AdamW inside the graph (the shakespeare-char preset's ema_decay=0.999)",
         average=True,
     ),
-    Rung(
+    _beside_regional(
         "distill",
         "+ teacher (train.distill_from)",
-        "regional",
-        "bf16",
-        True,
-        "regional",
-        True,
-        True,
         "as the regional whole-step graph, plus the frozen teacher's forward and the "
         "distillation loss (gptstack.model.Distillation, weight 0.5) inside the graph: the "
         "esp32 preset's step (its teacher is the preset esp32-teacher)",
