@@ -185,7 +185,7 @@ def test_a_stop_while_the_teacher_trains_reports_the_teacher_and_resumes_it(
 
     real = train_module._train_teacher
 
-    def stopped_early(teacher_cfg, teacher_dir, runtime, overwrite, progress, log, world):
+    def stopped_early(cfg, teacher_cfg, teacher_dir, runtime, overwrite, progress, log, world):
         # the teacher's own run, stopped after 3 steps as a Ctrl-C would stop it
         return train_module.train(
             teacher_cfg, teacher_dir, stop_at=3, progress=False, log=log, world=world

@@ -115,6 +115,9 @@ class TrainSection:
     distill_from: str = ""
     distill_weight: float = 0.5
     distill_temperature: float = 1.0
+    # while a "preset:NAME" teacher trains on CUDA with torch.compile, a second process compiles
+    # the student's step into the compile cache (compile_ahead.py): its start-up then finds it
+    compile_ahead: bool = True
     seed: int = 1337
     device: str = "auto"  # auto (cuda if available) | cuda | cpu
     # auto (bf16 autocast on CUDA and on CPUs with native bf16, else fp32: runtime.py) | bf16

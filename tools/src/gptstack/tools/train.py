@@ -49,6 +49,7 @@ from gptstack.tokenizer import load_tokenizer
 
 from .checkpoint import read_meta, resolve_checkpoint
 from .checkpoint_writer import CheckpointWriter
+from .compile_ahead import CompileAhead
 from .config import RunConfig, gpt_config
 from .data import Corpus, prepare_corpus
 from .distributed import World, restore_rng, rng_state, seed_ranks
@@ -95,6 +96,7 @@ def startup_line(startup: dict[str, float]) -> str:
 
 
 def _train_teacher(
+    cfg: RunConfig,
     teacher_cfg: RunConfig,
     teacher_dir: Path,
     runtime: Runtime,
@@ -104,7 +106,8 @@ def _train_teacher(
     world: World,
 ) -> TrainResult | None:
     """Train (or resume) a `preset:NAME` teacher into RUN/teacher; None when a finished run of
-    the same config is already there. --overwrite of the student trains it again."""
+    the same config is already there. --overwrite of the student trains it again. Meanwhile a
+    second process compiles the student `cfg` (compile_ahead.py)."""
     steps = total_steps(teacher_cfg.train, runtime.device_type)
     state = "train" if overwrite else teacher_progress(teacher_cfg, teacher_dir, steps)
     if state == "done":
@@ -114,15 +117,21 @@ def _train_teacher(
         f"teacher: {'resuming' if state == 'resume' else 'training'} preset "
         f"{teacher_cfg.name} in {teacher_dir} first (train.distill_from)"
     )
-    result = train(
-        teacher_cfg,
-        teacher_dir,
-        resume=teacher_dir if state == "resume" else None,
-        overwrite=state == "train",
-        progress=progress,
-        log=log,
-        world=world,
-    )
+    ahead = CompileAhead.start(cfg, teacher_cfg, runtime, world.size)
+    result = None
+    try:
+        result = train(
+            teacher_cfg,
+            teacher_dir,
+            resume=teacher_dir if state == "resume" else None,
+            overwrite=state == "train",
+            progress=progress,
+            log=log,
+            world=world,
+        )
+    finally:  # a stopped or failed teacher ends the second process; a finished one waits for it
+        if ahead is not None:
+            ahead.finish(log, wait=result is not None and not result.interrupted)
     if world.is_main:  # [dist]
         from .summary import write_run_summary
 
@@ -141,6 +150,13 @@ def padded_vocab(vocab_size: int, multiple: int) -> int:
 def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
     """The model `gptstack train` builds for `cfg` over a tokenizer of vocab_size ids."""
     return gpt_config(cfg.model, padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to))
+
+
+def run_model_config(cfg: RunConfig, vocab_size: int, device_type: str) -> GPTConfig:
+    """model_config with the dropout of the device it trains on (train.cpu_dropout)."""
+    mcfg = model_config(cfg, vocab_size)
+    dropout = dropout_for_device(cfg.train, mcfg.dropout, device_type)
+    return dataclasses.replace(mcfg, dropout=dropout)
 
 
 class _StopOnInterrupt:
@@ -260,7 +276,7 @@ def train(
         teacher_dir = Path(t.distill_from) if stage is None else stage[1]
         if stage is not None:
             t_teacher = time.time()
-            result = _train_teacher(*stage, runtime, overwrite, progress, log, world)
+            result = _train_teacher(cfg, *stage, runtime, overwrite, progress, log, world)
             if result is not None and result.interrupted:
                 log("stopped while training the teacher: run the same command again to go on")
                 return result
@@ -278,9 +294,7 @@ def train(
             corpus = prepare_corpus(cfg, tokenizer)
     startup["data_s"] = time.time() - entered - startup.get("teacher_s", 0.0)
     torch.manual_seed(t.seed)
-    mcfg = model_config(cfg, corpus.tokenizer.vocab_size)
-    dropout = dropout_for_device(cfg.train, mcfg.dropout, runtime.device_type)
-    mcfg = dataclasses.replace(mcfg, dropout=dropout)  # train.cpu_dropout, on a CPU
+    mcfg = run_model_config(cfg, corpus.tokenizer.vocab_size, runtime.device_type)
     model = GPT(mcfg)
     if teacher is not None:
         check_teacher(teacher, corpus.tokenizer, mcfg)
