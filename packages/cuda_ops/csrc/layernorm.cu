@@ -7,12 +7,16 @@
 //            of x (+ r), one write of y (+ s); mean, then the centred sum of squares, from the
 //            registers. The default wherever rows are 16-byte aligned and C % W == 0.
 //   backward layernorm_backward_reg_kernel<W, V>: one warp per row, warps stride over rows;
-//            dy and s are read once into registers; each lane keeps its columns' dweight and
-//            dbias partial sums in registers over all its rows, and the block's warps add
-//            theirs into shared memory one warp after another (a fixed order). The first
-//            versions (below) read every row two or three times, and the backward added into
-//            shared memory with 8-way bank conflicts: forward+backward at shakespeare-char's
-//            (16384, 384) in bf16 took 61.8 us on the H200, the register versions 39.4 us.
+//            dy, s and the weight are read once into registers and stay packed (bf16: half
+//            the registers of floats); each lane adds its columns' dweight and dbias into
+//            the warp's own slice of shared memory, float4 by float4 (no bank conflicts), and
+//            the block sums its warps' slices by column at the end. The first versions (below)
+//            read every row two or three times, and added into shared memory with 8-way bank
+//            conflicts: forward+backward at shakespeare-char's (16384, 384) in bf16 took 61.8
+//            us on the H200. The next kept the partial sums in float registers (96-128 per
+//            thread: 16 warps per SM) and added them up one warp after another behind a
+//            barrier each: backward 24.4 us. This one: 14.7-15.3 us, and 29.0 vs 44.7 us at
+//            gpt2-124m's (16384, 768) (side by side in one standalone bench, 2026-12-03).
 //   forward  layernorm_forward_warp_kernel<W> (the fallback, as for the backward below): one
 //            warp per row, three passes over the row
 //            (sum -> mean; squared deviations -> rstd; normalize and store). With a residual,
@@ -119,38 +123,49 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
 }
 
 template <typename T, int W, int V>
-__global__ void layernorm_backward_reg_kernel(T* __restrict__ dx, float* __restrict__ workspace,
-                                              const T* __restrict__ dout,
-                                              const T* __restrict__ dsum,
-                                              const T* __restrict__ src,
-                                              const T* __restrict__ weight,
-                                              const float* __restrict__ mean,
-                                              const float* __restrict__ rstd, int64_t N, int C) {
-  extern __shared__ float block_sums[];  // [2C]: this block's dweight, then dbias
+__global__ void __launch_bounds__(256)
+    layernorm_backward_reg_kernel(T* __restrict__ dx, float* __restrict__ workspace,
+                                  const T* __restrict__ dout, const T* __restrict__ dsum,
+                                  const T* __restrict__ src, const T* __restrict__ weight,
+                                  const float* __restrict__ mean, const float* __restrict__ rstd,
+                                  int64_t N, int C) {
+  static_assert(W % 4 == 0, "the partial sums move as float4");
+  extern __shared__ float shared[];  // [warps][2C]: each warp's dweight, then dbias
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  float dw[V][W], db[V][W];
+  float* mine = shared + warp * 2 * C;
+  using P = Vec<T, W>;
+  P w[V];  // the row's inputs stay packed (bf16: half the registers of floats)
 #pragma unroll
-  for (int i = 0; i < V; ++i)
+  for (int i = 0; i < V; ++i) {
+    const int c = reg_col(i, lane, W);
+    if (c >= C) continue;
+    w[i] = *reinterpret_cast<const P*>(weight + c);
 #pragma unroll
-    for (int k = 0; k < W; ++k) dw[i][k] = db[i][k] = 0.0f;
+    for (int k = 0; k < W; k += 4) {
+      *reinterpret_cast<float4*>(mine + c + k) = make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(mine + C + c + k) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
   for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < N;
        row += int64_t(gridDim.x) * warps) {
-    const float m = mean[row], rs = rstd[row];
-    float dy[V][W], xh[V][W], c1 = 0.0f, c2 = 0.0f;
+    P dy[V], xs[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int c = reg_col(i, lane, W);
       if (c >= C) continue;
-      float wb[W];
-      load_vec<T, W>(dy[i], dout + row * C + c);
-      load_vec<T, W>(xh[i], src + row * C + c);
-      load_vec<T, W>(wb, weight + c);
+      dy[i] = *reinterpret_cast<const P*>(dout + row * C + c);
+      xs[i] = *reinterpret_cast<const P*>(src + row * C + c);
+    }
+    const float m = mean[row], rs = rstd[row];
+    float c1 = 0.0f, c2 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (reg_col(i, lane, W) >= C) continue;
 #pragma unroll
       for (int k = 0; k < W; ++k) {
-        xh[i][k] = (xh[i][k] - m) * rs;
-        const float g = dy[i][k] * wb[k];
+        const float g = to_f32(dy[i].v[k]) * to_f32(w[i].v[k]);
         c1 += g;
-        c2 += g * xh[i][k];
+        c2 += g * ((to_f32(xs[i].v[k]) - m) * rs);
       }
     }
     c1 = warp_sum(c1) / C;
@@ -159,42 +174,39 @@ __global__ void layernorm_backward_reg_kernel(T* __restrict__ dx, float* __restr
     for (int i = 0; i < V; ++i) {
       const int c = reg_col(i, lane, W);
       if (c >= C) continue;
-      float wb[W], dsb[W], out[W];
-      load_vec<T, W>(wb, weight + c);
+      float dsb[W];
       if (dsum) load_vec<T, W>(dsb, dsum + row * C + c);
+      P out;
 #pragma unroll
-      for (int k = 0; k < W; ++k) {
-        out[k] = rs * (dy[i][k] * wb[k] - c1 - xh[i][k] * c2) + (dsum ? dsb[k] : 0.0f);
-        dw[i][k] += dy[i][k] * xh[i][k];
-        db[i][k] += dy[i][k];
+      for (int k = 0; k < W; k += 4) {
+        // this lane's own columns of the warp's slice: float4 read-modify-writes, lanes on
+        // consecutive 16-byte words (no bank conflicts)
+        float4 aw = *reinterpret_cast<float4*>(mine + c + k);
+        float4 ab = *reinterpret_cast<float4*>(mine + C + c + k);
+        float* sw = &aw.x;
+        float* sb = &ab.x;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float d = to_f32(dy[i].v[k + j]), xh = (to_f32(xs[i].v[k + j]) - m) * rs;
+          out.v[k + j] = from_f32<T>(rs * (d * to_f32(w[i].v[k + j]) - c1 - xh * c2) +
+                                     (dsum ? dsb[k + j] : 0.0f));
+          sw[j] += d * xh;
+          sb[j] += d;
+        }
+        *reinterpret_cast<float4*>(mine + c + k) = aw;
+        *reinterpret_cast<float4*>(mine + C + c + k) = ab;
       }
-      store_vec<T, W>(dx + row * C + c, out);
-    }
-  }
-  // the warps add their partial sums into the block's, one warp after another
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) block_sums[c] = 0.0f;
-  for (int w = 0; w < warps; ++w) {
-    __syncthreads();
-    if (warp != w) continue;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = reg_col(i, lane, W);
-      if (c >= C) continue;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        block_sums[c + k] += dw[i][k];
-        block_sums[C + c + k] += db[i][k];
-      }
+      *reinterpret_cast<P*>(dx + row * C + c) = out;
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x)
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = block_sums[c];
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // the warps' slices, in warp order
+    float total = 0.0f;
+    for (int k = 0; k < warps; ++k) total += shared[k * 2 * C + c];
+    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
+  }
 }
 
-// T: x, s, y, weight, bias; R: residual. W: elements per vector access. x and sum_out are not
-// __restrict__: passes 2 and 3 read s back through the same pointer that reads x otherwise,
-// and those loads must not go through the non-coherent read-only path.
 template <typename T, typename R, int W>
 __global__ void layernorm_forward_warp_kernel(T* __restrict__ out, T* sum_out,
                                               float* __restrict__ mean, float* __restrict__ rstd,
@@ -375,13 +387,26 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
   const size_t smem = size_t(warps) * 2 * s.C * sizeof(float);
   const bool vec = s.C % W == 0 && aligned16(dx) && aligned16(dout) && aligned16(src) &&
                    aligned16(weight) && (!dsum || aligned16(dsum));
-  const int V = int(ceil_div(s.C, 32 * W));
-  if (vec && V <= kRegMaxV) {
-    const size_t reg_smem = size_t(2) * s.C * sizeof(float);
-    auto launch = [&](auto kernel) {
-      kernel<<<blocks, 32 * warps, reg_smem, stream>>>(dx, workspace, dout, dsum, src, weight,
-                                                       mean, rstd, s.N, int(s.C));
-    };
+  // bf16 rows whose width is an odd number of 256-column strides (shakespeare-char's 384) go
+  // in 8-byte vectors: 3 x 128 keeps every lane busy where 2 x 256 idles half of them in the
+  // second (14.7 vs 17.4 us at (16384, 384) on the H200, .device-style side-by-side bench)
+  constexpr int Wh = W / 2;  // float: 2, too narrow for the kernel's float4 partial sums
+  bool half = false;
+  if constexpr (Wh % 4 == 0)
+    half = vec && s.C % (32 * W) != 0 && s.C % (32 * Wh) == 0 && s.C / (32 * Wh) <= kRegMaxV;
+  const int V = int(ceil_div(s.C, 32 * (half ? Wh : W)));
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight, mean,
+                                                 rstd, s.N, int(s.C));
+  };
+  if (half) {
+    if constexpr (Wh % 4 == 0) {
+      if (V == 1) launch(layernorm_backward_reg_kernel<T, Wh, 1>);
+      else if (V == 2) launch(layernorm_backward_reg_kernel<T, Wh, 2>);
+      else if (V == 3) launch(layernorm_backward_reg_kernel<T, Wh, 3>);
+      else launch(layernorm_backward_reg_kernel<T, Wh, 4>);
+    }
+  } else if (vec && V <= kRegMaxV) {
     if (V == 1) launch(layernorm_backward_reg_kernel<T, W, 1>);
     else if (V == 2) launch(layernorm_backward_reg_kernel<T, W, 2>);
     else if (V == 3) launch(layernorm_backward_reg_kernel<T, W, 3>);

@@ -44,7 +44,8 @@ def once() -> None:
         return torch.randn(*shape, generator=g, device=dev).to(dtype)
 
     for dtype in (torch.float32, torch.bfloat16):
-        for shape in ((64, 768), (3, 37)):  # 128-bit path; C % 8 != 0: scalar path
+        # 128-bit path; 64-bit path (bf16 LayerNorm backward); C % 8 != 0: scalar path
+        for shape in ((64, 768), (64, 384), (3, 37)):
             x, dy = rnd(*shape, dtype=dtype).requires_grad_(), rnd(*shape, dtype=dtype)
             w = (1 + 0.1 * rnd(shape[1], dtype=dtype)).requires_grad_()
             b = (0.1 * rnd(shape[1], dtype=dtype)).requires_grad_()
