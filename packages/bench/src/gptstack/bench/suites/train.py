@@ -66,12 +66,14 @@ class Rung:
     step_graph: bool  # the whole step captured in one torch.cuda.CUDAGraph
     gpu_only: bool
     about: str
-    native: bool = False  # ops="gptstack", attention="gptstack": the kernels of gptstack.cuda_ops
+    # (GPTConfig.ops, GPTConfig.attention) of a rung with kernels of gptstack.cuda_ops; None:
+    # the model's own ("torch", "sdpa")
+    native: tuple[str, str] | None = None
     average: bool = False  # a WeightAverage (train.ema_decay) updated inside the step
     teacher: bool = False  # the loss of gptstack.model.Distillation with the preset's teacher
 
 
-def _beside_regional(key: str, name: str, about: str, **adds: bool) -> Rung:
+def _beside_regional(key: str, name: str, about: str, **adds: Any) -> Rung:
     """A rung that is the regional whole-step graph (what `gptstack train` runs on CUDA) plus
     one thing (`adds`: native, average or teacher)."""
     return Rung(key, name, "regional", "bf16", True, "regional", True, True, about, **adds)
@@ -185,7 +187,21 @@ RUNGS: tuple[Rung, ...] = (
         "+ gptstack.cuda_ops kernels",
         "ops='gptstack' (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss) "
         "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops",
-        native=True,
+        native=("gptstack", "gptstack"),
+    ),
+    _beside_regional(
+        "native-ops",
+        "+ gptstack.cuda_ops LayerNorm, GELU, loss",
+        "ops='gptstack' alone (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss); "
+        "attention stays SDPA",
+        native=("gptstack", "sdpa"),
+    ),
+    _beside_regional(
+        "native-attention",
+        "+ gptstack.cuda_ops attention",
+        "attention='gptstack' alone (the fused causal attention); LayerNorm, GELU and the loss "
+        "stay PyTorch's",
+        native=("torch", "gptstack"),
     ),
     _beside_regional(
         "ema",
@@ -237,9 +253,10 @@ class RungStep:
         teacher: torch.nn.Module | None = None,
     ) -> None:
         self.rung, self.device = rung, device
-        if rung.native:  # same weights, the native kernels
+        if rung.native is not None:  # same weights, the native kernels
+            ops, attention = rung.native
             self.model = type(base)(
-                dataclasses.replace(base.config, ops="gptstack", attention="gptstack")
+                dataclasses.replace(base.config, ops=ops, attention=attention)
             )
             self.model.load_state_dict(base.state_dict())
             self.model = self.model.to(device).train()
