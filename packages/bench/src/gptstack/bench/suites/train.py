@@ -255,9 +255,7 @@ class RungStep:
         self.rung, self.device = rung, device
         if rung.native is not None:  # same weights, the native kernels
             ops, attention = rung.native
-            self.model = type(base)(
-                dataclasses.replace(base.config, ops=ops, attention=attention)
-            )
+            self.model = type(base)(dataclasses.replace(base.config, ops=ops, attention=attention))
             self.model.load_state_dict(base.state_dict())
             self.model = self.model.to(device).train()
         else:
