@@ -2,8 +2,9 @@
 
 A run with train.distill_from = "preset:NAME" trains the teacher first, then the student. On a
 machine with an empty compile cache, the student's first evaluation and first steps then wait
-for torch.compile (Inductor's code generation, Triton's kernel builds: 8.8 s for esp32 on an
-H200), which a second run finds in the cache (TORCHINDUCTOR_CACHE_DIR, runtime.py) in 2.5 s.
+for torch.compile (Inductor's code generation, Triton's kernel builds), which a second run
+finds in the cache (TORCHINDUCTOR_CACHE_DIR, runtime.py) in a fraction of the time (the esp32
+preset on an H200: benchmarks/results/run-esp32-h200-pyc-cc-ahead-{true,false}-20261203.log).
 The teacher's training keeps the GPU busy and leaves the other CPU cores idle, so meanwhile a
 second process compiles the student: it runs the student's first steps, as `train` runs them,
 on a stand-in teacher (random weights of the teacher's shape, the run's tokenizer) in a scratch
