@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,6 +88,13 @@ class CompileAhead:
                 f"log: {self.scratch / 'log.txt'}); the student compiles now instead"
             )
             return
+        if wait:
+            seconds = self.scratch / "seconds"  # written by the process at its end
+            took = f" ({float(seconds.read_text()):.1f} s)" if seconds.is_file() else ""
+            log(
+                "compile ahead: the student was compiled into the compile cache by a second "
+                f"process while the teacher trained{took}"
+            )
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -99,6 +107,7 @@ def compile_student(scratch: Path) -> None:
     from .runtime import resolve_runtime
     from .train import FIRST_STEPS, checkpoint_meta, run_model_config, train
 
+    started = time.perf_counter()
     spec = json.loads((scratch / "spec.json").read_text())
     cfg = RunConfig.from_dict(spec["student"], source=str(scratch / "spec.json"))
     teacher_cfg = RunConfig.from_dict(spec["teacher"], source=str(scratch / "spec.json"))
@@ -118,6 +127,7 @@ def compile_student(scratch: Path) -> None:
     short.train.eval_interval = FIRST_STEPS
     short.train.early_stop_evals = 0
     train(short, scratch / "student", corpus=corpus, progress=False, log=lambda _: None)
+    (scratch / "seconds").write_text(f"{time.perf_counter() - started:.3f}\n")
 
 
 if __name__ == "__main__":
