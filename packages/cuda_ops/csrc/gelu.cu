@@ -66,7 +66,7 @@ constexpr int kThreads = 256;
 // Up to 4 grid-stride rounds over an H200's 132 SMs x 8 resident blocks of 256: one round
 // (132 x 8 blocks) kept too few loads in flight. Forward+backward 72.6 -> 69.0 us at
 // shakespeare-char's 16384 x 1536 and 140.4 -> 133.0 us at gpt2-124m's 16384 x 3072, side by
-// side in one standalone bench (benchmarks/profiles/gelu-grid-h200-20261203.txt); one pack per
+// side in dev/gelu_grid.cu (benchmarks/profiles/gelu-grid-h200-20261203.txt); one pack per
 // thread (no cap) was no faster
 constexpr int kMaxBlocks = 132 * 32;
 

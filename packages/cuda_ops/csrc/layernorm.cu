@@ -16,7 +16,7 @@
 //            us on the H200. The next kept the partial sums in float registers (96-128 per
 //            thread: 16 warps per SM) and added them up one warp after another behind a
 //            barrier each: backward 24.4 us. This one: 14.7-15.3 us, and 29.0 vs 44.7 us at
-//            gpt2-124m's (16384, 768) (side by side in one standalone bench, 2026-12-03).
+//            gpt2-124m's (16384, 768) (side by side: dev/layernorm_backward.cu, 2026-12-03).
 //   forward  layernorm_forward_warp_kernel<W> (the fallback, as for the backward below): one
 //            warp per row, three passes over the row
 //            (sum -> mean; squared deviations -> rstd; normalize and store). With a residual,
@@ -389,7 +389,7 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
                    aligned16(weight) && (!dsum || aligned16(dsum));
   // bf16 rows whose width is an odd number of 256-column strides (shakespeare-char's 384) go
   // in 8-byte vectors: 3 x 128 keeps every lane busy where 2 x 256 idles half of them in the
-  // second (14.7 vs 17.4 us at (16384, 384) on the H200, .device-style side-by-side bench)
+  // second (15.3 vs 17.4 us at (16384, 384) on the H200, side by side in one bench)
   constexpr int Wh = W / 2;  // float: 2, too narrow for the kernel's float4 partial sums
   bool half = false;
   if constexpr (Wh % 4 == 0)

@@ -1,0 +1,88 @@
+// dev/gelu_grid.cu: csrc/gelu.cu's kernels launched with other block sizes and grid caps, side
+// by side in one binary, on shakespeare-char's (16384 x 1536) and gpt2-124m's (16384 x 3072)
+// MLP activations in bf16: what chose gelu.cu's kMaxBlocks.
+//
+//   nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc \
+//       packages/cuda_ops/dev/gelu_grid.cu -o /tmp/gelu_grid && /tmp/gelu_grid
+//
+// Times are medians of 15 x 50 calls by cudaEvent; "of copy" is against a 1 GiB device copy
+// in the same run (forward moves 2 tensors, backward 3).
+#include "gelu.cu"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    cudaError_t e = (x);                                                          \
+    if (e != cudaSuccess) {                                                       \
+      std::printf("CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+using bf = __nv_bfloat16;
+
+template <class F> float median_us(F f, int calls = 50, int rounds = 15) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 10; ++i) f();
+  std::vector<float> t;
+  for (int r = 0; r < rounds; ++r) {
+    cudaEventRecord(a);
+    for (int i = 0; i < calls; ++i) f();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms * 1000.f / calls);
+  }
+  CHECK(cudaGetLastError());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+__global__ void fill(bf* p, int64_t n, float scale) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) p[i] = __float2bfloat16(scale * __sinf(float(i % 9973) * 0.37f));
+}
+
+int main() {
+  const size_t big = size_t(1) << 30;
+  void *s0, *s1;
+  CHECK(cudaMalloc(&s0, big));
+  CHECK(cudaMalloc(&s1, big));
+  const float copy_us = median_us([&] { cudaMemcpyAsync(s1, s0, big, cudaMemcpyDeviceToDevice); }, 5, 7);
+  const double copy_gbs = 2.0 * big / (copy_us * 1e3);
+  std::printf("copy bandwidth %.0f GB/s (read + write)\n", copy_gbs);
+  for (int64_t n : {int64_t(16384) * 1536, int64_t(16384) * 3072}) {
+    bf *x, *dy, *y, *dx;
+    for (bf** p : {&x, &dy, &y, &dx}) CHECK(cudaMalloc(p, n * sizeof(bf)));
+    fill<<<(n + 255) / 256, 256>>>(x, n, 3.f);
+    fill<<<(n + 255) / 256, 256>>>(dy, n, 1.f);
+    constexpr int W = 8;  // bf16 elements per 16-byte pack
+    const int64_t packs = n / W;
+    auto pct = [&](double tensors, float us) { return 100 * tensors * n * 2 / (us * 1e3) / copy_gbs; };
+    for (int threads : {128, 256, 512})
+      for (int64_t cap : {int64_t(132) * 8, int64_t(132) * 16, int64_t(132) * 32, int64_t(1) << 30}) {
+        const unsigned blocks = unsigned(std::min<int64_t>((packs + threads - 1) / threads, cap));
+        const float f = median_us([&] {
+          gs::elementwise_kernel<bf, W, false><<<blocks, threads>>>(y, nullptr, x, packs);
+        });
+        const float bw = median_us([&] {
+          gs::elementwise_kernel<bf, W, true><<<blocks, threads>>>(dx, dy, x, packs);
+        });
+        std::printf("n=%lld, %3d threads x %5u blocks: forward %6.2f us (%3.0f %%), backward "
+                    "%6.2f us (%3.0f %%), both %6.2f us\n",
+                    (long long)n, threads, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
+      }
+    const float f = median_us([&] { gs::gelu_forward_cuda(y, x, n, gs::DType::bf16, 0); });
+    const float bw = median_us([&] { gs::gelu_backward_cuda(dx, dy, x, n, gs::DType::bf16, 0); });
+    std::printf("n=%lld, gelu.cu's launcher: forward %.2f us, backward %.2f us, both %.2f us\n",
+                (long long)n, f, bw, f + bw);
+    for (bf* p : {x, dy, y, dx}) cudaFree(p);
+  }
+  return 0;
+}
