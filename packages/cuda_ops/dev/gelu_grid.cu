@@ -8,41 +8,13 @@
 // Times are medians of 15 x 50 calls by cudaEvent; "of copy" is against a 1 GiB device copy
 // in the same run (forward moves 2 tensors, backward 3).
 #include "gelu.cu"
+#include "common.cuh"
 
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e = (x);                                                          \
-    if (e != cudaSuccess) {                                                       \
-      std::printf("CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
-
 using bf = __nv_bfloat16;
-
-template <class F> float median_us(F f, int calls = 50, int rounds = 15) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 10; ++i) f();
-  std::vector<float> t;
-  for (int r = 0; r < rounds; ++r) {
-    cudaEventRecord(a);
-    for (int i = 0; i < calls; ++i) f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.f / calls);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 __global__ void fill(bf* p, int64_t n, float scale) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -50,12 +22,7 @@ __global__ void fill(bf* p, int64_t n, float scale) {
 }
 
 int main() {
-  const size_t big = size_t(1) << 30;
-  void *s0, *s1;
-  CHECK(cudaMalloc(&s0, big));
-  CHECK(cudaMalloc(&s1, big));
-  const float copy_us = median_us([&] { cudaMemcpyAsync(s1, s0, big, cudaMemcpyDeviceToDevice); }, 5, 7);
-  const double copy_gbs = 2.0 * big / (copy_us * 1e3);
+  const double copy_gbs = copy_bandwidth_gbs();
   std::printf("copy bandwidth %.0f GB/s (read + write)\n", copy_gbs);
   for (int64_t n : {int64_t(16384) * 1536, int64_t(16384) * 3072}) {
     bf *x, *dy, *y, *dx;

@@ -10,6 +10,7 @@
 // each); times are medians of 15 x 50 calls by cudaEvent; dx and dweight are checked against
 // the tree's kernel.
 #include "layernorm.cu"
+#include "common.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -167,44 +168,10 @@ __global__ void __launch_bounds__(256)
 }
 }  // namespace dev
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e = (x);                                                          \
-    if (e != cudaSuccess) {                                                       \
-      std::printf("CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__); \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
-
 using bf = __nv_bfloat16;
 
-template <class F> float median_us(F f, int calls = 50, int rounds = 15) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 10; ++i) f();
-  std::vector<float> t;
-  for (int r = 0; r < rounds; ++r) {
-    cudaEventRecord(a);
-    for (int i = 0; i < calls; ++i) f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.f / calls);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 int main() {
-  const size_t big = size_t(1) << 30;  // the copy floor: a buffer far larger than the caches
-  void *s0, *s1;
-  CHECK(cudaMalloc(&s0, big));
-  CHECK(cudaMalloc(&s1, big));
-  const float copy_us = median_us([&] { cudaMemcpyAsync(s1, s0, big, cudaMemcpyDeviceToDevice); }, 5, 7);
-  const double copy_gbs = 2.0 * big / (copy_us * 1e3);
+  const double copy_gbs = copy_bandwidth_gbs();
   std::printf("copy bandwidth %.0f GB/s (read + write)\n", copy_gbs);
   for (int C : {384, 768}) {
     const int64_t N = 16384, n = N * C;
