@@ -100,11 +100,10 @@ class CompileAhead:
 
 def compile_student(scratch: Path) -> None:
     """The second process: the student's first evaluation and steps on a stand-in teacher."""
-    from gptstack.model import GPT
+    from gptstack.model import GPT, resolve_device
 
     from .checkpoint import save_checkpoint
     from .data import prepare_corpus
-    from .runtime import resolve_runtime
     from .train import FIRST_STEPS, checkpoint_meta, run_model_config, train
 
     started = time.perf_counter()
@@ -112,7 +111,7 @@ def compile_student(scratch: Path) -> None:
     cfg = RunConfig.from_dict(spec["student"], source=str(scratch / "spec.json"))
     teacher_cfg = RunConfig.from_dict(spec["teacher"], source=str(scratch / "spec.json"))
     corpus = prepare_corpus(cfg)  # the tokenizer the teacher trains: same settings, same text
-    device_type = resolve_runtime(cfg.train).device.type
+    device_type = resolve_device(cfg.train.device, "train.device =").type
     mcfg = run_model_config(teacher_cfg, corpus.tokenizer.vocab_size, device_type)
     save_checkpoint(
         scratch / "teacher",
