@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from gptstack.model.fused_step import ONE_LAUNCH_MAX_BYTES as DEFAULT_ONE_LAUNCH_MAX_BYTES
 from gptstack.tools.checkpoint import load_checkpoint
 from gptstack.tools.sample import sample
 
@@ -54,7 +55,21 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "programmatic_launch": False,
     },
+    # the fused step's blocks op by op, not as one decode_blocks launch
+    "graph bf16 fused op-by-op": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "one_launch": False,
+    },
 }
+
+
+def set_one_launch(enabled: bool) -> None:
+    """decode_blocks for small models (the default) or never (fused_step's size limit 0)."""
+    from gptstack.model import fused_step
+
+    fused_step.ONE_LAUNCH_MAX_BYTES = DEFAULT_ONE_LAUNCH_MAX_BYTES if enabled else 0
 
 
 def set_programmatic_launch(enabled: bool) -> None:
@@ -83,6 +98,7 @@ def main() -> None:
                 ckpt = load_checkpoint(run, device="cuda")
                 options = dict(CONFIGS[n])
                 set_programmatic_launch(options.pop("programmatic_launch", True))
+                set_one_launch(options.pop("one_launch", True))
                 try:
                     res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
                     if r == 0:
@@ -95,6 +111,7 @@ def main() -> None:
                     continue
                 finally:
                     set_programmatic_launch(True)
+                    set_one_launch(True)
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
                 print(

@@ -5,6 +5,7 @@
 #include "decode.h"
 
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <cmath>
@@ -94,6 +95,43 @@ void decode_attention_cpu(T* y, const T* qkv, T* kc, T* vc, int64_t p, int64_t R
     }
 }
 
+// decode_blocks on the CPU: the embedding, then decode_linear / decode_attention in the order
+// of decode.h, one row at a time (a row whose token, or a position, is out of range gives NaN
+// and writes nothing, as on the GPU)
+template <typename T>
+void decode_blocks_cpu(const DecodeBlocksArgs& a, int nt) {
+  using A = acc_t<T>;
+  const int64_t C = a.C, p = *a.pos;
+  const int64_t layer_cache = int64_t(a.B) * a.nh * a.T * a.hs;  // one layer of a cache
+  std::vector<T> x(C), qkv(3 * C), y(C), x2(C), h(4 * C);
+  const T* wte = static_cast<const T*>(a.wte);
+  const T* wpe = static_cast<const T*>(a.wpe);
+  for (int64_t b = 0; b < a.B; ++b) {
+    T* out = static_cast<T*>(a.out) + b * C;
+    const int64_t tok = a.token[b];
+    if (p < 0 || p >= a.T || p >= a.wpe_rows || tok < 0 || tok >= a.vocab) {
+      for (int64_t c = 0; c < C; ++c) store(out + c, std::numeric_limits<A>::quiet_NaN());
+      continue;
+    }
+    for (int64_t c = 0; c < C; ++c) store(&x[c], load(wte + tok * C + c) + load(wpe + p * C + c));
+    for (int l = 0; l < a.n_layer; ++l) {
+      auto w = [&](int i) { return static_cast<const T*>(a.w[l][i]); };
+      const int64_t off = l * layer_cache + b * a.nh * a.T * a.hs;  // (nh, T, hs) of row b
+      decode_linear_cpu<T>(qkv.data(), x.data(), w(kAttnW), w(kAttnB), w(kLn1W), w(kLn1B),
+                           nullptr, 1, 3 * C, C, a.eps, false, nt);
+      decode_attention_cpu<T>(y.data(), qkv.data(), static_cast<T*>(a.k_cache) + off,
+                              static_cast<T*>(a.v_cache) + off, p, 1, a.nh, a.T, a.hs);
+      decode_linear_cpu<T>(x2.data(), y.data(), w(kProjW), w(kProjB), nullptr, nullptr, x.data(),
+                           1, C, C, a.eps, false, nt);
+      decode_linear_cpu<T>(h.data(), x2.data(), w(kFcW), w(kFcB), w(kLn2W), w(kLn2B), nullptr, 1,
+                           4 * C, C, a.eps, true, nt);
+      decode_linear_cpu<T>(x.data(), h.data(), w(kFc2W), w(kFc2B), nullptr, nullptr, x2.data(),
+                           1, C, 4 * C, a.eps, false, nt);
+    }
+    std::copy(x.begin(), x.end(), out);
+  }
+}
+
 using OptArray = std::optional<nb::ndarray<>>;
 
 // An optional argument: its view, checked to have x's dtype, this shape and x's device.
@@ -176,6 +214,89 @@ void decode_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
   });
 }
 
+void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb::ndarray<> wte,
+                   nb::ndarray<> wpe, const std::vector<OptArray>& layers, nb::ndarray<> k_cache,
+                   nb::ndarray<> v_cache, double eps, uintptr_t stream, int num_threads) {
+  const char* op = "decode_blocks";
+  Tensor E = view(op, "wte", wte), P = view(op, "wpe", wpe), Kc = view(op, "k_cache", k_cache),
+         Vc = view(op, "v_cache", v_cache), Y = view(op, "out", out),
+         Tok = view(op, "token", token), Pos = view(op, "pos", pos);
+  check_dtype(op, "wte", E, {DType::f32, DType::bf16, DType::f64});
+  if (E.ndim() != 2) fail(op, "wte must be (vocab, C), got shape " + shape_str(E.shape));
+  if (Kc.ndim() != 5)
+    fail(op, "k_cache must be (n_layer, B, nh, T, hs), got shape " + shape_str(Kc.shape));
+  const int64_t L = Kc.size(0), B = Kc.size(1), nh = Kc.size(2), T_ = Kc.size(3),
+                hs = Kc.size(4), C = E.size(1);
+  if (L < 1 || B < 1 || nh < 1 || T_ < 1 || hs < 1) fail(op, "k_cache has an empty dimension");
+  if (nh * hs != C)
+    fail(op, "the caches' heads x head size (" + std::to_string(nh) + " x " +
+                 std::to_string(hs) + ") must equal wte's width " + std::to_string(C));
+  if (L > kDecodeMaxLayers)
+    fail(op, std::to_string(L) + " layers: at most " + std::to_string(kDecodeMaxLayers));
+  if (static_cast<int64_t>(layers.size()) != L * kDecodeLayerTensors)
+    fail(op, "layers must hold " + std::to_string(kDecodeLayerTensors) + " tensors per layer (" +
+                 std::to_string(L * kDecodeLayerTensors) + " for " + std::to_string(L) +
+                 " layers), got " + std::to_string(layers.size()));
+  if (P.ndim() != 2) fail(op, "wpe must be (positions, C), got shape " + shape_str(P.shape));
+  check_arg(op, E, "wpe", P, E.dtype, {P.size(0), C});
+  check_arg(op, E, "k_cache", Kc, E.dtype, {L, B, nh, T_, hs});
+  check_arg(op, E, "v_cache", Vc, E.dtype, {L, B, nh, T_, hs});
+  check_arg(op, E, "out", Y, E.dtype, {B, C});
+  check_dtype(op, "token", Tok, {DType::i64});
+  if (Tok.numel() != B)
+    fail(op, "token must hold one id per row (" + std::to_string(B) + "), got shape " +
+                 shape_str(Tok.shape));
+  check_same_device(op, E, "token", Tok);
+  check_dtype(op, "pos", Pos, {DType::i64});
+  if (Pos.numel() != 1) fail(op, "pos must hold one position, got shape " + shape_str(Pos.shape));
+  check_same_device(op, E, "pos", Pos);
+
+  DecodeBlocksArgs args{};
+  static const char* names[kDecodeLayerTensors] = {
+      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+      "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+      "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  const std::vector<int64_t> shapes[kDecodeLayerTensors] = {
+      {C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C}, {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
+  bool aligned = true;
+  auto is_aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  for (int64_t l = 0; l < L; ++l)
+    for (int i = 0; i < kDecodeLayerTensors; ++i) {
+      const std::string name = "layer " + std::to_string(l) + " " + names[i];
+      const OptArray& t = layers[l * kDecodeLayerTensors + i];
+      const bool optional = i == kLn1B || i == kAttnB || i == kProjB || i == kLn2B ||
+                            i == kFcB || i == kFc2B;
+      if (!t) {
+        if (!optional) fail(op, name + " is missing (None); only biases may be");
+        continue;
+      }
+      Tensor W = view(op, name.c_str(), *t);
+      check_arg(op, E, name.c_str(), W, E.dtype, shapes[i]);
+      args.w[l][i] = W.data;
+      if (W.ndim() == 2) aligned = aligned && is_aligned(W.data);
+    }
+  args.wte = E.data, args.wpe = P.data, args.k_cache = Kc.data, args.v_cache = Vc.data;
+  args.out = Y.data, args.token = Tok.ptr<const int64_t>(), args.pos = Pos.ptr<const int64_t>();
+  args.n_layer = static_cast<int>(L), args.B = static_cast<int>(B), args.C = static_cast<int>(C);
+  args.nh = static_cast<int>(nh), args.hs = static_cast<int>(hs), args.T = static_cast<int>(T_);
+  args.vocab = E.size(0), args.wpe_rows = P.size(0), args.eps = static_cast<float>(eps);
+  if (E.cuda) {
+    CudaScope scope(op, E);
+    const int64_t width = E.dtype == DType::bf16 ? 8 : 4;  // elements per 16-byte load
+    if (hs % width != 0 || hs > kDecodeMaxHeadSize)
+      fail(op, "the CUDA kernel needs a head size that is a multiple of " +
+                   std::to_string(width) + " and at most " +
+                   std::to_string(kDecodeMaxHeadSize) + ", got " + std::to_string(hs));
+    if (!aligned || !is_aligned(Kc.data) || !is_aligned(Vc.data))
+      fail(op, "the CUDA kernel needs 16-byte aligned weight matrices and caches (a view at an "
+               "offset is not); pass .clone()d tensors");
+    GS_CUDA_CALL(decode_blocks_cuda(args, E.dtype, stream));
+    return;
+  }
+  const int nt = resolve_threads(num_threads);
+  dispatch_float(op, E.dtype, [&](auto tag) { decode_blocks_cpu<decltype(tag)>(args, nt); });
+}
+
 }  // namespace
 
 void register_decode(nb::module_& m) {
@@ -186,6 +307,11 @@ void register_decode(nb::module_& m) {
   m.def("decode_attention", &decode_attention, "y"_a, "qkv"_a, "k_cache"_a, "v_cache"_a,
         "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
+  m.def("decode_blocks", &decode_blocks, "out"_a, "token"_a, "pos"_a, "wte"_a, "wpe"_a,
+        "layers"_a, "k_cache"_a, "v_cache"_a, "eps"_a, "stream"_a = 0, "num_threads"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "out = the residual stream after every block of a one-token step (decode.h).");
+  m.attr("decode_max_layers") = kDecodeMaxLayers;
   // the CUDA kernels' limits, for callers that choose a path before calling (fused_step.py)
   m.attr("decode_max_head_size") = kDecodeMaxHeadSize;
   m.attr("decode_max_k") = kDecodeMaxK;

@@ -36,7 +36,7 @@
 
 #include "cuda_common.cuh"
 #include "decode.h"
-#include "gelu.h"
+#include "decode_vec.cuh"
 
 namespace gs {
 namespace {
@@ -46,40 +46,7 @@ constexpr int kLinearWarps = 4;
 // programmatic): whole rows up to K = 2,048 in bfloat16 (1,024 in float32)
 constexpr int kLinearAhead = 8;
 
-__host__ __device__ constexpr int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 constexpr int kAttnThreads = 256;
-
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-  const float k = float(kGeluSqrt2OverPi), c = float(kGeluCubic);
-  return 0.5f * x * (1.0f + tanhf(k * fmaf(c * x * x, x, x)));
-}
-
-// 16 bytes of T as floats: 4 float32 or 8 bfloat16
-template <typename T> struct Vec16;
-template <> struct Vec16<float> {
-  static constexpr int n = 4;
-  __device__ static void convert(uint4 raw, float* out) {
-    out[0] = __uint_as_float(raw.x), out[1] = __uint_as_float(raw.y);
-    out[2] = __uint_as_float(raw.z), out[3] = __uint_as_float(raw.w);
-  }
-  __device__ static void load(const float* p, float* out) {
-    convert(*reinterpret_cast<const uint4*>(p), out);
-  }
-};
-template <> struct Vec16<__nv_bfloat16> {
-  static constexpr int n = 8;
-  __device__ static void convert(uint4 raw, float* out) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 f = __bfloat1622float2(h[i]);
-      out[2 * i] = f.x, out[2 * i + 1] = f.y;
-    }
-  }
-  __device__ static void load(const __nv_bfloat16* p, float* out) {
-    convert(*reinterpret_cast<const uint4*>(p), out);
-  }
-};
 
 template <typename T, bool Vector>
 __global__ void __launch_bounds__(kLinearWarps * 32)

@@ -21,6 +21,12 @@
 //   The new key and value are read back from the cache, so they are rounded to its dtype first,
 //   as the PyTorch decoders do. A p outside [0, T) writes nothing and sets y to NaN (the position
 //   lives on the device, so the host cannot check it without a synchronization).
+//
+// decode_blocks: embedding and every block of the step above in one call, for each row b:
+//   x = wte[token[b]] + wpe[p]; for each layer l: the five ops above with layer l's weights and
+//   caches k_cache[l], v_cache[l] ((L, B, nh, T, hs)); out[b] = x after the last block. On CUDA
+//   one launch, a thread-block cluster per row (decode_blocks.cu), the op-by-op result to the
+//   bit; on the CPU the ops above in order. A token or p out of range gives NaN (no writes).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +40,30 @@ constexpr int kDecodeMaxHeadSize = 128;
 // decode_linear keeps the (normalized) input row in shared memory: K at most 12,288 floats.
 constexpr int64_t kDecodeMaxK = 12288;
 
+// decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
+enum DecodeLayerTensor {
+  kLn1W, kLn1B, kAttnW, kAttnB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFc2W, kFc2B,
+  kDecodeLayerTensors
+};
+// The kernel takes every weight pointer by value (one kernel parameter block, so a CUDA graph
+// captures them): at most this many layers.
+constexpr int kDecodeMaxLayers = 32;
+
+struct DecodeBlocksArgs {
+  const void* w[kDecodeMaxLayers][kDecodeLayerTensors];
+  const void* wte;  // (vocab, C)
+  const void* wpe;  // (wpe_rows, C)
+  void* k_cache;    // (n_layer, B, nh, T, hs)
+  void* v_cache;
+  void* out;        // (B, C)
+  const int64_t* token;  // (B,)
+  const int64_t* pos;    // one position
+  int n_layer, B, C, nh, hs, T;
+  int64_t vocab, wpe_rows;
+  float eps;
+};
+
+void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t stream);
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
                         double eps, bool gelu, DType dtype, uintptr_t stream);

@@ -94,6 +94,15 @@ def once() -> None:
         qkv = rnd(2, 3 * 6 * 64, dtype=dtype)
         kc, vc = rnd(2, 6, 256, 64, dtype=dtype), rnd(2, 6, 256, 64, dtype=dtype)
         ops.decode_attention(qkv, kc, vc, torch.tensor(200, device=dev))
+        C, nh, L = 384, 6, 2  # every block of a step in one call (a cluster on sm_90)
+        shapes = [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C),
+                  (4 * C,), (C, 4 * C), (C,)]  # fmt: skip
+        layers = [rnd(*s, dtype=dtype) / 20 for _ in range(L) for s in shapes]
+        kc, vc = rnd(L, 1, nh, 256, 64, dtype=dtype), rnd(L, 1, nh, 256, 64, dtype=dtype)
+        wte, wpe = rnd(65, C, dtype=dtype), rnd(256, C, dtype=dtype)
+        tok = torch.tensor([[3]], device=dev)
+        x = ops.decode_blocks(tok, torch.tensor(200, device=dev), wte, wpe, layers, kc, vc)
+        assert x.isfinite().all(), "decode_blocks"
         for V, top_k in ((65, 40), (50304, 200), (513, None)):  # select + race; race alone
             logits = 3 * rnd(3, V, dtype=dtype)
             state = ops.sampler_state(7, dev)

@@ -14,7 +14,7 @@ from ._ext import _C
 from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
-from .decode import decode_attention, decode_linear
+from .decode import decode_attention, decode_blocks, decode_linear
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
@@ -45,6 +45,7 @@ __all__ = [
     "causal_attention",
     "cross_entropy",
     "decode_attention",
+    "decode_blocks",
     "decode_linear",
     "gelu_tanh",
     "gptstack_attention",

@@ -5,6 +5,8 @@
     x = decode_linear(y, w_proj, b_proj, residual=x)      # (R, C)
     h = decode_linear(x, w_fc, b_fc, ln_weight=ln2_w, ln_bias=ln2_b, gelu=True)
 
+    x = decode_blocks(token, pos, wte, wpe, layers, k_cache, v_cache)  # every block at once
+
 A transformer block in five launches instead of ~28 (formulas and kernel layout: csrc/decode.h,
 csrc/decode.cu; CPU reference csrc/decode.cpp). For generation only: no autograd formula, so
 calling them on tensors that require grad raises. Both are custom ops with fake kernels, so they
@@ -13,6 +15,8 @@ torch.compile.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -25,6 +29,14 @@ DEFAULT_EPS = 1e-5
 # The CUDA kernels' limits (csrc/decode.h): the head size, and K (the widest input row).
 MAX_HEAD_SIZE: int = _C.decode_max_head_size
 MAX_K: int = _C.decode_max_k
+# decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
+MAX_LAYERS: int = _C.decode_max_layers
+# decode_blocks' tensors of one layer, in order (None allowed for the biases)
+LAYER_TENSORS = (
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+    "mlp.c_proj.weight", "mlp.c_proj.bias",
+)  # fmt: skip
 
 
 def _decode_linear_impl(
@@ -153,3 +165,82 @@ def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor)
         raise OpInputError(f"{op}: pos is on {pos.device} but qkv is on {qkv.device}")
     op = _decode_attention_impl if direct(qkv, k_cache, v_cache, pos) else _decode_attention
     return op(qkv, k_cache, v_cache, pos)
+
+
+def _decode_blocks_impl(
+    token: Tensor,
+    pos: Tensor,
+    wte: Tensor,
+    wpe: Tensor,
+    layers: list[Tensor | None],
+    k_cache: Tensor,
+    v_cache: Tensor,
+    eps: float,
+) -> Tensor:
+    out = torch.empty(k_cache.size(1), wte.size(1), dtype=wte.dtype, device=wte.device)
+    _C.decode_blocks(
+        dl(out), dl(token), dl(pos), dl(wte), dl(wpe), [dl(t) for t in layers], dl(k_cache),
+        dl(v_cache), eps, stream_of(wte), threads(),
+    )  # fmt: skip
+    return out
+
+
+_decode_blocks = torch.library.custom_op(
+    "gptstack::decode_blocks", mutates_args=("k_cache", "v_cache")
+)(_decode_blocks_impl)
+
+
+@_decode_blocks.register_fake
+def _decode_blocks_fake(token, pos, wte, wpe, layers, k_cache, v_cache, eps):
+    return torch.empty(k_cache.size(1), wte.size(1), dtype=wte.dtype, device=wte.device)
+
+
+def decode_blocks(
+    token: Tensor,
+    pos: Tensor,
+    wte: Tensor,
+    wpe: Tensor,
+    layers: Sequence[Tensor | None],
+    k_cache: Tensor,
+    v_cache: Tensor,
+    *,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """The residual stream (B, C) after every block of a one-token step, writing each layer's
+    new key and value at `pos`: the embedding, then per layer the five ops of this module's
+    docstring. On CUDA one launch (a thread-block cluster per row, csrc/decode_blocks.cu), the
+    same bits as those five ops; on the CPU, those ops in order.
+
+    token (B,) or (B, 1) int64; pos: int64 tensor of one element (0 <= pos < T, read on the
+    device; out of range, or a token outside wte, gives NaN rows and writes nothing).
+    wte (vocab, C), wpe (positions, C). layers: LAYER_TENSORS of layer 0, then of layer 1, ...
+    (12 per layer, each shaped as in nn.Linear / nn.LayerNorm; None for a missing bias).
+    k_cache, v_cache (n_layer, B, nh, T, hs), C = nh * hs, written in place. One float dtype
+    throughout, contiguous, one device. Raises OpTypeError / OpInputError naming the argument.
+    """
+    op = "decode_blocks"
+    float_tensor(op, "wte", wte, min_dim=2)
+    like(op, "wte", wte, "wpe", wpe)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        like(op, "wte", wte, name, t)
+        if t.dim() != 5:
+            raise OpInputError(
+                f"{op}: {name} must be (n_layer, B, nh, T, hs), got {tuple(t.shape)}"
+            )
+    layers = list(layers)
+    if len(layers) != len(LAYER_TENSORS) * k_cache.size(0):
+        raise OpInputError(
+            f"{op}: layers must hold {len(LAYER_TENSORS)} tensors per layer "
+            f"({len(LAYER_TENSORS) * k_cache.size(0)} for a cache of {k_cache.size(0)} layers), "
+            f"got {len(layers)}"
+        )
+    for i, t in enumerate(layers):
+        if t is not None:
+            like(op, "wte", wte, f"layer {i // 12} {LAYER_TENSORS[i % 12]}", t)
+    for name, t in (("token", token), ("pos", pos)):
+        if not isinstance(t, Tensor) or t.dtype != torch.int64:
+            raise OpTypeError(f"{op}: {name} must be an int64 tensor, got {t!r}")
+        if t.device != wte.device:
+            raise OpInputError(f"{op}: {name} is on {t.device} but wte is on {wte.device}")
+    impl = _decode_blocks_impl if direct(wte, *layers) else _decode_blocks
+    return impl(token, pos, wte, wpe, layers, k_cache, v_cache, float(eps))

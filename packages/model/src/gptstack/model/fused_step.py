@@ -5,8 +5,11 @@
     logits = step.window(ids)                 # ids (B, T) at positions 0..T-1 -> (B, V)
 
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
-against the cache, in 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28
-per block (csrc/decode.h has the layout). `step.window(ids)` is `model(ids, last_only=True)`,
+against the cache. For a small model on CUDA (`blocks_in_one_launch`) the embedding and every
+block are one launch, a thread-block cluster of 16 SMs passing each phase's output through
+their shared memory (decode_blocks), then ln_f + LM head in one more: the same bits as the
+op-by-op step, 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28 per block
+(csrc/decode.h has the layout), which larger models keep. `step.window(ids)` is `model(ids, last_only=True)`,
 the slide window's step once the context is full (every position is re-run: absolute
 positions shift by one per token): cuBLAS matmuls with the fused LayerNorm, residual-add +
 LayerNorm, GELU and attention kernels between them, and only the last row past the last
@@ -50,6 +53,31 @@ def unsupported_reason(model, device: torch.device) -> str | None:
     return None
 
 
+# decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
+# the op-by-op kernels spread over the whole GPU), so it is chosen only for small models:
+# shakespeare-char's blocks are 21 MB in bfloat16. Measured: benchmarks/README.md.
+ONE_LAUNCH_MAX_BYTES = 48 << 20
+
+
+def blocks_reason(model, device: torch.device) -> str | None:
+    """Why the step's blocks do not run as one decode_blocks launch here (None: they do)."""
+    if device.type != "cuda":
+        return "one launch is for CUDA (on the CPU the ops run in turn either way)"
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return "thread-block clusters need compute capability 9.0 or newer"
+    cfg, ops = model.config, native_ops()
+    width = 8 if model.wte.weight.dtype == torch.bfloat16 else 4
+    if cfg.head_size % width or cfg.n_layer > ops.decode.MAX_LAYERS:
+        return f"head size {cfg.head_size} or {cfg.n_layer} layers is outside its limits"
+    params = [p for b in model.h for p in b.parameters()]
+    size = sum(p.numel() * p.element_size() for p in params)
+    if size > ONE_LAUNCH_MAX_BYTES:
+        return f"the blocks' {size / 2**20:.0f} MiB are more than 16 SMs read fast"
+    if any(p.data_ptr() % 16 for p in params):
+        return "a weight is not 16-byte aligned"
+    return None
+
+
 class FusedDecodeStep:
     """Callable (token (B, 1) int64, pos 0-d int64 tensor) -> logits (B, V) for `model`, reading
     and writing `cache` like the model's own forward does."""
@@ -65,9 +93,27 @@ class FusedDecodeStep:
         # the window's attention: gptstack.cuda_ops' kernel where it has the head size, else
         # (or False here: the A/B switch of benchmarks/profile_decode.py) PyTorch's SDPA
         self.native_attention = True
+        # every block in one launch (decode_blocks) where it is faster; False: op by op (the
+        # A/B switch of benchmarks/sample_speed.py)
+        self.blocks_in_one_launch = blocks_reason(model, device) is None
+        self._layers = [
+            t
+            for b in model.h
+            for t in (
+                b.ln_1.weight, b.ln_1.bias, b.attn.c_attn.weight, b.attn.c_attn.bias,
+                b.attn.c_proj.weight, b.attn.c_proj.bias, b.ln_2.weight, b.ln_2.bias,
+                b.mlp.c_fc.weight, b.mlp.c_fc.bias, b.mlp.c_proj.weight, b.mlp.c_proj.bias,
+            )  # fmt: skip
+        ]  # decode_blocks' order (gptstack.cuda_ops.decode.LAYER_TENSORS)
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
         m, ops, eps = self.model, self.ops, self.eps
+        if self.blocks_in_one_launch:
+            x = ops.decode_blocks(
+                token, pos, m.wte.weight, m.wpe.weight, self._layers, self.cache.k, self.cache.v,
+                eps=eps,
+            )  # fmt: skip
+            return self._head(x)
         # index_select, not weight[pos]: indexing with a 0-d tensor reads it on the host, which
         # a CUDA-graph capture refuses
         x = m.wte.weight.index_select(0, token[:, 0]) + m.wpe.weight.index_select(0, pos.view(1))
