@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 import gptstack.cuda_ops as ops
-from gptstack.cuda_ops.decode import LAYER_TENSORS
 from gptstack.cuda_ops.testing import assert_close
 
 # rows B, layers, heads, head size, cache length T, position, biases: one row of a small model;
@@ -51,7 +50,7 @@ def _reference(token, p, wte, wpe, layers, kc, vc, nh):
     kc, vc = kc.clone(), vc.clone()
     B, C = token.numel(), wte.size(1)
     hs = C // nh
-    x = (wte[token.view(-1)].double() + wpe[p].double())  # (B, C)
+    x = wte[token.view(-1)].double() + wpe[p].double()  # (B, C)
     for l in range(kc.size(0)):  # noqa: E741
         w = [d(t) for t in layers[12 * l : 12 * l + 12]]
         h = F.layer_norm(x, (C,), w[0], w[1], 1e-5)
@@ -62,7 +61,9 @@ def _reference(token, p, wte, wpe, layers, kc, vc, nh):
             q[:, :, None], kc[l, :, :, : p + 1].double(), vc[l, :, :, : p + 1].double()
         )[:, :, 0].reshape(B, C)
         x = x + F.linear(y, w[4], w[5])
-        h = F.gelu(F.linear(F.layer_norm(x, (C,), w[6], w[7], 1e-5), w[8], w[9]), approximate="tanh")
+        h = F.gelu(
+            F.linear(F.layer_norm(x, (C,), w[6], w[7], 1e-5), w[8], w[9]), approximate="tanh"
+        )
         x = x + F.linear(h, w[10], w[11])
     return x, kc, vc
 

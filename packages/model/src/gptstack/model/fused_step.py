@@ -7,18 +7,21 @@
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
 against the cache. For a small model on CUDA (`blocks_in_one_launch`) the embedding and every
 block are one launch, a thread-block cluster of 16 SMs passing each phase's output through
-their shared memory (decode_blocks), then ln_f + LM head in one more: the same bits as the
-op-by-op step, 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28 per block
-(csrc/decode.h has the layout), which larger models keep. `step.window(ids)` is `model(ids, last_only=True)`,
-the slide window's step once the context is full (every position is re-run: absolute
-positions shift by one per token): cuBLAS matmuls with the fused LayerNorm, residual-add +
-LayerNorm, GELU and attention kernels between them, and only the last row past the last
-block's attention. A batch-1 step is launch bound, so fewer launches is what makes the graph
+their shared memory (decode_blocks), then ln_f + LM head in one more. It gives the same bits
+as the op-by-op step: 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28
+per block (csrc/decode.h has the layout), which larger models keep.
+
+`step.window(ids)` is `model(ids, last_only=True)`, the slide window's step once the context is
+full (every position is re-run: absolute positions shift by one per token): cuBLAS matmuls
+with the fused LayerNorm, residual-add + LayerNorm, GELU and attention kernels between them,
+and only the last row past the last block's attention. A batch-1 step is launch bound, so fewer launches is what makes the graph
 decoder fast (tests compare both with the model; H200 numbers: benchmarks/README.md).
 Dropout is never applied (decoding runs in eval mode).
 """
 
 from __future__ import annotations
+
+from operator import attrgetter
 
 import torch
 import torch.nn.functional as F
@@ -96,15 +99,9 @@ class FusedDecodeStep:
         # every block in one launch (decode_blocks) where it is faster; False: op by op (the
         # A/B switch of benchmarks/sample_speed.py)
         self.blocks_in_one_launch = blocks_reason(model, device) is None
-        self._layers = [
-            t
-            for b in model.h
-            for t in (
-                b.ln_1.weight, b.ln_1.bias, b.attn.c_attn.weight, b.attn.c_attn.bias,
-                b.attn.c_proj.weight, b.attn.c_proj.bias, b.ln_2.weight, b.ln_2.bias,
-                b.mlp.c_fc.weight, b.mlp.c_fc.bias, b.mlp.c_proj.weight, b.mlp.c_proj.bias,
-            )  # fmt: skip
-        ]  # decode_blocks' order (gptstack.cuda_ops.decode.LAYER_TENSORS)
+        self._layers = [  # decode_blocks' order; None for a missing bias
+            attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
+        ]
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
         m, ops, eps = self.model, self.ops, self.eps
