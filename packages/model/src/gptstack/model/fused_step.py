@@ -14,8 +14,9 @@ per block (csrc/decode.h has the layout), which larger models keep.
 `step.window(ids)` is `model(ids, last_only=True)`, the slide window's step once the context is
 full (every position is re-run: absolute positions shift by one per token): cuBLAS matmuls
 with the fused LayerNorm, residual-add + LayerNorm, GELU and attention kernels between them,
-and only the last row past the last block's attention. A batch-1 step is launch bound, so fewer launches is what makes the graph
-decoder fast (tests compare both with the model; H200 numbers: benchmarks/README.md).
+and only the last row past the last block's attention. A batch-1 step is launch bound, so
+fewer launches is what makes the graph decoder fast (tests compare both with the model; H200
+numbers: benchmarks/README.md).
 Dropout is never applied (decoding runs in eval mode).
 """
 
