@@ -7,7 +7,8 @@ each token is one cached decode step (one new position through the model); once 
 each token re-runs the whole window (the absolute positions shift, so nothing cached can be
 reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
 (kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
-"gptstack-sdpa-window" = the same with SDPA for the slide window's attention), alternating the
+"gptstack-op-by-op" = the same with the cached step's blocks launched op by op instead of one
+decode_blocks launch, "gptstack-sdpa-window" = SDPA for the slide window's attention), alternating the
 configurations over rounds (medians; the prompt's prefill, timed alone, is taken out of the
 decode phase), and writes a torch.profiler kernel table of one
 500-token generation per configuration: `profile-decode-<run>.json` and
@@ -53,8 +54,10 @@ def main() -> None:
         fill = T - idx.size(1)  # tokens decoded before the window is full
         decoders = {
             k: GraphDecoder(model, 1, fused=(k != "torch"))
-            for k in ("torch", "gptstack", "gptstack-sdpa-window")
+            for k in ("torch", "gptstack", "gptstack-op-by-op", "gptstack-sdpa-window")
         }
+        # the cached step's blocks as five launches each, not one decode_blocks launch
+        decoders["gptstack-op-by-op"].step.blocks_in_one_launch = False
         # the slide window's attention through PyTorch's SDPA instead of the cuda_ops kernel
         decoders["gptstack-sdpa-window"].step.native_attention = False
         for d in decoders.values():  # capture every graph both phases need

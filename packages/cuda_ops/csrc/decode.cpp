@@ -311,6 +311,13 @@ void register_decode(nb::module_& m) {
         "layers"_a, "k_cache"_a, "v_cache"_a, "eps"_a, "stream"_a = 0, "num_threads"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),
         "out = the residual stream after every block of a one-token step (decode.h).");
+  m.def("decode_blocks_shared_bytes",
+        [](int64_t C, int64_t hs, int64_t T, int64_t elem_bytes) {
+          return decode_blocks_shared_bytes(C, hs, T, elem_bytes, kDecodeBlocksCluster, 1);
+        },
+        "C"_a, "hs"_a, "T"_a, "elem_bytes"_a,
+        "Dynamic shared memory per CTA of the CUDA decode_blocks kernel with one weight slice.");
+  m.attr("decode_blocks_max_c") = kDecodeBlocksMaxC;
   m.attr("decode_max_layers") = kDecodeMaxLayers;
   // the CUDA kernels' limits, for callers that choose a path before calling (fused_step.py)
   m.attr("decode_max_head_size") = kDecodeMaxHeadSize;

@@ -49,6 +49,35 @@ enum DecodeLayerTensor {
 // captures them): at most this many layers.
 constexpr int kDecodeMaxLayers = 32;
 
+// n rounded up to a multiple of 4 (floats: shared regions that start on 16 bytes); constexpr, so
+// the kernels use it too (--expt-relaxed-constexpr)
+constexpr int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
+
+// decode_blocks on CUDA: a cluster of `cs` CTAs per row, CTA r owning rows [r N / cs,
+// (r + 1) N / cs) of each weight matrix, which it streams into shared memory a phase or two
+// ahead (decode_blocks.cu). Its largest slice (elements: c_fc's or mlp.c_proj's) ...
+constexpr int64_t decode_blocks_slice_elems(int64_t C, int64_t cs) {
+  const int64_t fc = (4 * C + cs - 1) / cs * C, fc2 = (C + cs - 1) / cs * (4 * C);
+  return fc > fc2 ? fc : fc2;
+}
+// ... and the shared memory of one CTA holding `buffers` slices (bytes): the slices, then the
+// vectors of a step as floats (x, xn, qkv, y, h) and each attention half's q, scores and
+// partial sums (16-byte aligned regions; 16-byte loads of elem_bytes elements).
+constexpr int64_t decode_blocks_half_floats(int64_t hs, int64_t T, int64_t elem_bytes) {
+  return round4(hs) + round4(T) +
+         round4(256 / (hs / (16 / elem_bytes)) * hs);
+}
+constexpr int64_t decode_blocks_shared_bytes(int64_t C, int64_t hs, int64_t T,
+                                             int64_t elem_bytes, int64_t cs, int64_t buffers) {
+  return buffers * decode_blocks_slice_elems(C, cs) * elem_bytes +
+         (4 * round4(C) + round4(3 * C) +
+          round4(4 * C) + 2 * decode_blocks_half_floats(hs, T, elem_bytes)) * 4;
+}
+// its cluster size where the GPU places it (16: a non-portable size the H100/H200 allow), and
+// the widest row it takes (LayerNorm parameters are held two per thread of 512)
+constexpr int kDecodeBlocksCluster = 16;
+constexpr int64_t kDecodeBlocksMaxC = 1024;
+
 struct DecodeBlocksArgs {
   const void* w[kDecodeMaxLayers][kDecodeLayerTensors];
   const void* wte;  // (vocab, C)

@@ -4,12 +4,11 @@
 // Why a cluster: the op-by-op step (decode.cu) is 5 dependent launches a block, ~4 us each on
 // the H200 even with programmatic launch, because each kernel waits for the whole previous
 // grid to finish and flush. The whole step as one persistent kernel over every SM with a
-// software grid barrier lost to that (decode.cu's header). A cluster of up to 16 CTAs has a
-// hardware barrier (barrier.cluster: 0.19-0.23 us measured, .device/clusterprobe.cu) and
-// distributed shared memory, so each CTA broadcasts its outputs straight into every CTA's
-// shared memory and the next phase starts one barrier later. The price: 16 SMs read the
-// weights, ~1 TB/s (21 MB in ~22 us at shakespeare-char), so this wins only for small models
-// (the caller chooses: fused_step.py).
+// software grid barrier lost to that (decode.cu's header). A cluster of 16 CTAs has a hardware
+// barrier (barrier.cluster: 0.19-0.23 us measured) and distributed shared memory, so each CTA
+// broadcasts its outputs straight into every CTA's shared memory and the next phase starts one
+// barrier later. The price: 16 SMs read the weights, so this is for small models (the caller
+// chooses: fused_step.py).
 //
 // Each CTA keeps the whole residual row x and every phase's input vector in its shared memory
 // (floats, rounded to T as the op-by-op kernels round their outputs). Per block, five phases
@@ -20,9 +19,15 @@
 //   C  x += c_proj(y)                            D  h = gelu(c_fc(LayerNorm(x)))
 //   E  x += mlp.c_proj(h)
 // A warp computes one output row at a time with decode_linear_kernel's lane order and
-// reductions, and the LayerNorm uses its 128-thread reductions, so the result is the op-by-op
-// step's to the bit (tested). The next phase's weights are loaded into registers between the
-// barrier's arrive and its wait: they do not depend on the phase before.
+// reductions (lane 0's sum goes to every CTA), and the LayerNorm uses its 128-thread
+// reductions, so the result is the op-by-op step's to the bit (tested).
+//
+// Weights: a CTA's rows of each matrix are contiguous, so one thread streams them into shared
+// memory with the Hopper bulk copy (cp.async.bulk, completion counted on an mbarrier), two
+// slices ahead where two fit (c_fc's slice loads during attention and c_proj, mlp.c_proj's
+// during c_fc, ...), else one. The first version kept 8 16-byte loads per lane in registers
+// across each barrier and loaded the rest in the phase: 157 us a step at shakespeare-char
+// against 130 us op by op, each phase waiting on a chain of L2 reads.
 #include <cmath>
 
 #include "cuda_common.cuh"
@@ -35,12 +40,15 @@ namespace {
 
 constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kHalf = 256;  // threads per attention head (decode_attention_kernel's block)
-constexpr int kAhead = 8;  // 16-byte weight loads per lane issued before a phase's barrier
+constexpr int kLnPerThread = static_cast<int>(kDecodeBlocksMaxC / kThreads);
 
-// The cluster's PTX, sm_90 and newer (an sm_80 build compiles the kernel to a trap, and the
-// launcher refuses such a GPU before that)
+// The cluster and bulk-copy PTX, sm_90 and newer (an sm_80 build compiles the kernel to a trap,
+// and the launcher refuses such a GPU before that)
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define GS_CLUSTERS 1
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
@@ -59,10 +67,40 @@ __device__ __forceinline__ int cluster_size() {
 }
 // local[i] of CTA `rank` of this cluster (distributed shared memory) = v
 __device__ __forceinline__ void store_remote(float* local, int i, int rank, float v) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local + i));
   unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(a), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(shared_address(local + i)), "r"(rank));
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
+// an mbarrier that completes a phase when one thread has arrived and `bytes` have landed
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// bytes from global src into this CTA's shared dst (16-byte aligned, a multiple of 16 bytes)
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes,
+                                          uint64_t* bar) {
+  const unsigned b = shared_address(bar);
+  // the phase's reads of dst (generic proxy) come before the copy's writes (async proxy)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
+               : "memory");
+  if (bytes > 0)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(b)
+        : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
 }
 #endif
 // the barrier of one 256-thread half (ids 1 and 2; __syncthreads is barrier 0)
@@ -101,10 +139,23 @@ __device__ __forceinline__ float sum128(float v, float* red) {
   return warp_sum(v);
 }
 
+// A LayerNorm's weight and bias, element k = threadIdx.x + i * kThreads in register i (loaded
+// before the barrier that ends the previous phase: they do not depend on it)
+struct LnParams {
+  float w[kLnPerThread], b[kLnPerThread];
+  template <typename T> __device__ void load(const T* weight, const T* bias, int C) {
+#pragma unroll
+    for (int i = 0; i < kLnPerThread; ++i) {
+      const int k = threadIdx.x + i * kThreads;
+      w[i] = k < C ? to_f32(weight[k]) : 0.0f;
+      b[i] = k < C && bias ? to_f32(bias[k]) : 0.0f;
+    }
+  }
+};
+
 // out = LayerNorm(x) over K floats, with decode_linear_kernel's reductions
-template <typename T>
-__device__ void layernorm_row(float* out, const float* x, const T* w, const T* b, int K,
-                              float eps, float* red) {
+__device__ void layernorm_row(float* out, const float* x, const LnParams& ln, int K, float eps,
+                              float* red) {
   const int t = threadIdx.x;
   float s = 0.0f;
   if (t < 128)
@@ -114,72 +165,48 @@ __device__ void layernorm_row(float* out, const float* x, const T* w, const T* b
   if (t < 128)
     for (int k = t; k < K; k += 128) ss += (x[k] - mean) * (x[k] - mean);
   const float rstd = rsqrtf(sum128(ss, red) / K + eps);
-  for (int k = t; k < K; k += kThreads)
-    out[k] = (x[k] - mean) * rstd * to_f32(w[k]) + (b ? to_f32(b[k]) : 0.0f);
+#pragma unroll
+  for (int i = 0; i < kLnPerThread; ++i) {
+    const int k = t + i * kThreads;
+    if (k < K) out[k] = (x[k] - mean) * rstd * ln.w[i] + ln.b[i];
+  }
   __syncthreads();
 }
 
-// This CTA's rows [n0, n1) of an (N, K) matrix: warp w takes rows n0 + w, n0 + w + kWarps, ...
-// A warp's work is its rows' 16-byte chunks in order (lane covers columns (j * 32 + lane) * V
-// of chunk j); the first kAhead of them are loaded early into `ahead`.
+// This CTA's rows [n0, n1) of an (N, K) matrix, contiguous in memory: its slice. Warp w takes
+// rows n0 + w, n0 + w + kWarps, ...; lane covers columns (j * 32 + lane) * V of chunk j.
 struct Rows {
-  int n0, n1, K, chunks;
-  __device__ Rows(int N, int K_, int V, int rank, int cs)
-      : n0(rank * N / cs), n1((rank + 1) * N / cs), K(K_), chunks((K_ + 32 * V - 1) / (32 * V)) {}
-  __device__ int items(int warp) const {
-    const int rows = n1 - n0 > warp ? (n1 - n0 - warp + kWarps - 1) / kWarps : 0;
-    return rows * chunks;
+  int n0, n1, K;
+  __device__ Rows(int N, int K_, int rank, int cs)
+      : n0(rank * N / cs), n1((rank + 1) * N / cs), K(K_) {}
+  __device__ unsigned bytes(int elem) const { return unsigned(n1 - n0) * K * elem; }
+  // the bias of the row this lane's index names (lane i: the warp's i-th row), 0 without one
+  template <typename T> __device__ float lane_bias(const T* bias) const {
+    const int n = n0 + threadIdx.x / 32 + (threadIdx.x % 32) * kWarps;
+    return bias && n < n1 ? to_f32(bias[n]) : 0.0f;
   }
 };
 
-template <typename T>
-__device__ __forceinline__ void prefetch(uint4 (&ahead)[kAhead], const T* w, const Rows& r) {
-  constexpr int V = Vec16<T>::n;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, items = r.items(warp);
-#pragma unroll
-  for (int t = 0; t < kAhead; ++t) {
-    const int i = t / r.chunks, j = t % r.chunks, k = (j * 32 + lane) * V;
-    if (t < items && k < r.K)
-      ahead[t] = *reinterpret_cast<const uint4*>(w + int64_t(r.n0 + warp + i * kWarps) * r.K + k);
-  }
-}
-
-// Each row's dot product with vec (shared, K floats), then epi(n, value) on every lane.
+// Each row's dot product with vec (shared, K floats) from this CTA's slice in shared memory,
+// then epi(n, value + bias) with lane 0's sum on every lane (decode_linear_kernel's bits).
 template <typename T, typename Epi>
-__device__ __forceinline__ void matvec(const uint4 (&ahead)[kAhead], const T* w, const Rows& r,
-                                       const float* vec, Epi epi) {
+__device__ __forceinline__ void matvec(const T* slice, const Rows& r, const float* vec,
+                                       float lane_bias, bool has_bias, Epi epi) {
   constexpr int V = Vec16<T>::n;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, items = r.items(warp);
-  float acc = 0.0f;
-#pragma unroll
-  for (int t = 0; t < kAhead; ++t) {
-    if (t < items) {
-      const int i = t / r.chunks, j = t % r.chunks, k = (j * 32 + lane) * V;
-      if (k < r.K) {
-        float wv[V];
-        Vec16<T>::convert(ahead[t], wv);
-#pragma unroll
-        for (int e = 0; e < V; ++e) acc = fmaf(wv[e], vec[k + e], acc);
-      }
-      if (j == r.chunks - 1) {
-        epi(r.n0 + warp + i * kWarps, warp_sum(acc));
-        acc = 0.0f;
-      }
-    }
-  }
-  for (int t = kAhead; t < items; ++t) {
-    const int i = t / r.chunks, j = t % r.chunks, k = (j * 32 + lane) * V;
-    const int n = r.n0 + warp + i * kWarps;
-    if (k < r.K) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int i = 0;
+  for (int n = r.n0 + warp; n < r.n1; n += kWarps, ++i) {
+    const T* row = slice + int64_t(n - r.n0) * r.K;
+    float acc = 0.0f;
+    for (int k = lane * V; k < r.K; k += 32 * V) {
       float wv[V];
-      Vec16<T>::load(w + int64_t(n) * r.K + k, wv);
+      Vec16<T>::load(row + k, wv);
 #pragma unroll
       for (int e = 0; e < V; ++e) acc = fmaf(wv[e], vec[k + e], acc);
     }
-    if (j == r.chunks - 1) {
-      epi(n, warp_sum(acc));
-      acc = 0.0f;
-    }
+    acc = __shfl_sync(0xffffffffu, warp_sum(acc), 0);
+    const float b = __shfl_sync(0xffffffffu, lane_bias, i);
+    epi(n, has_bias ? acc + b : acc);
   }
 }
 
@@ -188,25 +215,28 @@ template <typename T> __device__ __forceinline__ float round_to(float v) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) decode_blocks_kernel(const DecodeBlocksArgs a) {
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_blocks_kernel(const DecodeBlocksArgs a, int buffers) {
 #ifndef GS_CLUSTERS
   __trap();
 #else
   constexpr int V = Vec16<T>::n;
   const int cs = cluster_size(), rank = cluster_rank();
   const int b = blockIdx.y, C = a.C, nh = a.nh, hs = a.hs, Tc = a.T, lane = threadIdx.x % 32;
-  // shared: x (C) xn (C) qkv (3C) y (C) h (4C), then per half: q (hs) s (Tc) part (groups hs)
-  extern __shared__ float smem[];
+  // shared: `buffers` weight slices, then floats: x (C) xn (C) qkv (3C) y (C) h (4C), then per
+  // half: q (hs) s (Tc) part (groups hs)
+  extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float red[3][32];
-  float* x = smem;
+  __shared__ uint64_t bars[2];
+  const int64_t slice_elems = decode_blocks_slice_elems(C, cs);
+  float* x = reinterpret_cast<float*>(smem + buffers * slice_elems * sizeof(T));
   float* xn = x + round4(C);
   float* qkv = xn + round4(C);
   float* y = qkv + round4(3 * C);
   float* h = y + round4(C);
   const int lanes = hs / V, groups = kHalf / lanes;
-  const int half_floats = round4(hs) + round4(Tc) + round4(groups * hs);
   const int half = threadIdx.x / kHalf, th = threadIdx.x % kHalf;
-  float* hq = h + round4(4 * C) + half * half_floats;
+  float* hq = h + round4(4 * C) + half * decode_blocks_half_floats(hs, Tc, sizeof(T));
   float* hsc = hq + round4(hs);
   float* hpart = hsc + round4(Tc);
 
@@ -216,10 +246,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_blocks_kernel(const Decode
   };
   auto W = [&](int l, int i) { return static_cast<const T*>(a.w[l][i]); };
 
-  uint4 ahead[kAhead];
-  const Rows qkv_rows(3 * C, C, V, rank, cs), proj_rows(C, C, V, rank, cs),
-      fc_rows(4 * C, C, V, rank, cs), fc2_rows(C, 4 * C, V, rank, cs);
-  prefetch<T>(ahead, W(0, kAttnW), qkv_rows);
+  // The weight stream: item 4 l + m is layer l's slice of c_attn, c_proj, c_fc, mlp.c_proj
+  // (m = 0..3), in buffer item % buffers; thread 0 issues item + buffers once the phase that
+  // read item has passed its cluster barrier.
+  const Rows rows[4] = {Rows(3 * C, C, rank, cs), Rows(C, C, rank, cs), Rows(4 * C, C, rank, cs),
+                        Rows(C, 4 * C, rank, cs)};
+  const int matrix[4] = {kAttnW, kProjW, kFcW, kFc2W};
+  const int items = 4 * a.n_layer;
+  auto slice = [&](int item) {
+    return reinterpret_cast<T*>(smem + (item % buffers) * slice_elems * sizeof(T));
+  };
+  auto issue = [&](int item) {
+    if (threadIdx.x != 0 || item >= items) return;
+    const Rows& r = rows[item % 4];
+    bulk_load(slice(item), W(item / 4, matrix[item % 4]) + int64_t(r.n0) * r.K,
+              r.bytes(sizeof(T)), &bars[item % buffers]);
+  };
+  auto await = [&](int item) { mbarrier_wait(&bars[item % buffers], (item / buffers) & 1); };
+  if (threadIdx.x == 0)
+    for (int i = 0; i < buffers; ++i) mbarrier_init(&bars[i]);
+  __syncthreads();
+  for (int i = 0; i < buffers; ++i) issue(i);  // weights do not depend on the kernel before
+
+  LnParams ln;
+  ln.load(W(0, kLn1W), W(0, kLn1B), C);
+  float bias = rows[0].lane_bias(W(0, kAttnB));
   pdl_launch_dependents();
   pdl_wait();  // token, pos and the caches come from the kernels before
   const int64_t p64 = *a.pos, tok = a.token[b];
@@ -235,15 +286,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_blocks_kernel(const Decode
   const float scale = rsqrtf(float(hs));
 
   for (int l = 0; l < a.n_layer; ++l) {
+    const int item = 4 * l;
     // A: qkv = c_attn(ln_1(x))
-    layernorm_row<T>(xn, x, W(l, kLn1W), W(l, kLn1B), C, a.eps, red[0]);
-    matvec<T>(ahead, W(l, kAttnW), qkv_rows, xn, [&](int n, float acc) {
-      const T* bias = W(l, kAttnB);
-      broadcast(qkv, n, round_to<T>(bias ? acc + to_f32(bias[n]) : acc));
-    });
+    layernorm_row(xn, x, ln, C, a.eps, red[0]);
+    await(item);
+    matvec<T>(slice(item), rows[0], xn, bias, W(l, kAttnB) != nullptr,
+              [&](int n, float v) { broadcast(qkv, n, round_to<T>(v)); });
     cluster_arrive();
-    prefetch<T>(ahead, W(l, kProjW), proj_rows);
+    bias = rows[1].lane_bias(W(l, kProjB));
     cluster_wait();
+    issue(item + buffers);
 
     // B: one head per half-CTA: heads rank, rank + cs (second half), rank + 2 cs, ...
     for (int head = rank + half * cs; head < nh; head += 2 * cs) {
@@ -308,66 +360,76 @@ __global__ void __launch_bounds__(kThreads, 1) decode_blocks_kernel(const Decode
     cluster_wait();
 
     // C: x += c_proj(y)
-    matvec<T>(ahead, W(l, kProjW), proj_rows, y, [&](int n, float acc) {
-      const T* bias = W(l, kProjB);
-      broadcast(x, n, round_to<T>((bias ? acc + to_f32(bias[n]) : acc) + x[n]));
-    });
+    await(item + 1);
+    matvec<T>(slice(item + 1), rows[1], y, bias, W(l, kProjB) != nullptr,
+              [&](int n, float v) { broadcast(x, n, round_to<T>(v + x[n])); });
     cluster_arrive();
-    prefetch<T>(ahead, W(l, kFcW), fc_rows);
+    ln.load(W(l, kLn2W), W(l, kLn2B), C);
+    bias = rows[2].lane_bias(W(l, kFcB));
     cluster_wait();
+    issue(item + 1 + buffers);
 
     // D: h = gelu(c_fc(ln_2(x)))
-    layernorm_row<T>(xn, x, W(l, kLn2W), W(l, kLn2B), C, a.eps, red[0]);
-    matvec<T>(ahead, W(l, kFcW), fc_rows, xn, [&](int n, float acc) {
-      const T* bias = W(l, kFcB);
-      broadcast(h, n, round_to<T>(gelu_tanh_f(bias ? acc + to_f32(bias[n]) : acc)));
-    });
+    layernorm_row(xn, x, ln, C, a.eps, red[0]);
+    await(item + 2);
+    matvec<T>(slice(item + 2), rows[2], xn, bias, W(l, kFcB) != nullptr,
+              [&](int n, float v) { broadcast(h, n, round_to<T>(gelu_tanh_f(v))); });
     cluster_arrive();
-    prefetch<T>(ahead, W(l, kFc2W), fc2_rows);
+    bias = rows[3].lane_bias(W(l, kFc2B));
     cluster_wait();
+    issue(item + 2 + buffers);
 
     // E: x += mlp.c_proj(h); the last block's rows also go to out
     const bool last = l + 1 == a.n_layer;
-    matvec<T>(ahead, W(l, kFc2W), fc2_rows, h, [&](int n, float acc) {
-      const T* bias = W(l, kFc2B);
-      const float v = (bias ? acc + to_f32(bias[n]) : acc) + x[n];
+    await(item + 3);
+    matvec<T>(slice(item + 3), rows[3], h, bias, W(l, kFc2B) != nullptr, [&](int n, float v) {
+      v += x[n];
       broadcast(x, n, round_to<T>(v));
       if (last && lane == 0) static_cast<T*>(a.out)[int64_t(b) * C + n] = from_f32<T>(v);
     });
     cluster_arrive();
-    if (!last) prefetch<T>(ahead, W(l + 1, kAttnW), qkv_rows);
+    if (!last) {
+      ln.load(W(l + 1, kLn1W), W(l + 1, kLn1B), C);
+      bias = rows[0].lane_bias(W(l + 1, kAttnB));
+    }
     cluster_wait();  // also: no CTA exits while another still writes its shared memory
+    issue(item + 3 + buffers);
   }
 #endif
 }
 
-struct ClusterChoice {
-  int size = 0;  // 0: not chosen yet on this device
-};
-
 template <typename T>
 void launch_blocks(const DecodeBlocksArgs& args, cudaStream_t stream) {
   static LaunchCheck check;
-  static ClusterChoice chosen[64];
+  static int cluster_of[64];  // per device: the cluster size chosen, 0 before the first call
   auto kernel = decode_blocks_kernel<T>;
-  const int64_t V = 16 / sizeof(T), lanes = args.hs / V, groups = kHalf / lanes;
-  const int64_t half_floats = round4(args.hs) + round4(args.T) + round4(groups * args.hs);
-  const int smem = static_cast<int>(
-      (4 * round4(args.C) + round4(3 * args.C) + round4(4 * args.C) + 2 * half_floats) *
-      sizeof(float));
   const std::string config = "(B=" + std::to_string(args.B) + ", C=" + std::to_string(args.C) +
                              ", nh=" + std::to_string(args.nh) + ", T=" + std::to_string(args.T) +
                              ")";
-  check.ensure(reinterpret_cast<const void*>(kernel), "decode_blocks", config, kThreads, smem);
-  int dev = 0, major = 0;
+  check.ensure(reinterpret_cast<const void*>(kernel), "decode_blocks", config, kThreads, 0);
+  int dev = 0, major = 0, optin = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (major < 9)
     throw std::runtime_error("gptstack.cuda_ops.decode_blocks: thread-block clusters need "
                              "compute capability 9.0 or newer; use the op-by-op decode kernels");
+  if (args.C > kDecodeBlocksMaxC)
+    throw std::runtime_error("gptstack.cuda_ops.decode_blocks: width " + std::to_string(args.C) +
+                             " is above the kernel's " + std::to_string(kDecodeBlocksMaxC) +
+                             "; use the op-by-op decode kernels");
+  cudaFuncAttributes fa{};
+  cudaFuncGetAttributes(&fa, kernel);
+  const int64_t room = optin - static_cast<int64_t>(fa.sharedSizeBytes);
+  auto shared_bytes = [&](int cs, int buffers) {
+    return decode_blocks_shared_bytes(args.C, args.hs, args.T, sizeof(T), cs, buffers);
+  };
+  // The whole of shared memory may be asked for once: the kernel takes what it needs per call.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(room));
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   cudaLaunchConfig_t cfg = {};
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -375,32 +437,39 @@ void launch_blocks(const DecodeBlocksArgs& args, cudaStream_t stream) {
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  ClusterChoice& choice = chosen[dev & 63];
-  if (choice.size == 0) {
-    // 16 CTAs (a non-portable size, allowed on the H100/H200) where the GPU can place such a
-    // cluster with this kernel's shared memory; else the portable 8
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    for (int size : {16, 8}) {
+  int& cs = cluster_of[dev & 63];
+  if (cs == 0) {
+    // 16 CTAs where the GPU can place such a cluster with one slice, else the portable 8
+    for (int size : {kDecodeBlocksCluster, 8}) {
       attr[0].val.clusterDim.x = size;
       cfg.gridDim = dim3(size, 1);
       cfg.numAttrs = 1;
+      cfg.dynamicSmemBytes = static_cast<size_t>(std::min(shared_bytes(size, 1), room));
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess &&
           clusters > 0) {
-        choice.size = size;
+        cs = size;
         break;
       }
       cudaGetLastError();
     }
-    if (choice.size == 0)
+    if (cs == 0)
       throw std::runtime_error("gptstack.cuda_ops.decode_blocks: this GPU cannot place a "
-                               "cluster of 8 CTAs with " +
-                               std::to_string(smem) + " bytes of shared memory each " + config);
+                               "cluster of 8 CTAs of " + std::to_string(kThreads) +
+                               " threads " + config);
   }
-  attr[0].val.clusterDim.x = choice.size;
-  cfg.gridDim = dim3(choice.size, static_cast<unsigned>(args.B));
+  const int buffers = shared_bytes(cs, 2) <= room ? 2 : 1;
+  if (shared_bytes(cs, buffers) > room)
+    throw std::runtime_error(
+        "gptstack.cuda_ops.decode_blocks: " + config + " needs " +
+        std::to_string(shared_bytes(cs, 1)) + " bytes of shared memory per CTA (one weight "
+        "slice of a " + std::to_string(cs) + "-CTA cluster), this GPU has " +
+        std::to_string(room) + "; use the op-by-op decode kernels");
+  attr[0].val.clusterDim.x = cs;
+  cfg.gridDim = dim3(cs, static_cast<unsigned>(args.B));
+  cfg.dynamicSmemBytes = static_cast<size_t>(shared_bytes(cs, buffers));
   cfg.numAttrs = programmatic_launch_here() ? 2 : 1;
-  cudaLaunchKernelEx(&cfg, kernel, args);
+  cudaLaunchKernelEx(&cfg, kernel, args, buffers);
   check_launch("decode_blocks", config);
 }
 

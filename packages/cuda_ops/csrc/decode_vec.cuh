@@ -1,13 +1,13 @@
 // decode_vec.cuh: device helpers shared by the decode kernels (decode.cu, decode_blocks.cu):
-// 16-byte vector loads as floats, the tanh GELU, and the 16-byte rounding of shared regions.
+// 16-byte vector loads as floats and the tanh GELU (round4, for shared regions, is decode.h's).
 #pragma once
 
 #include "cuda_common.cuh"
+#include "decode.h"
 #include "gelu.h"
 
 namespace gs {
 
-__host__ __device__ constexpr int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 __device__ __forceinline__ float gelu_tanh_f(float x) {
   const float k = float(kGeluSqrt2OverPi), c = float(kGeluCubic);
   return 0.5f * x * (1.0f + tanhf(k * fmaf(c * x * x, x, x)));

@@ -31,6 +31,18 @@ MAX_HEAD_SIZE: int = _C.decode_max_head_size
 MAX_K: int = _C.decode_max_k
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
+# decode_blocks on CUDA: the widest model (n_embd) it takes
+BLOCKS_MAX_C: int = _C.decode_blocks_max_c
+
+
+def blocks_shared_bytes(n_embd: int, head_size: int, block_size: int, dtype: torch.dtype) -> int:
+    """The dynamic shared memory one CTA of CUDA decode_blocks needs at the least (one weight
+    slice of its 16-CTA cluster, the step's vectors as floats): a caller compares it with the
+    GPU's opt-in limit per block before choosing decode_blocks."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    return _C.decode_blocks_shared_bytes(n_embd, head_size, block_size, elem)
+
+
 # decode_blocks' tensors of one layer, in order (None allowed for the biases)
 LAYER_TENSORS = (
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",

@@ -77,6 +77,13 @@ def blocks_reason(model, device: torch.device) -> str | None:
     size = sum(p.numel() * p.element_size() for p in params)
     if size > ONE_LAUNCH_MAX_BYTES:
         return f"the blocks' {size / 2**20:.0f} MiB are more than 16 SMs read fast"
+    if cfg.n_embd > ops.decode.BLOCKS_MAX_C:
+        return f"n_embd {cfg.n_embd} is above the kernel's {ops.decode.BLOCKS_MAX_C}"
+    dtype = model.wte.weight.dtype
+    need = ops.decode.blocks_shared_bytes(cfg.n_embd, cfg.head_size, cfg.block_size, dtype)
+    have = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    if need + 1024 > have:  # + the kernel's static shared memory
+        return f"a CTA would need {need} bytes of shared memory, this GPU has {have}"
     if any(p.data_ptr() % 16 for p in params):
         return "a weight is not 16-byte aligned"
     return None
