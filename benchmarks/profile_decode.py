@@ -8,9 +8,9 @@ each token re-runs the whole window (the absolute positions shift, so nothing ca
 reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
 (kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
 "gptstack-op-by-op" = the same with the cached step's blocks launched op by op instead of one
-decode_blocks launch, "gptstack-sdpa-window" = SDPA for the slide window's attention), alternating the
-configurations over rounds (medians; the prompt's prefill, timed alone, is taken out of the
-decode phase), and writes a torch.profiler kernel table of one
+decode_blocks launch, "gptstack-sdpa-window" = SDPA for the slide window's attention),
+alternating the configurations over rounds (medians; the prompt's prefill, timed alone, is
+taken out of the decode phase), and writes a torch.profiler kernel table of one
 500-token generation per configuration: `profile-decode-<run>.json` and
 `profile-decode-<run>-<kernels>.txt` in DIR.
 """
