@@ -7,8 +7,8 @@ each token is one cached decode step (one new position through the model); once 
 each token re-runs the whole window (the absolute positions shift, so nothing cached can be
 reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
 (kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
-"gptstack-op-by-op" = the same with the cached step's blocks launched op by op instead of one
-decode_blocks launch, "gptstack-sdpa-window" = SDPA for the slide window's attention),
+"gptstack-one-launch" = the same with the cached step's blocks as one decode_blocks launch
+instead of op by op, "gptstack-sdpa-window" = SDPA for the slide window's attention),
 alternating the configurations over rounds (medians; the prompt's prefill, timed alone, is
 taken out of the decode phase), and writes a torch.profiler kernel table of one
 500-token generation per configuration: `profile-decode-<run>.json` and
@@ -20,12 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+from gptstack.bench.environment import environment
 from gptstack.model import GraphDecoder
+from gptstack.model.fused_step import blocks_reason
 from gptstack.tools.checkpoint import load_checkpoint
 
 
@@ -54,10 +57,14 @@ def main() -> None:
         fill = T - idx.size(1)  # tokens decoded before the window is full
         decoders = {
             k: GraphDecoder(model, 1, fused=(k != "torch"))
-            for k in ("torch", "gptstack", "gptstack-op-by-op", "gptstack-sdpa-window")
+            for k in ("torch", "gptstack", "gptstack-one-launch", "gptstack-sdpa-window")
         }
-        # the cached step's blocks as five launches each, not one decode_blocks launch
-        decoders["gptstack-op-by-op"].step.blocks_in_one_launch = False
+        # the cached step's blocks as one decode_blocks launch (opt-in), not five launches each
+        reason = blocks_reason(model, model.wte.weight.device)
+        if reason is None:
+            decoders["gptstack-one-launch"].step.blocks_in_one_launch = True
+        else:
+            print(f"{run.name}: gptstack-one-launch runs op by op: {reason}", flush=True)
         # the slide window's attention through PyTorch's SDPA instead of the cuda_ops kernel
         decoders["gptstack-sdpa-window"].step.native_attention = False
         for d in decoders.values():  # capture every graph both phases need
@@ -86,6 +93,7 @@ def main() -> None:
             (args.out / f"profile-decode-{run.name}-{k}.txt").write_text(table)
         result["device"] = torch.cuda.get_device_name()
         result["torch"] = torch.__version__
+        result["environment"] = environment(torch.device("cuda"), command=sys.argv)
         (args.out / f"profile-decode-{run.name}.json").write_text(json.dumps(result, indent=1))
 
 

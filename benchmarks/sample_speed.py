@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from gptstack.model.fused_step import ONE_LAUNCH_MAX_BYTES as DEFAULT_ONE_LAUNCH_MAX_BYTES
+from gptstack.bench.environment import environment
+from gptstack.model import fused_step
 from gptstack.tools.checkpoint import load_checkpoint
 from gptstack.tools.sample import sample
 
@@ -55,21 +57,20 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "programmatic_launch": False,
     },
-    # the fused step's blocks op by op, not as one decode_blocks launch
-    "graph bf16 fused op-by-op": {
+    # the fused step's blocks as one decode_blocks launch (opt-in), not op by op
+    "graph bf16 fused one-launch": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "one_launch": False,
+        "one_launch": True,
     },
 }
+DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 
 
 def set_one_launch(enabled: bool) -> None:
-    """decode_blocks for small models (the default) or never (fused_step's size limit 0)."""
-    from gptstack.model import fused_step
-
-    fused_step.ONE_LAUNCH_MAX_BYTES = DEFAULT_ONE_LAUNCH_MAX_BYTES if enabled else 0
+    """decode_blocks for the models it takes (fused_step.blocks_reason), or never."""
+    fused_step.ONE_LAUNCH = enabled
 
 
 def set_programmatic_launch(enabled: bool) -> None:
@@ -98,7 +99,7 @@ def main() -> None:
                 ckpt = load_checkpoint(run, device="cuda")
                 options = dict(CONFIGS[n])
                 set_programmatic_launch(options.pop("programmatic_launch", True))
-                set_one_launch(options.pop("one_launch", True))
+                set_one_launch(options.pop("one_launch", DEFAULT_ONE_LAUNCH))
                 try:
                     res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
                     if r == 0:
@@ -111,7 +112,7 @@ def main() -> None:
                     continue
                 finally:
                     set_programmatic_launch(True)
-                    set_one_launch(True)
+                    set_one_launch(DEFAULT_ONE_LAUNCH)
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
                 print(
@@ -151,6 +152,7 @@ def main() -> None:
                     "device": torch.cuda.get_device_name(),
                     "torch": torch.__version__,
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "environment": environment(torch.device("cuda"), command=sys.argv),
                     "configs": summary,
                 },
                 indent=1,

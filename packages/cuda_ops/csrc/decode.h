@@ -25,8 +25,9 @@
 // decode_blocks: embedding and every block of the step above in one call, for each row b:
 //   x = wte[token[b]] + wpe[p]; for each layer l: the five ops above with layer l's weights and
 //   caches k_cache[l], v_cache[l] ((L, B, nh, T, hs)); out[b] = x after the last block. On CUDA
-//   one launch, a thread-block cluster per row (decode_blocks.cu), the op-by-op result to the
-//   bit; on the CPU the ops above in order. A token or p out of range gives NaN (no writes).
+//   one launch, a thread-block cluster per row (decode_blocks.cu; slower than the ops above
+//   launched one by one so far, so opt-in), the op-by-op result to the bit; on the CPU the ops
+//   above in order. A token or p out of range gives NaN (no writes).
 #pragma once
 
 #include <cstdint>

@@ -25,9 +25,19 @@
 // Weights: a CTA's rows of each matrix are contiguous, so one thread streams them into shared
 // memory with the Hopper bulk copy (cp.async.bulk, completion counted on an mbarrier), two
 // slices ahead where two fit (c_fc's slice loads during attention and c_proj, mlp.c_proj's
-// during c_fc, ...), else one. The first version kept 8 16-byte loads per lane in registers
-// across each barrier and loaded the rest in the phase: 157 us a step at shakespeare-char
-// against 130 us op by op, each phase waiting on a chain of L2 reads.
+// during c_fc, ...), else one.
+//
+// Measured at shakespeare-char on the H200 (bf16): the op-by-op step is faster, so this kernel
+// is opt-in (gptstack.model.fused_step.ONE_LAUNCH). v1 kept 8 16-byte loads per lane in
+// registers across each barrier and loaded the rest in the phase: 157 us a step against 130 op
+// by op. v2 streamed the slices as here but re-read the input vector per row with 8-way bank
+// conflicts: 189 us for the kernel alone. v3 (matvec below): 131 us for the kernel, 140.8 us a
+// step in the decoder against 128.4 op by op (benchmarks/profile_decode.py). What is left
+// (dev/decode_blocks_phases.cu, ncu; benchmarks/profiles/decode-blocks-phases-h200-20261204.txt):
+// ~21 us a block, of which ~4.5 us in the 5 cluster barriers (each arrive.release waits for the
+// phase's remote stores), ~5 us attention on 6 of the 16 CTAs, and matrix-vector products that
+// 16 warps per SM cannot hide the latency of. Next to try: remote stores that complete on the
+// receiver's mbarrier (st.async) instead of a cluster barrier per phase, and more warps per SM.
 #include <cmath>
 
 #include "cuda_common.cuh"
@@ -103,6 +113,18 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
         : "memory");
 }
 #endif
+// Built by dev/decode_blocks_phases.cu with GS_DECODE_BLOCKS_STAMPS, thread 0 of each CTA
+// records clock64() when each phase's work is done (st 0) and when its barrier is passed (st 1),
+// and once before the first block (phase 5): where a step's time goes. Otherwise nothing.
+#ifdef GS_DECODE_BLOCKS_STAMPS
+__device__ long long decode_blocks_stamps[16][kDecodeMaxLayers][6][2];
+__device__ __forceinline__ void phase_stamp(int l, int phase, int st) {
+  if (threadIdx.x == 0) decode_blocks_stamps[blockIdx.x % 16][l][phase][st] = clock64();
+}
+#else
+__device__ __forceinline__ void phase_stamp(int, int, int) {}
+#endif
+
 // the barrier of one 256-thread half (ids 1 and 2; __syncthreads is barrier 0)
 __device__ __forceinline__ void half_sync(int half) {
   asm volatile("bar.sync %0, %1;" ::"r"(half + 1), "n"(kHalf) : "memory");
@@ -189,24 +211,47 @@ struct Rows {
 
 // Each row's dot product with vec (shared, K floats) from this CTA's slice in shared memory,
 // then epi(n, value + bias) with lane 0's sum on every lane (decode_linear_kernel's bits).
+// A warp takes its rows kRowGroup at a time: per chunk of columns a lane reads its elements of
+// vec once into registers and multiplies every row of the group with them. (Read once per row,
+// as the first two versions did, vec's floats 8 apart across lanes were 8-way bank conflicts:
+// 78 % of the kernel's shared-memory wavefronts, and matvec was 2/3 of the step: ncu and
+// clock64 stamps per phase.) Each row's lane sum still runs over k in ascending order.
+constexpr int kRowGroup = 8;
 template <typename T, typename Epi>
 __device__ __forceinline__ void matvec(const T* slice, const Rows& r, const float* vec,
                                        float lane_bias, bool has_bias, Epi epi) {
   constexpr int V = Vec16<T>::n;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int i = 0;
-  for (int n = r.n0 + warp; n < r.n1; n += kWarps, ++i) {
-    const T* row = slice + int64_t(n - r.n0) * r.K;
-    float acc = 0.0f;
-    for (int k = lane * V; k < r.K; k += 32 * V) {
-      float wv[V];
-      Vec16<T>::load(row + k, wv);
+  const int rows = r.n1 - r.n0 > warp ? (r.n1 - r.n0 - warp + kWarps - 1) / kWarps : 0;
+  for (int g = 0; g < rows; g += kRowGroup) {
+    float acc[kRowGroup];
 #pragma unroll
-      for (int e = 0; e < V; ++e) acc = fmaf(wv[e], vec[k + e], acc);
+    for (int i = 0; i < kRowGroup; ++i) acc[i] = 0.0f;
+    for (int k = lane * V; k < r.K; k += 32 * V) {
+      float xv[V];
+#pragma unroll
+      for (int e = 0; e < V; e += 4) {
+        const float4 q = *reinterpret_cast<const float4*>(vec + k + e);
+        xv[e] = q.x, xv[e + 1] = q.y, xv[e + 2] = q.z, xv[e + 3] = q.w;
+      }
+#pragma unroll
+      for (int i = 0; i < kRowGroup; ++i) {
+        if (g + i < rows) {
+          float wv[V];
+          Vec16<T>::load(slice + int64_t(warp + (g + i) * kWarps) * r.K + k, wv);
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[i] = fmaf(wv[e], xv[e], acc[i]);
+        }
+      }
     }
-    acc = __shfl_sync(0xffffffffu, warp_sum(acc), 0);
-    const float b = __shfl_sync(0xffffffffu, lane_bias, i);
-    epi(n, has_bias ? acc + b : acc);
+#pragma unroll
+    for (int i = 0; i < kRowGroup; ++i) {
+      if (g + i < rows) {  // the same for the whole warp
+        const float sum = __shfl_sync(0xffffffffu, warp_sum(acc[i]), 0);
+        const float b = __shfl_sync(0xffffffffu, lane_bias, g + i);
+        epi(r.n0 + warp + (g + i) * kWarps, has_bias ? sum + b : sum);
+      }
+    }
   }
 }
 
@@ -242,6 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // every CTA's copy of a vector gets element n (lanes < cs each write one CTA's copy)
   auto broadcast = [&](float* buf, int n, float v) {
+    __syncwarp();  // the warp's reads of buf[n] (x += ...) come before this CTA's copy changes
     if (lane < cs) store_remote(buf, n, lane, v);
   };
   auto W = [&](int l, int i) { return static_cast<const T*>(a.w[l][i]); };
@@ -266,6 +312,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0)
     for (int i = 0; i < buffers; ++i) mbarrier_init(&bars[i]);
   __syncthreads();
+  // no CTA writes into another's shared memory before that one has started (waited for below,
+  // before the first broadcast; compute-sanitizer's racecheck flags the writes without it)
+  cluster_arrive();
   for (int i = 0; i < buffers; ++i) issue(i);  // weights do not depend on the kernel before
 
   LnParams ln;
@@ -284,6 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   const float scale = rsqrtf(float(hs));
+  cluster_wait();
+  phase_stamp(0, 5, 0);  // (the stamps: dev/decode_blocks_phases.cu)
 
   for (int l = 0; l < a.n_layer; ++l) {
     const int item = 4 * l;
@@ -292,9 +343,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     await(item);
     matvec<T>(slice(item), rows[0], xn, bias, W(l, kAttnB) != nullptr,
               [&](int n, float v) { broadcast(qkv, n, round_to<T>(v)); });
+    phase_stamp(l, 0, 0);
     cluster_arrive();
     bias = rows[1].lane_bias(W(l, kProjB));
     cluster_wait();
+    phase_stamp(l, 0, 1);
     issue(item + buffers);
 
     // B: one head per half-CTA: heads rank, rank + cs (second half), rank + 2 cs, ...
@@ -356,17 +409,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       half_sync(half);  // hq, hsc and hpart are reused by this half's next head
     }
+    phase_stamp(l, 1, 0);
     cluster_arrive();
     cluster_wait();
+    phase_stamp(l, 1, 1);
 
     // C: x += c_proj(y)
     await(item + 1);
     matvec<T>(slice(item + 1), rows[1], y, bias, W(l, kProjB) != nullptr,
               [&](int n, float v) { broadcast(x, n, round_to<T>(v + x[n])); });
+    phase_stamp(l, 2, 0);
     cluster_arrive();
     ln.load(W(l, kLn2W), W(l, kLn2B), C);
     bias = rows[2].lane_bias(W(l, kFcB));
     cluster_wait();
+    phase_stamp(l, 2, 1);
     issue(item + 1 + buffers);
 
     // D: h = gelu(c_fc(ln_2(x)))
@@ -374,9 +431,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     await(item + 2);
     matvec<T>(slice(item + 2), rows[2], xn, bias, W(l, kFcB) != nullptr,
               [&](int n, float v) { broadcast(h, n, round_to<T>(gelu_tanh_f(v))); });
+    phase_stamp(l, 3, 0);
     cluster_arrive();
     bias = rows[3].lane_bias(W(l, kFc2B));
     cluster_wait();
+    phase_stamp(l, 3, 1);
     issue(item + 2 + buffers);
 
     // E: x += mlp.c_proj(h); the last block's rows also go to out
@@ -387,12 +446,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       broadcast(x, n, round_to<T>(v));
       if (last && lane == 0) static_cast<T*>(a.out)[int64_t(b) * C + n] = from_f32<T>(v);
     });
+    phase_stamp(l, 4, 0);
     cluster_arrive();
     if (!last) {
       ln.load(W(l + 1, kLn1W), W(l + 1, kLn1B), C);
       bias = rows[0].lane_bias(W(l + 1, kAttnB));
     }
     cluster_wait();  // also: no CTA exits while another still writes its shared memory
+    phase_stamp(l, 4, 1);
     issue(item + 3 + buffers);
   }
 #endif

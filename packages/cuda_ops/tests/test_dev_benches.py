@@ -30,7 +30,8 @@ def test_a_dev_bench_compiles_against_the_kernels_in_the_tree(bench, tmp_path):
         if os.environ.get("GPTSTACK_REQUIRE_TOOLCHAINS"):
             pytest.fail("nvcc is not installed (GPTSTACK_REQUIRE_TOOLCHAINS is set)")
         pytest.skip("nvcc is not installed")
-    cmd = [nvcc, "-arch=sm_90a", "-O1", "-std=c++17", "-I", str(PACKAGE / "csrc"), str(bench)]
+    cmd = [nvcc, "-arch=sm_90a", "-O1", "-std=c++17", "--expt-relaxed-constexpr"]  # CMakeLists'
+    cmd += ["-I", str(PACKAGE / "csrc"), str(bench)]
     done = subprocess.run(
         [*cmd, "-o", str(tmp_path / bench.stem)], capture_output=True, text=True, timeout=600
     )

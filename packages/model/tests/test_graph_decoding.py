@@ -246,3 +246,29 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
     if fused and window == "slide" and not compile:  # the replayed draws are the eager loop's
         expected = _draws_by_the_fused_sampler(model, idx, 60, 3, temperature=1.0, top_k=5)
         assert torch.equal(a, expected[:, 5:].cpu())
+
+
+@pytest.mark.cuda
+@needs_cuda
+@needs_cuda_ops
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_launch_step_writes_the_op_by_op_steps_text(
+    make_gpt, random_tokens, monkeypatch, dtype
+):
+    """The opt-in decode_blocks step (fused_step.ONE_LAUNCH) gives the op-by-op step's tokens."""
+    from gptstack.model import fused_step
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("decode_blocks needs thread-block clusters (sm_90)")
+    model = make_gpt(33, scramble=0.3, block_size=32, n_head=2, n_embd=64).cuda().to(dtype)
+    idx = random_tokens(33, 2, 5, model.config.vocab_size).cuda()
+    texts = {}
+    for one_launch in (False, True):
+        monkeypatch.setattr(fused_step, "ONE_LAUNCH", one_launch)
+        decoder = GraphDecoder(model, batch_size=2, chunk=8, fused=True)
+        assert decoder.step.blocks_in_one_launch == one_launch
+        greedy = decoder.generate(idx, 40, temperature=0, window="slide")
+        drawn = decoder.generate(idx, 40, seed=5, top_k=5, window="slide")
+        texts[one_launch] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
+    assert torch.equal(texts[True][0], texts[False][0])
+    assert torch.equal(texts[True][1], texts[False][1])

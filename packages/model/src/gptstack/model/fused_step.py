@@ -5,11 +5,11 @@
     logits = step.window(ids)                 # ids (B, T) at positions 0..T-1 -> (B, V)
 
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
-against the cache. For a small model on CUDA (`blocks_in_one_launch`) the embedding and every
-block are one launch, a thread-block cluster of 16 SMs passing each phase's output through
-their shared memory (decode_blocks), then ln_f + LM head in one more. It gives the same bits
-as the op-by-op step: 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28
-per block (csrc/decode.h has the layout), which larger models keep.
+against the cache, 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28 per
+block (csrc/decode.h has the layout). Opt-in (`ONE_LAUNCH = True`, or a step's
+`blocks_in_one_launch`), a small model on sm_90 runs the embedding and every block as one
+launch instead: a thread-block cluster of 16 SMs passing each phase's output through their
+shared memory (decode_blocks), the same bits, but slower on the H200 so far (ONE_LAUNCH below).
 
 `step.window(ids)` is `model(ids, last_only=True)`, the slide window's step once the context is
 full (every position is re-run: absolute positions shift by one per token): cuBLAS matmuls
@@ -57,9 +57,17 @@ def unsupported_reason(model, device: torch.device) -> str | None:
     return None
 
 
+# decode_blocks is off by default because it loses: a shakespeare-char decode step took 143 us
+# with it against 128 us op by op on the H200 (benchmarks/profile_decode.py, side by side;
+# 2026-12-04). Each of its 30 phases ends in a cluster barrier whose release waits for the
+# phase's remote stores (ncu: a third of the warps' stalls at that barrier and its fence), and
+# 16 warps per SM hide little of the matrix-vector latency. benchmarks/README.md has the
+# history. True: every eligible step uses it (blocks_reason), the A/B switch of the benchmarks.
+ONE_LAUNCH = False
+
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
-# the op-by-op kernels spread over the whole GPU), so it is chosen only for small models:
-# shakespeare-char's blocks are 21 MB in bfloat16. Measured: benchmarks/README.md.
+# the op-by-op kernels spread over the whole GPU), so it is only for small models:
+# shakespeare-char's blocks are 21 MB in bfloat16.
 ONE_LAUNCH_MAX_BYTES = 48 << 20
 
 
@@ -104,9 +112,8 @@ class FusedDecodeStep:
         # the window's attention: gptstack.cuda_ops' kernel where it has the head size, else
         # (or False here: the A/B switch of benchmarks/profile_decode.py) PyTorch's SDPA
         self.native_attention = True
-        # every block in one launch (decode_blocks) where it is faster; False: op by op (the
-        # A/B switch of benchmarks/sample_speed.py)
-        self.blocks_in_one_launch = blocks_reason(model, device) is None
+        # every block in one launch (decode_blocks): opt-in, see ONE_LAUNCH
+        self.blocks_in_one_launch = ONE_LAUNCH and blocks_reason(model, device) is None
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
