@@ -35,9 +35,10 @@
 // step in the decoder against 128.4 op by op (benchmarks/profile_decode.py). What is left
 // (dev/decode_blocks_phases.cu, ncu; benchmarks/profiles/decode-blocks-phases-h200-20261204.txt):
 // ~21 us a block, of which ~4.5 us in the 5 cluster barriers (each arrive.release waits for the
-// phase's remote stores), ~5 us attention on 6 of the 16 CTAs, and matrix-vector products that
-// 16 warps per SM cannot hide the latency of. Next to try: remote stores that complete on the
-// receiver's mbarrier (st.async) instead of a cluster barrier per phase, and more warps per SM.
+// phase's remote stores), ~5 us attention on 6 of the 16 CTAs, and matrix-vector phases of
+// 1.4-3.4 us, slower than their loads and arithmetic explain and not for want of warps (1024
+// threads per CTA, half the rows per warp, measured slower: 144.8 us). Next to try: remote stores that complete on the receiver's mbarrier (st.async) instead of a
+// cluster barrier per phase, and fewer, wider remote stores (a warp's rows contiguous).
 #include <cmath>
 
 #include "cuda_common.cuh"
