@@ -101,13 +101,11 @@ def main() -> None:
                 set_programmatic_launch(options.pop("programmatic_launch", True))
                 set_one_launch(options.pop("one_launch", DEFAULT_ONE_LAUNCH))
                 try:
-                    if fused_step.ONE_LAUNCH:  # the row's name must say what ran
-                        dtype = torch.bfloat16 if options["dtype"] == "bf16" else torch.float32
-                        model = ckpt.model.to(dtype)
-                        reason = fused_step.blocks_reason(model, model.wte.weight.device)
-                        if reason is not None:
-                            raise RuntimeError(f"decode_blocks cannot run here: {reason}")
                     res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
+                    if fused_step.ONE_LAUNCH and not res.one_launch:  # the name says what ran
+                        model = ckpt.model  # as sample() cast it
+                        reason = fused_step.blocks_reason(model, model.wte.weight.device)
+                        raise RuntimeError(f"decode_blocks did not run: {reason or 'op by op'}")
                     if r == 0:
                         rows[n]["greedy_text"] = sample(
                             ckpt, "ROMEO:", tokens=100, temperature=0, out=None, **options

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from gptstack.model import fused_step
 from gptstack.quant import read_artifact
 from gptstack.tokenizer import UnknownCharacterError
 from gptstack.tools.checkpoint import load_checkpoint
@@ -37,7 +38,9 @@ def test_sample_streams_the_prompt_and_new_text(run_dir):
         sample(ckpt, "ROMEO\x00", tokens=3, out=None)
 
 
-def test_graph_decoder_with_fused_kernels_writes_the_same_greedy_text(run_dir, tmp_path, capsys):
+def test_graph_decoder_with_fused_kernels_writes_the_same_greedy_text(
+    run_dir, tmp_path, capsys, monkeypatch
+):
     ckpt = load_checkpoint(run_dir)
     greedy = {"tokens": 40, "temperature": 0, "dtype": "fp32", "out": None}
     naive = sample(ckpt, "ROMEO:", mode="naive", **greedy)
@@ -46,6 +49,11 @@ def test_graph_decoder_with_fused_kernels_writes_the_same_greedy_text(run_dir, t
     assert (fused.kernels, torch_step.kernels) == ("gptstack", "torch")
     assert (fused.sampler, torch_step.sampler) == ("torch", "torch")  # greedy is an argmax
     assert fused.text == naive.text == torch_step.text
+    # asked for decode_blocks on a CPU, the step runs op by op, and the result says so
+    monkeypatch.setattr(fused_step, "ONE_LAUNCH", True)
+    asked = sample(ckpt, "ROMEO:", mode="graph", kernels="gptstack", **greedy)
+    assert not asked.one_launch and asked.text == fused.text
+    monkeypatch.undo()
     record = tmp_path / "sample.json"
     args = ["sample", "--ckpt", str(run_dir), "--tokens", "5", "--mode", "graph", "--kernels",
             "gptstack", "--seed", "1", "--json", str(record)]  # fmt: skip

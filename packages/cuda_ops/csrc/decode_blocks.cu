@@ -27,18 +27,15 @@
 // slices ahead where two fit (c_fc's slice loads during attention and c_proj, mlp.c_proj's
 // during c_fc, ...), else one.
 //
-// Measured at shakespeare-char on the H200 (bf16): the op-by-op step is faster, so this kernel
-// is opt-in (gptstack.model.fused_step.ONE_LAUNCH). v1 kept 8 16-byte loads per lane in
-// registers across each barrier and loaded the rest in the phase: 157 us a step against 130 op
-// by op. v2 streamed the slices as here but re-read the input vector per row with 8-way bank
-// conflicts: 189 us for the kernel alone. v3 (matvec below): 131 us for the kernel, 140.8 us a
-// step in the decoder against 128.4 op by op (benchmarks/profile_decode.py). What is left
-// (dev/decode_blocks_phases.cu, ncu; benchmarks/profiles/decode-blocks-phases-h200-20261204.txt):
-// ~21 us a block, of which ~4.5 us in the 5 cluster barriers (each arrive.release waits for the
-// phase's remote stores), ~5 us attention on 6 of the 16 CTAs, and matrix-vector phases of
-// 1.4-3.4 us, slower than their loads and arithmetic explain and not for want of warps (1024
-// threads per CTA, half the rows per warp, measured slower: 144.8 us). Next to try: remote stores that complete on the receiver's mbarrier (st.async) instead of a
-// cluster barrier per phase, and fewer, wider remote stores (a warp's rows contiguous).
+// Measured at shakespeare-char on the H200 (bf16), the op-by-op step is still faster, so this
+// kernel is opt-in (gptstack.model.fused_step.ONE_LAUNCH). Its versions, the per-phase times
+// (dev/decode_blocks_phases.cu) and ncu's view are in
+// benchmarks/profiles/decode-blocks-phases-h200-20261204.txt: the 5 cluster barriers a block
+// (each arrive.release waits for the phase's remote stores) and matrix-vector phases that issue
+// several times the instructions their loads and multiply-adds need (more warps made them
+// slower). Next to try: fewer instructions per row (a transposed reduction of a warp's rows,
+// with decode_linear_kernel changed alike to keep the bits), remote stores that complete on
+// the receiver's mbarrier (st.async) instead of a barrier per phase.
 #include <cmath>
 
 #include "cuda_common.cuh"

@@ -40,6 +40,7 @@ class SampleResult:
     dtype: str
     kernels: str = "torch"  # the one-token step: "gptstack" (fused decode kernels) or "torch"
     sampler: str = "torch"  # who draws tokens: "gptstack" (sample_tokens) or "torch"
+    one_launch: bool = False  # the cached step's blocks ran as one decode_blocks launch
 
     @property
     def tokens_per_s(self) -> float:
@@ -211,4 +212,5 @@ def sample(
         {torch.float32: "fp32", torch.bfloat16: "bf16"}[weights],
         "gptstack" if graph is not None and graph.fused else "torch",
         "gptstack" if graph is not None and graph.samples_fused(temperature, top_p) else "torch",
+        graph is not None and graph.step is not None and graph.step.blocks_in_one_launch,
     )

@@ -57,13 +57,10 @@ def unsupported_reason(model, device: torch.device) -> str | None:
     return None
 
 
-# decode_blocks is off by default because it loses: a shakespeare-char decode step took 140.8 us
-# with it against 128.4 us op by op on the H200 (benchmarks/profile_decode.py, side by side;
-# 2026-12-04). Each of its 30 phases ends in a cluster barrier whose release waits for the
-# phase's remote stores (ncu: a third of the warps' stalls at that barrier and its fence), and
-# its matrix-vector phases are slower than their work explains (more warps did not help).
-# benchmarks/profiles/decode-blocks-phases-h200-20261204.txt has the measurements.
-# True: every eligible step uses it (blocks_reason), the A/B switch of the benchmarks.
+# decode_blocks is off by default because it loses to the op-by-op step on the H200 (side by
+# side in benchmarks/profile_decode.py; the numbers and why: the README's sampling paragraph and
+# benchmarks/profiles/decode-blocks-phases-h200-20261204.txt). True: every eligible step uses it
+# (blocks_reason), the A/B switch of the benchmarks.
 ONE_LAUNCH = False
 
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
