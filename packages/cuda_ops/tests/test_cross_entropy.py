@@ -240,12 +240,16 @@ def test_extension_checks_its_arguments():
 
 # Peak memory, CPU: N x V = 4096 x 8192 float32 logits are 128 MiB; the fused op in 256-row
 # chunks must stay far below one such tensor while the torch loss needs at least one. Each loss
-# runs in a process of its own (argv[1]), so neither reuses pages the other freed: measured in
-# one process, the torch loss's peak RSS once sat 6 MB under one logits tensor on CI.
+# runs in a process of its own (argv[1]), so neither reuses pages the other freed. The peak is
+# Linux's VmHWM, reset to the current RSS just before the loss ("5" > /proc/self/clear_refs):
+# a delta of ru_maxrss once read 118 MB for the torch loss on CI, because the peak left by the
+# imports sat above the RSS the loss started from.
 _PEAK_SCRIPT = textwrap.dedent("""
-    import resource, sys, torch, torch.nn.functional as F
+    import sys, torch, torch.nn.functional as F
     import gptstack.cuda_ops as ops
-    def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    def status_bytes(field):  # a line of /proc/self/status reads "VmHWM:   123456 kB"
+        line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
     torch.manual_seed(0)
     N, C, V = 4096, 64, 8192
     h = torch.randn(N, C, requires_grad=True); w = torch.randn(V, C, requires_grad=True)
@@ -253,12 +257,14 @@ _PEAK_SCRIPT = textwrap.dedent("""
     small = h[:8].detach().requires_grad_()  # load every kernel before the baseline
     ops.linear_cross_entropy(small, w, t[:8]).backward()
     F.cross_entropy(small @ w.t(), t[:8]).backward()
-    base = peak()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    base = status_bytes("VmRSS")
     if sys.argv[1] == "fused":
         ops.linear_cross_entropy(h, w, t, chunk_rows=256).backward()
     else:
         F.cross_entropy(h @ w.t(), t, ignore_index=-1).backward()
-    print(peak() - base)
+    print(status_bytes("VmHWM") - base)
 """)
 
 
