@@ -237,6 +237,21 @@ GRIDS: dict[str, dict] = {
         "seeds": [1337, 1, 2],
     },
     # esp32: the preset's other two seeds scored over every val window (seed 1337: 2.0816)
+    # esp32 on a CPU (the pipeline's schedule: 450 steps, batch 32, no dropout, no teacher), in
+    # bf16: PyTorch's ops and SDPA (the model section's), against the preset's cpu_bf16_ops and
+    # cpu_bf16_attention (gptstack.cuda_ops' ops, the manual attention), and against both of
+    # gptstack.cuda_ops' kernels. Run with --jobs 1 on the CPU it is about.
+    "esp32-cpu-kernels": {
+        "note": "CPU, bf16 (AVX512-BF16), 2 cores, one run at a time: the wall times compare.",
+        "preset": "esp32",
+        "fixed": {"train.device": "cpu", "train.dtype": "bf16"},
+        "points": [
+            {"train.cpu_bf16_ops": "torch", "train.cpu_bf16_attention": "sdpa"},
+            {"train.cpu_bf16_ops": "gptstack", "train.cpu_bf16_attention": "manual"},
+            {"train.cpu_bf16_ops": "gptstack", "train.cpu_bf16_attention": "gptstack"},
+        ],
+        "seeds": [1337, 1, 2],
+    },
     "esp32-seeds": {
         "note": "The preset's seeds 1 and 2; seed 1337 is the preset's point in esp32-round3.",
         "preset": "esp32",
@@ -575,7 +590,11 @@ def report(record: dict) -> str:
         "windows: `gptstack eval --val-windows all` on the run's best/ (every val window, "
         "the figure the goals use; the best val loss above is the training's estimate from "
         "random windows); rows sorted by it where present; wall s is the training loop's "
-        "(median), with the other runs sharing the GPU.",
+        + (
+            "(median), with the other runs sharing the GPU."
+            if record["jobs"] > 1
+            else "(median), one run at a time."
+        ),
         "",
         "| "
         + " | ".join(a.split(".")[-1] for a in axes)

@@ -267,6 +267,51 @@ def test_cpu_dropout_replaces_the_models_dropout_on_a_cpu(tmp_path, small_corpus
     assert meta["model"]["dropout"] == 0.3
 
 
+def test_cpu_bf16_kernels_replace_the_models_on_a_bf16_cpu(tmp_path, small_corpus, monkeypatch):
+    """train.cpu_bf16_ops / cpu_bf16_attention: the model's ops and attention on a CPU in bf16
+    (a "gptstack" one where gptstack.cuda_ops runs its AVX2 path); the model section's
+    everywhere else."""
+    pytest.importorskip("gptstack.cuda_ops")
+    from gptstack.tools import train as train_mod
+
+    cfg = smoke_cfg(
+        small_corpus,
+        "train.cpu_bf16_ops=gptstack",
+        "train.cpu_bf16_attention=manual",
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "train.device=cpu",
+        "train.dtype=bf16",
+    )
+
+    def kernels(device_type, dtype, cpu_path="avx2_fma", run=cfg):
+        monkeypatch.setattr(train_mod, "_cuda_ops_cpu_path", lambda: cpu_path)
+        mcfg = train_mod.run_model_config(run, 512, device_type, dtype)
+        return mcfg.ops, mcfg.attention
+
+    own = ("torch", "sdpa")
+    assert kernels("cpu", "bf16") == ("gptstack", "manual")
+    assert kernels("cpu", "fp32") == own  # the overrides are for bf16 runs
+    assert kernels("cuda", "bf16") == own
+    assert kernels("cpu", "bf16", cpu_path="scalar") == ("torch", "manual")  # e.g. arm64
+    assert kernels("cpu", "bf16", cpu_path=None) == ("torch", "manual")  # no gptstack.cuda_ops
+    native = smoke_cfg(
+        small_corpus, "train.cpu_bf16_ops=gptstack", "train.cpu_bf16_attention=gptstack"
+    )
+    assert kernels("cpu", "bf16", run=native) == ("gptstack", "gptstack")
+    assert kernels("cpu", "bf16", cpu_path="scalar", run=native) == own
+    assert kernels("cpu", "bf16", run=smoke_cfg(small_corpus, "train.device=cpu")) == own
+    # a run: its first line names the kernels, its checkpoint records the model as trained
+    monkeypatch.setattr(train_mod, "_cuda_ops_cpu_path", lambda: "avx2_fma")
+    lines = []
+    train(cfg, tmp_path / "run", progress=False, log=lines.append)
+    assert "kernels: ops gptstack, attention manual on CPU" in lines[0], lines[0]
+    meta = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    assert (meta["model"]["ops"], meta["model"]["attention"]) == ("gptstack", "manual")
+    with pytest.raises(Exception, match="cpu_bf16_attention"):
+        smoke_cfg(small_corpus, "train.cpu_bf16_attention=fast")
+
+
 def test_ema_run_evaluates_and_saves_the_average(tmp_path, small_corpus):
     """train.ema_decay: best/ holds the average (its recorded val loss is the average's), last/
     the weights themselves, with the average in train_state.pt (resume: the test above)."""

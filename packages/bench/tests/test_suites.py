@@ -115,7 +115,7 @@ def test_thread_rows_put_the_policy_beside_the_default(suite_results, suite, thr
 def test_attention_op_and_model_rows(suite_results):
     data = load_result(suite_results["attention"])
     native_installed = importlib.util.find_spec("gptstack.cuda_ops") is not None
-    for section in ("op", "model"):
+    for section in ("op", "op-train", "model"):  # op-train: forward + backward
         ok = rows(data, section, "ok")
         expected = {"per-head loop", "manual (batched heads)", "sdpa"}
         if native_installed:  # gptstack.cuda_ops registers the "gptstack" backend on import

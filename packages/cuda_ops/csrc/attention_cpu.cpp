@@ -9,25 +9,23 @@
 //   dV_j += P~_ij dY_i,  dS_ij = P_ij (dP~_ij - D_i),  dK_j += dS_ij q_i,  dQ_i += dS_ij k_j,
 // with dP_ij = dY_i . v_j, D_i = dY_i . y_i, ~ = dropout mask applied (and scaled), and the
 // softmax scale folded into dK, dQ at the end. Tasks are (b, h, tile of 16 rows), run by OpenMP
-// (dynamic schedule: causal rows differ in cost). Dot products and row updates have an AVX2/FMA
-// version for float/bf16 and a scalar one (cpu_simd.h decides which the CPU can run).
+// (dynamic schedule: causal rows differ in cost). This file computes one row and one key at a
+// time (dot products and row updates): the scalar path, for every dtype, and the reference.
+// Where the CPU runs AVX2/FMA, float and bf16 take attention_cpu_avx2.cpp instead: the same
+// tiles as small matrix products.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
-#include "attention.h"
+#include "attention_cpu.h"
 #include "cpu_simd.h"
 
 namespace gs::attn {
 namespace {
 
-constexpr int64_t kRowTile = 16;  // rows per task (and the dropout stream's 16-key blocks)
 constexpr int64_t kKeyTile = 64;  // keys per online-softmax step (the CUDA kernels' tile)
-// B*nh*T*hs below which one thread is faster than waking the OpenMP team (the order of
-// common.h's kParallelMinElements; attention does ~T/2 multiply-adds per element, hence lower)
-constexpr int64_t kParallelMinWork = int64_t(1) << 14;
 
 // --- row primitives: acc . x and acc += a * x over hs elements ----------------------------------
 template <typename Acc, typename E> Acc dot_scalar(const Acc* a, const E* x, int64_t n) {
@@ -39,39 +37,11 @@ template <typename Acc, typename E> void axpy_scalar(Acc* y, Acc a, const E* x, 
   for (int64_t i = 0; i < n; ++i) y[i] += a * static_cast<Acc>(load(x + i));
 }
 
-#ifdef GS_HAVE_AVX2_PATH
-// n is a multiple of 8 (every supported head size is).
-template <typename E> GS_AVX2 float dot_avx2(const float* a, const E* x, int64_t n) {
-  __m256 s = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += 8)
-    s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), avx2::load8(x + i), s);
-  return avx2::hsum8(s);
-}
-template <typename E> GS_AVX2 void axpy_avx2(float* y, float a, const E* x, int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  for (int64_t i = 0; i < n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, avx2::load8(x + i), _mm256_loadu_ps(y + i)));
-}
-#endif
-
-// The row primitives of one dtype on the chosen path.
+// The row primitives of one dtype.
 template <typename E> struct RowOps {
   using Acc = acc_t<E>;
-  bool avx2;
-  Acc dot(const Acc* a, const E* x, int64_t n) const {
-#ifdef GS_HAVE_AVX2_PATH
-    if constexpr (!std::is_same_v<Acc, double>)
-      if (avx2) return dot_avx2(a, x, n);
-#endif
-    return dot_scalar(a, x, n);
-  }
-  void axpy(Acc* y, Acc a, const E* x, int64_t n) const {
-#ifdef GS_HAVE_AVX2_PATH
-    if constexpr (!std::is_same_v<Acc, double>)
-      if (avx2) return axpy_avx2(y, a, x, n);
-#endif
-    axpy_scalar(y, a, x, n);
-  }
+  Acc dot(const Acc* a, const E* x, int64_t n) const { return dot_scalar(a, x, n); }
+  void axpy(Acc* y, Acc a, const E* x, int64_t n) const { axpy_scalar(y, a, x, n); }
 };
 
 template <typename Acc, typename E> void to_acc(Acc* out, const E* x, int64_t n, Acc scale = 1) {
@@ -79,30 +49,6 @@ template <typename Acc, typename E> void to_acc(Acc* out, const E* x, int64_t n,
 }
 template <typename Acc, typename E> void from_acc(E* out, const Acc* x, int64_t n, Acc scale) {
   for (int64_t i = 0; i < n; ++i) store(out + i, x[i] * scale);
-}
-
-// Keep flags of row i for keys 16*j16 .. 16*j16+15 (attention_philox.h: four calls per row of a
-// 16 x 16 block; each also covers row i^8, which this row-at-a-time code does not reuse).
-void dropout_row16(const DropoutSpec& d, uint32_t bh, uint32_t i, uint32_t j16, bool keep[16]) {
-  const uint32_t c1 = (i >> 4) * 8u + (i & 7u);
-  const int ih = static_cast<int>((i >> 3) & 1u);
-  for (uint32_t t = 0; t < 4; ++t) {
-    Philox4 r = philox4x32_10(j16 * 4u + t, c1, bh, 0u, d.key0, d.key1);
-    for (int jh = 0; jh < 2; ++jh)
-      for (int e = 0; e < 2; ++e) {
-        uint32_t bits = (r.w[jh * 2 + ih] >> (16 * e)) & 0xFFFFu;
-        keep[jh * 8 + 2 * t + e] = bits >= d.threshold;
-      }
-  }
-}
-
-// Run task(b, h, tile) for every (b, h, tile of kRowTile rows), in parallel when worth it.
-template <typename F> void for_each_tile(const Dims& d, int threads, F&& task) {
-  const int64_t tiles = (d.T + kRowTile - 1) / kRowTile, n = d.B * d.nh * tiles;
-  const bool parallel = threads > 1 && d.B * d.nh * d.T * d.hs >= kParallelMinWork;
-  (void)parallel;
-#pragma omp parallel for schedule(dynamic) num_threads(threads) if (parallel)
-  for (int64_t w = 0; w < n; ++w) task(w / (d.nh * tiles), (w / tiles) % d.nh, w % tiles);
 }
 
 template <typename E>
@@ -215,7 +161,12 @@ void backward_q_tile(const Dims& d, View4<const E> dy, View4<const E> q, View4<c
 template <typename E>
 void forward_cpu(const Dims& d, View4<const E> q, View4<const E> k, View4<const E> v,
                  View4<E> y, acc_t<E>* lse, const DropoutSpec& drop, bool avx2, int threads) {
-  const RowOps<E> ops{avx2};
+  (void)avx2;  // false, or a build without the AVX2 path: the rows below
+#ifdef GS_HAVE_AVX2_PATH
+  if constexpr (!std::is_same_v<E, double>)
+    if (avx2) return forward_avx2(d, q, k, v, y, lse, drop, threads);
+#endif
+  const RowOps<E> ops;
   for_each_tile(d, threads, [&](int64_t b, int64_t h, int64_t tile) {
     forward_tile(d, q, k, v, y, lse, drop, ops, b, h, tile);
   });
@@ -226,7 +177,12 @@ void backward_cpu(const Dims& d, View4<const E> dy, View4<const E> q, View4<cons
                   View4<const E> v, View4<const E> y, const acc_t<E>* lse, View4<E> dq,
                   View4<E> dk, View4<E> dv, const DropoutSpec& drop, bool avx2, int threads) {
   using Acc = acc_t<E>;
-  const RowOps<E> ops{avx2};
+  (void)avx2;
+#ifdef GS_HAVE_AVX2_PATH
+  if constexpr (!std::is_same_v<E, double>)
+    if (avx2) return backward_avx2(d, dy, q, k, v, y, lse, dq, dk, dv, drop, threads);
+#endif
+  const RowOps<E> ops;
   // D_i = dY_i . y_i (Dao 2023, Algorithm 2 line 4): the row term of the softmax backward.
   std::vector<Acc> D(d.B * d.nh * d.T);
   for_each_tile(d, threads, [&](int64_t b, int64_t h, int64_t tile) {

@@ -166,17 +166,20 @@ def test_dropout_rate():
     assert abs(rate - p) < 0.006
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_dropout_forward_backward_match_masked_reference(dtype, cpu_path, gen):
-    shape, p, seed = (2, 2, 37, 32), 0.3, 987654321
+# (1, 2, 130, 64): queries and keys in three chunks of the AVX2 path's 64 (attention_cpu_avx2.cpp)
+@pytest.mark.parametrize("shape", [(2, 2, 37, 32), (1, 2, 130, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_dropout_forward_backward_match_masked_reference(shape, dtype, cpu_path, gen):
+    p, seed = 0.3, 987654321
     q, k, v = _qkv(shape, dtype, gen, packed=True)
     dy = torch.randn(shape, generator=gen).to(dtype)
     y, grads = _run(q, k, v, dy, dropout_p=p, seed=_seed(seed))
     p_eff = round(p * 65536) / 65536  # p rounded to a multiple of 2^-16
-    y_ref, grads_ref = _reference(q, k, v, dy, dropout_mask(seed, 2, 2, 37, p), p_eff)
-    assert_close(y, y_ref, dtype, f"dropout y {dtype}")
+    B, nh, T, _ = shape
+    y_ref, grads_ref = _reference(q, k, v, dy, dropout_mask(seed, B, nh, T, p), p_eff)
+    assert_close(y, y_ref, dtype, f"dropout y {shape} {dtype}")
     for name, g, g_ref in zip("qkv", grads, grads_ref):
-        assert_close(g, g_ref, dtype, f"dropout d{name} {dtype}")
+        assert_close(g, g_ref, dtype, f"dropout d{name} {shape} {dtype}")
 
 
 def test_dropout_seed_from_torch_generator(gen):
@@ -340,6 +343,7 @@ def emulator(tmp_path_factory):
             f"-I{CSRC}",
             str(CSRC / "attention_emu" / "check.cpp"),
             str(CSRC / "attention_cpu.cpp"),
+            str(CSRC / "attention_cpu_avx2.cpp"),
             "-x",
             "c++",
             str(CSRC / "attention_cuda.cu"),

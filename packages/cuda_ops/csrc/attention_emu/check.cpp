@@ -6,7 +6,8 @@
 // Built and run by tests/test_attention.py (test_kernels_under_emulator):
 //
 //   g++ -std=c++17 -O1 -DGS_ATTN_EMULATE -I csrc csrc/attention_emu/check.cpp
-//       csrc/attention_cpu.cpp -x c++ csrc/attention_cuda.cu -o check && ./check [case ...]
+//       csrc/attention_cpu.cpp csrc/attention_cpu_avx2.cpp -x c++ csrc/attention_cuda.cu -o check
+//   ./check [case ...]
 //
 // A case is "kind:hs:warps:T:dropout:layout", e.g. "bwd:64:4:130:1:packed", or "limits" (the
 // emulated launch rules and the launchers' error for a configuration that cannot fit), or "all"

@@ -83,6 +83,12 @@ class TrainSection:
     # dropout costs quality and its random mask costs time (14 % of an esp32 step on 2 cores)
     cpu_dropout: float = -1.0
     cpu_distill: bool = True  # false: on a CPU, train without train.distill_from's teacher
+    # model.ops and model.attention on a CPU that trains in bf16 ("": the model section's).
+    # There PyTorch's SDPA is slow in bf16 (its backward above all): the esp32 preset trains
+    # ~1.7x faster with "gptstack" ops and "manual" attention. "gptstack" applies only where
+    # gptstack.cuda_ops runs its AVX2 path (train.run_model_config).
+    cpu_bf16_ops: str = ""
+    cpu_bf16_attention: str = ""
     lr: float = 1e-3
     min_lr: float = 1e-4  # the decay's floor (nanoGPT: lr/10, per Chinchilla)
     # how lr falls from its peak after the warmup to min_lr at max_steps: cosine (nanoGPT) |
@@ -181,6 +187,8 @@ CHOICES = {
     ("train", "cuda_graph"): ("auto", "true", "false"),
     ("train", "parallel"): ("ddp", "fsdp"),
     ("train", "lr_decay"): ("cosine", "linear"),
+    ("train", "cpu_bf16_ops"): ("", "torch", "gptstack"),
+    ("train", "cpu_bf16_attention"): ("", "sdpa", "manual", "gptstack"),
 }
 
 

@@ -38,6 +38,16 @@ def dropout_for_device(train: TrainSection, dropout: float, device_type: str) ->
     return dropout
 
 
+def kernels_for_device(
+    train: TrainSection, ops: str, attention: str, device_type: str, dtype: str
+) -> tuple[str, str]:
+    """The model's (ops, attention) as it trains on this device: train.cpu_bf16_ops and
+    cpu_bf16_attention, where set, on a CPU that trains in bf16."""
+    if device_type == "cpu" and dtype == "bf16":
+        return train.cpu_bf16_ops or ops, train.cpu_bf16_attention or attention
+    return ops, attention
+
+
 def warmup_steps(train: TrainSection, max_steps: int) -> int:
     """The configured warmup, capped at a tenth of a (shortened) schedule."""
     return min(train.warmup_steps, max_steps // 10)

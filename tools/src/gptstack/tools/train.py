@@ -58,7 +58,13 @@ from .evaluate import EvalInterrupted, LossEstimator
 from .parallel import distributed_runtime, wrap_model
 from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
 from .runtime import Runtime, process_start_time, resolve_runtime
-from .schedule import dropout_for_device, for_device, get_lr, total_steps
+from .schedule import (
+    dropout_for_device,
+    for_device,
+    get_lr,
+    kernels_for_device,
+    total_steps,
+)
 from .shards import train_batch
 from .teacher import check_teacher, load_teacher, teacher_progress, teacher_stage
 from .threads import use_threads
@@ -152,11 +158,29 @@ def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
     return gpt_config(cfg.model, padded_vocab(vocab_size, cfg.tokenizer.pad_vocab_to))
 
 
-def run_model_config(cfg: RunConfig, vocab_size: int, device_type: str) -> GPTConfig:
-    """model_config with the dropout of the device it trains on (train.cpu_dropout)."""
+def run_model_config(
+    cfg: RunConfig, vocab_size: int, device_type: str, dtype: str = ""
+) -> GPTConfig:
+    """model_config as it trains on this device: train.cpu_dropout's dropout, and on a CPU in
+    bf16 train.cpu_bf16_ops and cpu_bf16_attention (a "gptstack" one only where
+    gptstack.cuda_ops runs its AVX2 path). dtype: the run's "bf16" or "fp32" ("" where it
+    cannot matter: a GPU)."""
     mcfg = model_config(cfg, vocab_size)
+    ops, attention = kernels_for_device(cfg.train, mcfg.ops, mcfg.attention, device_type, dtype)
+    if "gptstack" in (ops, attention) and _cuda_ops_cpu_path() != "avx2_fma":
+        ops = mcfg.ops if ops == "gptstack" else ops
+        attention = mcfg.attention if attention == "gptstack" else attention
     dropout = dropout_for_device(cfg.train, mcfg.dropout, device_type)
-    return dataclasses.replace(mcfg, dropout=dropout)
+    return dataclasses.replace(mcfg, dropout=dropout, ops=ops, attention=attention)
+
+
+def _cuda_ops_cpu_path() -> str | None:
+    """The CPU path gptstack.cuda_ops runs ("avx2_fma" or "scalar"), None where not installed."""
+    try:
+        import gptstack.cuda_ops as cuda_ops
+    except ImportError:
+        return None
+    return cuda_ops.build_info()["cpu_path"]
 
 
 class _StopOnInterrupt:
@@ -294,7 +318,7 @@ def train(
             corpus = prepare_corpus(cfg, tokenizer)
     startup["data_s"] = time.time() - entered - startup.get("teacher_s", 0.0)
     torch.manual_seed(t.seed)
-    mcfg = run_model_config(cfg, corpus.tokenizer.vocab_size, runtime.device_type)
+    mcfg = run_model_config(cfg, corpus.tokenizer.vocab_size, runtime.device_type, runtime.dtype)
     model = GPT(mcfg)
     if teacher is not None:
         check_teacher(teacher, corpus.tokenizer, mcfg)
@@ -349,10 +373,15 @@ def train(
 
     tokens_per_step = t.batch_size * t.grad_accum * T
     flops_per_token = model.flops_per_token()
+    kernels = (
+        f", kernels: ops {mcfg.ops}, attention {mcfg.attention}"
+        if (mcfg.ops, mcfg.attention) != ("torch", "sdpa")
+        else ""
+    )
     log(
         f"run {cfg.name}: {model.num_params() / 1e6:.2f}M parameters, vocab {mcfg.vocab_size}, "
-        f"{tokens_per_step:,} tokens/step, {max_steps:,} steps, dropout {mcfg.dropout:g} on "
-        f"{runtime.describe()}"
+        f"{tokens_per_step:,} tokens/step, {max_steps:,} steps, dropout {mcfg.dropout:g}"
+        f"{kernels} on {runtime.describe()}"
     )
     log(
         f"data {corpus.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens "

@@ -3,10 +3,11 @@
     data = run_attention([shape_esp32, shape_char, shape_gpt2],
                          options=SuiteOptions(device="cuda", out=path))
 
-Op level (causal self-attention, q/k/v (B, nh, T, hs), forward): a Python loop over heads (one
-(B, 1, T, hs) attention each, what a per-head implementation does), the batched `manual`
-backend (all heads in one matmul, materialized scores), `sdpa` (PyTorch's fused kernel), and
-the `gptstack` backend when gptstack.cuda_ops registers it. End to end: the whole model's
+Op level (causal self-attention, q/k/v (B, nh, T, hs), forward, and forward + backward as
+training runs it): a Python loop over heads (one (B, 1, T, hs) attention each, what a per-head
+implementation does), the batched `manual` backend (all heads in one matmul, materialized
+scores), `sdpa` (PyTorch's fused kernel), and the `gptstack` backend when gptstack.cuda_ops
+registers it. End to end: the whole model's
 forward (B, T) -> logits with each backend, same weights (docs/MEASURING.md rule 1).
 
 Op-level outputs are checked against the manual backend in float32 (float64 for fp32 runs) on
@@ -133,6 +134,59 @@ def _op_rows(
     )  # QK^T and PV, causal half: 2 * (2 B nh T^2 hs) / 2
 
 
+def _op_train_rows(
+    ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype, backends: list[Backend]
+) -> None:
+    """The op as training runs it: forward, then the gradients of q, k and v for a random dy."""
+    B, nh, hs = shape.batch_size, shape.n_head, shape.head_size
+    group = f"{shape.name} B={B} nh={nh} T={T} hs={hs}"
+    params = {
+        "model": shape.name,
+        "batch": B,
+        "n_head": nh,
+        "seq_len": T,
+        "head_size": hs,
+        "dtype": dtype_name(dtype),
+    }
+    g = torch.Generator().manual_seed(5)
+
+    def rand(grad: bool) -> torch.Tensor:
+        return torch.randn(B, nh, T, hs, generator=g).to(ctx.device, dtype).requires_grad_(grad)
+
+    inputs = [(rand(True), rand(True), rand(True), rand(False)) for _ in range(INPUT_SETS)]
+
+    def grads(x, fn):
+        q, k, v, dy = x
+        return torch.autograd.grad(fn(q, k, v), (q, k, v), dy)
+
+    rd = reference_dtype(dtype)
+    q, k, v, dy = inputs[0]
+    leaves = tuple(t.detach().to(rd).requires_grad_() for t in (q, k, v))
+    ref = grads((*leaves, dy.to(rd)), manual_attention)
+    variants, checks, not_run = [], {}, {}
+    for name, _, fn, why in backends:
+        if fn is None:
+            not_run[name] = ("skipped", why)
+            continue
+        checks[name] = check_close(
+            grads(inputs[0], fn), ref, dtype, f"manual attention's dq, dk, dv in {rd}"
+        )
+        variants.append(Variant(name, lambda x, fn=fn: grads(x, fn), inputs))
+    ctx.progress.row(f"op forward+backward {group}")
+    cmp = compare(variants, ctx.settings, device=ctx.device, progress=ctx.progress)
+    _emit(
+        ctx,
+        "op-train",
+        group,
+        params,
+        backends,
+        cmp,
+        checks,
+        not_run,
+        flops=6 * B * nh * T * T * hs,
+    )  # the forward's two matmuls and the backward's four (dV, dP, dQ, dK), causal half
+
+
 def _model_checks(model, idx: torch.Tensor, backends: list[Backend]) -> dict[str, dict]:
     """Each backend's whole-model logits in float32 against the manual backend in float64, on
     the first sequence of idx, TF32 off: a check of the backend, not of bf16 rounding (which
@@ -253,6 +307,8 @@ def run_attention(
         T = min(seq_len or shape.block_size, shape.block_size)
         _op_rows(ctx, shape, T, dt, backends)
         release_memory(ctx.device)
+        _op_train_rows(ctx, shape, T, dt, backends)
+        release_memory(ctx.device)
         _model_rows(ctx, shape, T, dt, backends)
         release_memory(ctx.device)
     return ctx.finish()
@@ -280,6 +336,19 @@ def _declare(ctx: SuiteContext) -> None:
         "half skipped (2·B·nh·T²·hs).",
     )
     ctx.result.table(
+        "Attention op, forward + backward (causal)",
+        "op-train",
+        [
+            Column("shape", "group"),
+            Column("implementation", "name"),
+            Column("dtype", "params.dtype"),
+            *cols,
+        ],
+        about="As training runs it: the forward, then dq, dk, dv for a random dy "
+        "(torch.autograd.grad); checked against the manual backend's gradients; FLOPs "
+        "6·B·nh·T²·hs (two matmuls forward, four backward, causal half).",
+    )
+    ctx.result.table(
         "Whole-model forward by attention backend",
         "model",
         [
@@ -291,7 +360,7 @@ def _declare(ctx: SuiteContext) -> None:
         about="GPT forward (B, T) -> logits, no grad, random weights; FLOPs = "
         "B·T·flops_per_token(T)/3 (the forward third of 6N + attention).",
     )
-    for section in ("op", "model"):
+    for section in ("op", "op-train", "model"):
         ctx.result.plot(
             "bars",
             section,
