@@ -19,8 +19,8 @@
 // score is computed, so each score is the same float in all three, and exp(s - lse) is exactly 1
 // for a query's only key. Rows past the ends are zero, and the weights of keys after the query
 // (causal) or past T are set to 0. It replaced an AVX2 version of the row path (vector dot
-// products and row updates per (query, key)), 1.2x slower at esp32's shape in fp32 and in
-// bf16 (forward+backward, batch 32, 2 cores).
+// products and row updates per (query, key)). Measured against PyTorch: `gptstack bench
+// attention --device cpu` (packages/cuda_ops/README.md links the recorded runs).
 #include "attention_cpu.h"
 #include "cpu_simd.h"
 
@@ -134,6 +134,11 @@ GS_AVX2 inline Rows16 rows_between(int lo, int hi) {
               _mm256_and_si256(_mm256_cmpgt_epi32(r1, l), _mm256_cmpgt_epi32(h, r1)))};
 }
 
+// The task's queries i0 + r (r < nr) that see key j0 + j (j < nk: a real key): j0 + j <= i0 + r.
+GS_AVX2 inline Rows16 queries_seeing(int64_t j0, int j, int64_t nk, int64_t i0, int64_t nr) {
+  return rows_between(int(j0 + j - i0), j < nk ? int(nr) : 0);
+}
+
 // Per-thread buffers of one task (floats; sizes for hs up to 128).
 struct Scratch {
   std::vector<float> t1, t2, r1, r2, acc, acc2, s1, s2, keep;
@@ -176,8 +181,7 @@ GS_AVX2 void forward_task(const Dims& d, View4<const E> q, View4<const E> k, Vie
     load_rows(kr, k, b, h, j0, nk, nkp, hs, 1.0f);
     load_rows(vr, v, b, h, j0, nk, nkp, hs, 1.0f);
     mul_ab16(St, kr, hs, qt, nkp, hs);  // St[j][r] = k_j . q_r scale
-    // query r sees key j0 + j when j0 + j <= i0 + r (and r < nr, j < nk)
-    auto seen = [&](int j) { return rows_between(int(j0 + j - i0), j < nk ? int(nr) : 0); };
+    auto seen = [&](int j) { return queries_seeing(j0, j, nk, i0, nr); };
     __m256 mt[2] = {m[0], m[1]};
     for (int j = 0; j < nk; ++j) {
       const Rows16 in = seen(j);
@@ -312,7 +316,7 @@ GS_AVX2 void backward_q_task(const Dims& d, View4<const E> dy, View4<const E> q,
     mul_ab16(dPt, vr, hs, dyt, nkp, hs);  // dPt[j][r] = v_j . dy_r
     if (drop.threshold) dropout_block(keep, drop, bh, i0, nr, j0, nk);
     for (int j = 0; j < nkp; ++j) {
-      const Rows16 in = rows_between(int(j0 + j - i0), j < nk ? int(nr) : 0);
+      const Rows16 in = queries_seeing(j0, j, nk, i0, nr);
       const __m256 mask[2] = {in.lo, in.hi};
       for (int e = 0; e < 2; ++e) {
         float *s = St + j * kTile + 8 * e, *dp = dPt + j * kTile + 8 * e;

@@ -84,9 +84,9 @@ class TrainSection:
     cpu_dropout: float = -1.0
     cpu_distill: bool = True  # false: on a CPU, train without train.distill_from's teacher
     # model.ops and model.attention on a CPU that trains in bf16 ("": the model section's).
-    # There PyTorch's SDPA is slow in bf16 (its backward above all): the esp32 preset trains
-    # ~1.7x faster with "gptstack" ops and "manual" attention. "gptstack" applies only where
-    # gptstack.cuda_ops runs its AVX2 path (train.run_model_config).
+    # There PyTorch's SDPA is slow in bf16 (its backward above all): the esp32 preset sets
+    # "gptstack" ops and "manual" attention (benchmarks/SWEEPS.md, esp32-cpu-kernels). "gptstack"
+    # applies only where gptstack.cuda_ops runs its AVX2 path (train.run_model_config).
     cpu_bf16_ops: str = ""
     cpu_bf16_attention: str = ""
     lr: float = 1e-3

@@ -97,11 +97,9 @@ def _backends() -> list[Backend]:
     ]
 
 
-def _op_rows(
-    ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype, backends: list[Backend]
-) -> None:
+def _op_group(shape: ModelShape, T: int, dtype: torch.dtype) -> tuple[str, dict]:
+    """The row group and params of the op-level sections (forward, forward + backward)."""
     B, nh, hs = shape.batch_size, shape.n_head, shape.head_size
-    group = f"{shape.name} B={B} nh={nh} T={T} hs={hs}"
     params = {
         "model": shape.name,
         "batch": B,
@@ -110,6 +108,14 @@ def _op_rows(
         "head_size": hs,
         "dtype": dtype_name(dtype),
     }
+    return f"{shape.name} B={B} nh={nh} T={T} hs={hs}", params
+
+
+def _op_rows(
+    ctx: SuiteContext, shape: ModelShape, T: int, dtype: torch.dtype, backends: list[Backend]
+) -> None:
+    B, nh, hs = shape.batch_size, shape.n_head, shape.head_size
+    group, params = _op_group(shape, T, dtype)
     g = torch.Generator().manual_seed(3)
     inputs = [
         tuple(torch.randn(B, nh, T, hs, generator=g).to(ctx.device, dtype) for _ in range(3))
@@ -139,15 +145,7 @@ def _op_train_rows(
 ) -> None:
     """The op as training runs it: forward, then the gradients of q, k and v for a random dy."""
     B, nh, hs = shape.batch_size, shape.n_head, shape.head_size
-    group = f"{shape.name} B={B} nh={nh} T={T} hs={hs}"
-    params = {
-        "model": shape.name,
-        "batch": B,
-        "n_head": nh,
-        "seq_len": T,
-        "head_size": hs,
-        "dtype": dtype_name(dtype),
-    }
+    group, params = _op_group(shape, T, dtype)
     g = torch.Generator().manual_seed(5)
 
     def rand(grad: bool) -> torch.Tensor:
