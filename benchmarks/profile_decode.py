@@ -7,8 +7,11 @@ each token is one cached decode step (one new position through the model); once 
 each token re-runs the whole window (the absolute positions shift, so nothing cached can be
 reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
 (kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
-"gptstack-one-launch" = the same with the cached step's blocks as one decode_blocks launch
-instead of op by op, "gptstack-sdpa-window" = SDPA for the slide window's attention),
+"gptstack-matmul-window" = the same with the slide window's matrices as cuBLAS matmuls between
+LayerNorm and GELU kernels instead of decode_linear's tensor-core kernel (the default before
+2026-12-05), "gptstack-one-launch" = the cached step's blocks as one decode_blocks launch
+instead of op by op, "gptstack-sdpa-window" = SDPA for the slide window's attention; --configs
+picks them),
 alternating the configurations over rounds (medians; the prompt's prefill, timed alone, is
 taken out of the decode phase), and writes a torch.profiler kernel table of one
 500-token generation per configuration: `profile-decode-<run>.json` and
@@ -47,6 +50,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--slide-tokens", type=int, default=256)
+    ap.add_argument("--configs", default="torch,gptstack,gptstack-matmul-window")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for run in args.ckpt:
@@ -56,17 +60,20 @@ def main() -> None:
         idx = torch.tensor([ckpt.tokenizer.encode("ROMEO:")], device="cuda")
         fill = T - idx.size(1)  # tokens decoded before the window is full
         decoders = {
-            k: GraphDecoder(model, 1, fused=(k != "torch"))
-            for k in ("torch", "gptstack", "gptstack-one-launch", "gptstack-sdpa-window")
+            k: GraphDecoder(model, 1, fused=(k != "torch")) for k in args.configs.split(",")
         }
         # the cached step's blocks as one decode_blocks launch (opt-in), not five launches each
-        reason = blocks_reason(model, model.wte.weight.device)
-        if reason is None:
-            decoders["gptstack-one-launch"].step.blocks_in_one_launch = True
-        else:
-            print(f"{run.name}: gptstack-one-launch runs op by op: {reason}", flush=True)
+        if "gptstack-one-launch" in decoders:
+            reason = blocks_reason(model, model.wte.weight.device)
+            if reason is None:
+                decoders["gptstack-one-launch"].step.blocks_in_one_launch = True
+            else:
+                print(f"{run.name}: gptstack-one-launch runs op by op: {reason}", flush=True)
         # the slide window's attention through PyTorch's SDPA instead of the cuda_ops kernel
-        decoders["gptstack-sdpa-window"].step.native_attention = False
+        if "gptstack-sdpa-window" in decoders:
+            decoders["gptstack-sdpa-window"].step.native_attention = False
+        if "gptstack-matmul-window" in decoders:
+            decoders["gptstack-matmul-window"].step.window_rows = False
         for d in decoders.values():  # capture every graph both phases need
             timed(d, idx, fill + 64)
         rows = {k: {"first_s": [], "fill_s": [], "fill_slide_s": []} for k in decoders}

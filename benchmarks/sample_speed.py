@@ -57,6 +57,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "programmatic_launch": False,
     },
+    # the slide window's matrices as cuBLAS matmuls between LayerNorm and GELU kernels (the
+    # default before 2026-12-05), not decode_linear's tensor-core kernel
+    "graph bf16 fused matmul-window": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "window_rows": False,
+    },
     # the fused step's blocks as one decode_blocks launch (opt-in), not op by op
     "graph bf16 fused one-launch": {
         "mode": "graph",
@@ -100,6 +108,7 @@ def main() -> None:
                 options = dict(CONFIGS[n])
                 set_programmatic_launch(options.pop("programmatic_launch", True))
                 set_one_launch(options.pop("one_launch", DEFAULT_ONE_LAUNCH))
+                fused_step.WINDOW_ROWS = options.pop("window_rows", None)
                 try:
                     res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
                     if fused_step.ONE_LAUNCH and not res.one_launch:  # the name says what ran
@@ -117,6 +126,7 @@ def main() -> None:
                 finally:
                     set_programmatic_launch(True)
                     set_one_launch(DEFAULT_ONE_LAUNCH)
+                    fused_step.WINDOW_ROWS = None
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
                 print(

@@ -322,6 +322,8 @@ void register_decode(nb::module_& m) {
   // the CUDA kernels' limits, for callers that choose a path before calling (fused_step.py)
   m.attr("decode_max_head_size") = kDecodeMaxHeadSize;
   m.attr("decode_max_k") = kDecodeMaxK;
+  m.attr("decode_mma_min_rows") = kDecodeMmaMinRows;
+  m.attr("decode_mma_max_k") = kDecodeMmaMaxK;
 }
 
 }  // namespace gs

@@ -33,9 +33,11 @@
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode.cu -I.
 #include <cmath>
+#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "decode.h"
+#include "decode_mma.cuh"
 #include "decode_vec.cuh"
 
 namespace gs {
@@ -207,11 +209,54 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 }
 
+// decode_linear of many bf16 rows on tensor cores (decode_mma.cuh), where it applies (decode.h:
+// kDecodeMmaMinRows, kDecodeMmaMaxK, 16-byte rows); false: the caller runs the one-row kernel.
+template <typename T>
+bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w, const T* ln_b,
+                       const T* residual, int64_t R, int64_t N, int64_t K, double eps, bool gelu,
+                       cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+    return false;
+  } else {
+    namespace ml = mma_linear;
+    auto aligned = [](const void* p, int n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+    if (R < kDecodeMmaMinRows || K % 16 != 0 || K > kDecodeMmaMaxK || !aligned(x, 16) ||
+        !aligned(w, 16) || !aligned(out, 4))
+      return false;
+    auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
+    const ml::Args a{reinterpret_cast<uint16_t*>(out), bits(x), bits(w), bits(b), bits(ln_w),
+                     bits(ln_b), bits(residual), int(R), int(N), int(K), float(eps), gelu};
+    const std::string config = "(R=" + std::to_string(R) + ", N=" + std::to_string(N) +
+                               ", K=" + std::to_string(K) + ")";
+    // 64 columns a CTA while two CTAs fit an SM, else 32 (one CTA of up to 227 KiB)
+    if (ml::shared_bytes<4>(K) <= 116 * 1024) {
+      static LaunchCheck check;
+      const int smem = static_cast<int>(ml::shared_bytes<4>(K));
+      check.ensure(reinterpret_cast<const void*>(&ml::decode_linear_mma_kernel<4>),
+                   "decode_linear", "tensor-core 32x64 " + config, ml::kThreads, smem);
+      launch_programmatic(ml::decode_linear_mma_kernel<4>,
+                          dim3(ceil_div(N, ml::cols<4>()), ceil_div(R, ml::kRows)), ml::kThreads,
+                          smem, stream, a);
+    } else {
+      static LaunchCheck check;
+      const int smem = static_cast<int>(ml::shared_bytes<2>(K));
+      check.ensure(reinterpret_cast<const void*>(&ml::decode_linear_mma_kernel<2>),
+                   "decode_linear", "tensor-core 32x32 " + config, ml::kThreads, smem);
+      launch_programmatic(ml::decode_linear_mma_kernel<2>,
+                          dim3(ceil_div(N, ml::cols<2>()), ceil_div(R, ml::kRows)), ml::kThreads,
+                          smem, stream, a);
+    }
+    check_launch("decode_linear", config);
+    return true;
+  }
+}
+
 template <typename T>
 void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, const T* ln_b,
                    const T* residual, int64_t R, int64_t N, int64_t K, double eps, bool gelu,
                    cudaStream_t stream) {
   if (R == 0) return;
+  if (launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream)) return;
   static LaunchCheck vector_check, scalar_check;
   const int smem = static_cast<int>(K * sizeof(float));
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };

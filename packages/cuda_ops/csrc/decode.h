@@ -40,6 +40,11 @@ namespace gs {
 constexpr int kDecodeMaxHeadSize = 128;
 // decode_linear keeps the (normalized) input row in shared memory: K at most 12,288 floats.
 constexpr int64_t kDecodeMaxK = 12288;
+// decode_linear on CUDA in bfloat16 with at least this many rows (the slide window's step) runs
+// on tensor cores (decode_mma.cuh) when K is a multiple of 16 and at most kDecodeMmaMaxK (both
+// operands' whole K extent in one CTA's shared memory); other calls take the one-row kernel.
+constexpr int64_t kDecodeMmaMinRows = 16;
+constexpr int64_t kDecodeMmaMaxK = 1792;
 
 // decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
 enum DecodeLayerTensor {

@@ -1,17 +1,13 @@
 // decode_vec.cuh: device helpers shared by the decode kernels (decode.cu, decode_blocks.cu):
-// 16-byte vector loads as floats and the tanh GELU (round4, for shared regions, is decode.h's).
+// 16-byte vector loads as floats and the tanh GELU (gelu_tanh.cuh; round4, for shared regions,
+// is decode.h's).
 #pragma once
 
 #include "cuda_common.cuh"
 #include "decode.h"
-#include "gelu.h"
+#include "gelu_tanh.cuh"
 
 namespace gs {
-
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-  const float k = float(kGeluSqrt2OverPi), c = float(kGeluCubic);
-  return 0.5f * x * (1.0f + tanhf(k * fmaf(c * x * x, x, x)));
-}
 
 // 16 bytes of T as floats: 4 float32 or 8 bfloat16
 template <typename T> struct Vec16;

@@ -5,6 +5,9 @@ marked cuda, on the GPU; opcheck, torch.compile, CUDA-graph replay, bad inputs."
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,9 +17,18 @@ import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C
 from gptstack.cuda_ops.testing import assert_close
 
+CSRC = Path(__file__).resolve().parents[1] / "csrc"
+
 # rows x K x N: one row (batch-1 decoding), odd K (no 16-byte rows: the CUDA scalar version),
 # K a multiple of 8 (the vector version), N not a multiple of the 8 rows a CUDA block covers
 LINEAR_SHAPES = [(1, 1, 1), (1, 37, 19), (2, 64, 96), (3, 384, 1152), (1, 1536, 65)]
+# many rows (the slide window's step): in bf16 on CUDA the tensor-core kernel (csrc/decode_mma.cuh)
+# from MMA_MIN_ROWS rows, K % 16 == 0 and K <= MMA_MAX_K: one tile, row and column tails, odd N,
+# the shakespeare-char window's four shapes, the widest K; then K past MMA_MAX_K and K % 16 != 0
+# (the one-row kernel again)
+MMA_LINEAR_SHAPES = [(16, 16, 8), (40, 48, 72), (33, 1024, 257), (256, 384, 1152),
+                     (256, 384, 384), (256, 384, 1536), (256, 1536, 384), (70, 1792, 65),
+                     (24, 1808, 40), (20, 72, 24)]  # fmt: skip
 # rows, heads, cache length, head size, position
 ATTN_SHAPES = [(1, 1, 1, 1, 0), (1, 6, 256, 64, 0), (2, 3, 10, 8, 4), (1, 8, 64, 32, 63),
                (2, 2, 300, 128, 257), (1, 4, 40, 13, 21)]  # fmt: skip
@@ -205,6 +217,18 @@ def test_cuda_linear_matches_torch(shape, dtype, gen):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("shape", MMA_LINEAR_SHAPES)
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+def test_cuda_many_row_linear_matches_torch(shape, dtype, gen):
+    _check_linear(shape, dtype, gen, "cuda")
+
+
+def test_many_row_linear_matches_torch_on_the_cpu(gen):
+    """The CPU reference at a window's row count (what the CUDA many-row results are held to)."""
+    _check_linear((40, 48, 72), torch.bfloat16, gen, "cpu")
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("shape", ATTN_SHAPES)
 @pytest.mark.parametrize("dtype", CUDA_DTYPES)
 def test_cuda_attention_matches_torch(shape, dtype, gen):
@@ -241,15 +265,17 @@ def test_cuda_graph_replay_reads_the_position_each_time(gen):
 
 
 @pytest.mark.cuda
-def test_cuda_programmatic_launch_chain_in_a_graph_gives_the_same_bits(gen):
+@pytest.mark.parametrize("R", [1, 256])
+def test_cuda_programmatic_launch_chain_in_a_graph_gives_the_same_bits(gen, R):
     """A decode block as a chain of dependent kernels (each reads the one before's output),
     captured and replayed, with programmatic dependent launch (the default) and without: the
-    kernels wait for their inputs, so both give eager's bits."""
+    kernels wait for their inputs, so both give eager's bits. R = 256 rows: the linears are the
+    tensor-core kernel, which requests its weights before waiting."""
     C, nh, T = 384, 6, 64
     r = lambda *s: (torch.randn(*s, generator=gen) / 8).to(torch.bfloat16).cuda()  # noqa: E731
-    x, w_attn, w_proj, w_fc, w_out = r(1, C), r(3 * C, C), r(C, C), r(4 * C, C), r(C, 4 * C)
+    x, w_attn, w_proj, w_fc, w_out = r(R, C), r(3 * C, C), r(C, C), r(4 * C, C), r(C, 4 * C)
     ln_w, ln_b = 1 + r(C), r(C)
-    kc, vc = r(1, nh, T, C // nh), r(1, nh, T, C // nh)
+    kc, vc = r(R, nh, T, C // nh), r(R, nh, T, C // nh)
     pos = torch.tensor(40, device="cuda")
 
     def block():
@@ -276,3 +302,22 @@ def test_cuda_programmatic_launch_chain_in_a_graph_gives_the_same_bits(gen):
     finally:
         _C.set_programmatic_launch(True)
     assert torch.equal(results[False], results[True])
+
+
+def test_tensor_core_linear_under_the_emulator(tmp_path):
+    """decode_linear's tensor-core kernel (csrc/decode_mma.cuh), its own device code run on the
+    CPU by the warp emulator against a float64 reference (attention_emu/decode_mma_check.cpp):
+    fragment layouts, row and column tails, the in-place LayerNorm, the epilogue, and races on
+    shared memory."""
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the emulator")
+    exe = tmp_path / "decode_mma_check"
+    subprocess.run(
+        [cxx, "-std=c++17", "-O1", "-DGS_ATTN_EMULATE", f"-I{CSRC}",
+         str(CSRC / "attention_emu" / "decode_mma_check.cpp"), "-o", str(exe)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("ok  ") == 5, run.stdout

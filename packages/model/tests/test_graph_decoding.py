@@ -167,6 +167,58 @@ def test_fused_window_matches_the_models_forward(make_gpt, random_tokens, rel_er
 
 
 @needs_cuda_ops
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens, rel_err, bias):
+    """window() with every block's matrices through decode_linear (its CUDA bf16 path, here
+    forced onto the CPU reference: window_rows) against the model."""
+    from gptstack.model.fused_step import FusedDecodeStep
+    from gptstack.model.kv_cache import StaticKVCache
+
+    model = make_gpt(31, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=bias)
+    cfg = model.config
+    cache = StaticKVCache(
+        cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.head_size, device="cpu",
+        dtype=torch.float32,
+    )  # fmt: skip
+    idx = random_tokens(31, 2, 16, cfg.vocab_size)
+    step = FusedDecodeStep(model, cache)
+    assert not step.window_on_rows()  # on a CPU the matmuls stay PyTorch's
+    step.window_rows = True
+    with torch.no_grad():
+        ref, _ = model(idx, last_only=True)
+        got = step.window(idx)
+    assert got.shape == (2, cfg.vocab_size)
+    assert rel_err(got, ref[:, -1]) < 1e-5
+
+
+@needs_cuda
+@needs_cuda_ops
+def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_tokens, rel_err):
+    """On CUDA in bfloat16 window() takes the tensor-core decode_linear path by default and
+    agrees with the model's bf16 forward and with the cuBLAS-matmul window to bf16 tolerance."""
+    from gptstack.model.fused_step import FusedDecodeStep
+    from gptstack.model.kv_cache import StaticKVCache
+
+    model = make_gpt(33, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
+    model = model.to("cuda", torch.bfloat16)
+    cfg = model.config
+    cache = StaticKVCache(
+        cfg.n_layer, 1, cfg.n_head, cfg.block_size, cfg.head_size, device="cuda",
+        dtype=torch.bfloat16,
+    )  # fmt: skip
+    idx = random_tokens(33, 1, cfg.block_size, cfg.vocab_size).cuda()
+    step = FusedDecodeStep(model, cache)
+    assert step.window_on_rows()
+    with torch.no_grad():
+        ref = model.float()(idx, last_only=True)[0][:, -1]
+        model.to(torch.bfloat16)
+        got = step.window(idx).float()
+        step.window_rows = False
+        matmuls = step.window(idx).float()
+    assert rel_err(got, ref) < 3e-2 and rel_err(matmuls, ref) < 3e-2
+
+
+@needs_cuda_ops
 @pytest.mark.parametrize("window", ["slide", "halve"])
 def test_fused_graph_decoder_writes_naives_greedy_text(make_gpt, random_tokens, window):
     model = make_gpt(21, scramble=0.3)

@@ -29,6 +29,10 @@ DEFAULT_EPS = 1e-5
 # The CUDA kernels' limits (csrc/decode.h): the head size, and K (the widest input row).
 MAX_HEAD_SIZE: int = _C.decode_max_head_size
 MAX_K: int = _C.decode_max_k
+# decode_linear on CUDA in bfloat16 runs on tensor cores (csrc/decode_mma.cuh) from this many rows
+# on, for K a multiple of 16 up to MMA_MAX_K (the slide window's step); else the one-row kernel
+MMA_MIN_ROWS: int = _C.decode_mma_min_rows
+MMA_MAX_K: int = _C.decode_mma_max_k
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes

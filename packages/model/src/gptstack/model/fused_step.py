@@ -63,6 +63,11 @@ def unsupported_reason(model, device: torch.device) -> str | None:
 # (blocks_reason), the A/B switch of the benchmarks.
 ONE_LAUNCH = False
 
+# window(): None = every block's matrices through decode_linear where it runs on tensor cores
+# (FusedDecodeStep.window_on_rows), False = cuBLAS matmuls between the fused LayerNorm and GELU
+# kernels (the step before 2026-12-05): the A/B switch of the benchmarks, like ONE_LAUNCH.
+WINDOW_ROWS: bool | None = None
+
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
 # shakespeare-char's blocks are 21 MB in bfloat16.
@@ -112,6 +117,9 @@ class FusedDecodeStep:
         self.native_attention = True
         # every block in one launch (decode_blocks): opt-in, see ONE_LAUNCH
         self.blocks_in_one_launch = ONE_LAUNCH and blocks_reason(model, device) is None
+        # window(): None = decode_linear on every row where it runs on tensor cores, True /
+        # False = always / never (window_on_rows)
+        self.window_rows: bool | None = WINDOW_ROWS
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -166,12 +174,58 @@ class FusedDecodeStep:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return y.transpose(1, 2).reshape(B, T, C3 // 3)
 
+    def window_on_rows(self) -> bool:
+        """Whether window() runs every matrix of its blocks through decode_linear (LayerNorm,
+        bias, GELU and residual inside the matmul: 5 launches a block) rather than cuBLAS
+        matmuls between the LayerNorm, add + LayerNorm and GELU kernels (8): on CUDA in
+        bfloat16, where decode_linear's many-row calls run on tensor cores (csrc/decode_mma.cuh;
+        widths up to decode.MMA_MAX_K). Elsewhere decode_linear is a one-row kernel or scalar
+        CPU code, slower than a matmul over a whole window. `window_rows` forces it (tests)."""
+        if self.window_rows is not None:
+            return self.window_rows
+        w = self.model.wte.weight
+        C = self.model.config.n_embd
+        return (
+            w.device.type == "cuda"
+            and w.dtype == torch.bfloat16
+            and C % 16 == 0
+            and 4 * C <= self.ops.decode.MMA_MAX_K
+        )
+
     def window(self, ids: Tensor) -> Tensor:
         """Logits (B, V) of the last position of ids (B, T), T <= block_size, fed at positions
         0..T-1 with no cache: `model(ids, last_only=True)[0][:, -1]`."""
-        m, ops, eps = self.model, self.ops, self.eps
-        T = ids.size(1)
+        m = self.model
+        B, T = ids.shape
+        C = m.config.n_embd
         x = F.embedding(ids, m.wte.weight) + m.wpe.weight[:T]  # (B, T, C)
+        if B * T < self.ops.decode.MMA_MIN_ROWS or not self.window_on_rows():
+            return self._window_matmuls(x)
+        ops, eps = self.ops, self.eps
+        x = x.view(B * T, C)
+        *blocks, last = m.h
+        for block in blocks:
+            attn = block.attn
+            qkv = ops.decode_linear(
+                x, attn.c_attn.weight, attn.c_attn.bias,
+                ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
+            )  # fmt: skip
+            y = self._attend(qkv.view(B, T, 3 * C)).reshape(B * T, C)
+            x = self._after_attention(block, x, y)
+        # the last block: every position's keys and values, then the last row alone
+        attn = last.attn
+        qkv = ops.decode_linear(
+            x, attn.c_attn.weight, attn.c_attn.bias,
+            ln_weight=last.ln_1.weight, ln_bias=last.ln_1.bias, eps=eps,
+        )  # fmt: skip
+        y = self._attend(qkv.view(B, T, 3 * C))[:, -1]  # (B, C)
+        x = self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
+        return self._head(x)
+
+    def _window_matmuls(self, x: Tensor) -> Tensor:
+        """window() for the embedded rows x (B, T, C) with cuBLAS matmuls between the fused
+        LayerNorm, add + LayerNorm, GELU and attention kernels."""
+        m, ops, eps = self.model, self.ops, self.eps
         *blocks, last = m.h
         # x + mlp(...) of one block and ln_1 of the next are one add_layernorm
         block = blocks[0] if blocks else last
