@@ -219,6 +219,9 @@ bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w
     return false;
   } else {
     namespace ml = mma_linear;
+    constexpr int kTwoPerSm = 116 * 1024;
+    static_assert(ml::shared_bytes<2>(kDecodeMmaMaxK) <= 227 * 1024,
+                  "kDecodeMmaMaxK must fit the H100/H200's 227 KiB of shared memory a block");
     auto aligned = [](const void* p, int n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
     if (R < kDecodeMmaMinRows || K % 16 != 0 || K > kDecodeMmaMaxK || !aligned(x, 16) ||
         !aligned(w, 16) || !aligned(out, 4))
@@ -228,12 +231,15 @@ bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w
                      bits(ln_b), bits(residual), int(R), int(N), int(K), float(eps), gelu};
     const std::string config = "(R=" + std::to_string(R) + ", N=" + std::to_string(N) +
                                ", K=" + std::to_string(K) + ")";
-    // 64 columns a CTA while two CTAs fit an SM, else 32 (one CTA of up to 227 KiB)
-    if (ml::shared_bytes<4>(K) <= 116 * 1024) {
+    // 64 columns a CTA while two CTAs fit an SM, else 32 (one CTA of up to 227 KiB). Each
+    // instance's shared-memory limit is raised once, to the most any K of its range needs
+    // (LaunchCheck runs once per instance: raised to the first call's K, a later, wider call
+    // failed with cudaErrorInvalidValue).
+    if (ml::shared_bytes<4>(K) <= kTwoPerSm) {
       static LaunchCheck check;
       const int smem = static_cast<int>(ml::shared_bytes<4>(K));
       check.ensure(reinterpret_cast<const void*>(&ml::decode_linear_mma_kernel<4>),
-                   "decode_linear", "tensor-core 32x64 " + config, ml::kThreads, smem);
+                   "decode_linear", "tensor-core 32x64", ml::kThreads, kTwoPerSm);
       launch_programmatic(ml::decode_linear_mma_kernel<4>,
                           dim3(ceil_div(N, ml::cols<4>()), ceil_div(R, ml::kRows)), ml::kThreads,
                           smem, stream, a);
@@ -241,7 +247,8 @@ bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w
       static LaunchCheck check;
       const int smem = static_cast<int>(ml::shared_bytes<2>(K));
       check.ensure(reinterpret_cast<const void*>(&ml::decode_linear_mma_kernel<2>),
-                   "decode_linear", "tensor-core 32x32 " + config, ml::kThreads, smem);
+                   "decode_linear", "tensor-core 32x32", ml::kThreads,
+                   static_cast<int>(ml::shared_bytes<2>(kDecodeMmaMaxK)));
       launch_programmatic(ml::decode_linear_mma_kernel<2>,
                           dim3(ceil_div(N, ml::cols<2>()), ceil_div(R, ml::kRows)), ml::kThreads,
                           smem, stream, a);

@@ -44,7 +44,7 @@ constexpr int64_t kDecodeMaxK = 12288;
 // on tensor cores (decode_mma.cuh) when K is a multiple of 16 and at most kDecodeMmaMaxK (both
 // operands' whole K extent in one CTA's shared memory); other calls take the one-row kernel.
 constexpr int64_t kDecodeMmaMinRows = 16;
-constexpr int64_t kDecodeMmaMaxK = 1792;
+constexpr int64_t kDecodeMmaMaxK = 1744;
 
 // decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
 enum DecodeLayerTensor {

@@ -13,8 +13,13 @@
 //     an ldmatrix reads fall in 8 different bank groups): no k pipeline, one wait;
 //   - the CTA's weight rows are requested (cp.async) *before* pdl_wait, so under programmatic
 //     dependent launch they travel while the kernel before is finishing; x comes after the wait;
-//   - a LayerNorm of each x row (two passes over shared memory, mean then centred squares, as
-//     decode_linear's other kernels) is applied in place and rounded to bf16, the mma's input;
+//   - the LayerNorm's weight and bias and the CTA's slice of the bias are copied into shared
+//     memory before that wait too (loading them per element from global memory inside the
+//     LayerNorm loop made the first version ~3x slower than cuBLAS: one L2 round trip each);
+//   - the residual's loads go out right after the wait, into registers, while x arrives;
+//   - a LayerNorm of each x row (a quad of threads a row, two passes over shared memory: mean,
+//     then centred squares, as decode_linear's other kernels) is applied in place and rounded
+//     to bf16, the mma's input;
 //   - bias, GELU and the residual are added to the fp32 accumulators, and out rounded once.
 // So it differs from the one-row kernel (decode.cu) only by that bf16 rounding of the normalized
 // row, which is what the window's LayerNorm kernel followed by a matmul did before.
@@ -62,84 +67,118 @@ constexpr int kRows = 32;      // rows of out per CTA
 // shared memory twice per SM, else 2 (32 columns)
 template <int NT> constexpr int cols() { return 2 * 8 * NT; }
 constexpr int64_t pitch(int64_t K) { return K + 8; }  // elements; K % 16 == 0
+// x rows, weight rows, then the LayerNorm weight and bias (K each) and the CTA's bias (bf16)
 template <int NT> constexpr int64_t shared_bytes(int64_t K) {
-  return (kRows + cols<NT>()) * pitch(K) * 2;
+  return ((kRows + cols<NT>()) * pitch(K) + 2 * K + cols<NT>()) * 2;
 }
 
 __device__ __forceinline__ float bf16_bits(uint16_t v) {
   return __uint_as_float(static_cast<uint32_t>(v) << 16);
+}
+// 8 bf16 of a 16-byte chunk as floats
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
 }
 
 template <int NT>
 __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args a) {
   constexpr int kCols = cols<NT>();
   GS_DYNAMIC_SHARED(smem);
-  const int P = static_cast<int>(pitch(a.K)), chunks = a.K / 8;  // 16-byte chunks per row
+  const int K = a.K, P = static_cast<int>(pitch(K)), chunks = K / 8;  // 16-byte chunks a row
   uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][P]
   uint16_t* w_s = x_s + kRows * P;                    // [kCols][P]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  uint16_t* lnw_s = w_s + kCols * P;                  // [K]
+  uint16_t* lnb_s = lnw_s + K;                        // [K]
+  uint16_t* b_s = lnb_s + K;                          // [kCols]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int r0 = blockIdx.y * kRows, n0 = blockIdx.x * kCols;
+  const int wm = warp / 2, wn = warp % 2;
 
   pdl_launch_dependents();
-  // the weights do not depend on the kernel before: on their way before waiting for it
+  // Nothing of the weights depends on the kernel before: all of it is on its way (or, for
+  // the small vectors, in shared memory) before waiting for that kernel.
   for (int c = tid; c < kCols * chunks; c += kThreads) {
     const int r = c / chunks, ch = c % chunks;
     const bool ok = n0 + r < a.N;
-    cp_async_16(w_s + r * P + ch * 8, a.w + int64_t(ok ? n0 + r : 0) * a.K + ch * 8, ok ? 16 : 0);
+    cp_async_16(w_s + r * P + ch * 8, a.w + int64_t(ok ? n0 + r : 0) * K + ch * 8, ok ? 16 : 0);
   }
   cp_async_commit();
+  if (a.ln_w)
+    for (int k = tid; k < K; k += kThreads) {
+      sts(lnw_s + k, a.ln_w[k]);
+      sts(lnb_s + k, a.ln_b ? a.ln_b[k] : uint16_t(0));
+    }
+  for (int c = tid; c < kCols; c += kThreads)
+    sts(b_s + c, a.b && n0 + c < a.N ? a.b[n0 + c] : uint16_t(0));
   pdl_wait();  // x and residual are the previous kernel's output
   for (int c = tid; c < kRows * chunks; c += kThreads) {
     const int r = c / chunks, ch = c % chunks;
     const bool ok = r0 + r < a.R;
-    cp_async_16(x_s + r * P + ch * 8, a.x + int64_t(ok ? r0 + r : 0) * a.K + ch * 8, ok ? 16 : 0);
+    cp_async_16(x_s + r * P + ch * 8, a.x + int64_t(ok ? r0 + r : 0) * K + ch * 8, ok ? 16 : 0);
   }
   cp_async_commit();
+  // the residual's loads go out now and land in registers during the products
+  float res[NT][4] = {};
+  if (a.residual) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = r0 + wm * 16 + g + 8 * (i >> 1);
+        const int col = n0 + wn * 8 * NT + nt * 8 + 2 * t + (i & 1);
+        if (row < a.R && col < a.N) res[nt][i] = bf16_bits(a.residual[int64_t(row) * a.N + col]);
+      }
+  }
   cp_async_wait<0>();
   __syncthreads();
 
-  if (a.ln_w) {  // each warp normalizes rows warp, warp + 4, ... in place, two columns a lane
-    for (int r = warp; r < kRows; r += kThreads / 32) {
-      uint32_t* row = reinterpret_cast<uint32_t*>(x_s + r * P);
-      float s = 0.0f;
-      for (int k2 = lane; k2 < a.K / 2; k2 += 32) {
-        const uint32_t v = lds(row + k2);
-        s += bf16_lo(v) + bf16_hi(v);
-      }
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      const float mean = s / a.K;
-      float ss = 0.0f;
-      for (int k2 = lane; k2 < a.K / 2; k2 += 32) {
-        const uint32_t v = lds(row + k2);
-        const float d0 = bf16_lo(v) - mean, d1 = bf16_hi(v) - mean;
-        ss += d0 * d0 + d1 * d1;
-      }
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      const float rstd = 1.0f / sqrtf(ss / a.K + a.eps);
-      for (int k2 = lane; k2 < a.K / 2; k2 += 32) {
-        const uint32_t v = lds(row + k2);
-        const int k = 2 * k2;
-        const float b0 = a.ln_b ? bf16_bits(a.ln_b[k]) : 0.0f;
-        const float b1 = a.ln_b ? bf16_bits(a.ln_b[k + 1]) : 0.0f;
-        sts(row + k2, pack_bf16((bf16_lo(v) - mean) * rstd * bf16_bits(a.ln_w[k]) + b0,
-                                (bf16_hi(v) - mean) * rstd * bf16_bits(a.ln_w[k + 1]) + b1));
-      }
+  if (a.ln_w) {  // four threads a row (a quad), 16-byte chunks q, q + 4, ... of it
+    const int r = tid / 4, q = tid % 4;
+    uint16_t* row = x_s + r * P;
+    float s = 0.0f;
+    for (int ch = q; ch < chunks; ch += 4) {
+      float f[8];
+      unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s += f[i];
+    }
+    const float mean = quad_sum(s) / K;
+    float ss = 0.0f;
+    for (int ch = q; ch < chunks; ch += 4) {
+      float f[8];
+      unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += (f[i] - mean) * (f[i] - mean);
+    }
+    const float rstd = 1.0f / sqrtf(quad_sum(ss) / K + a.eps);
+    for (int ch = q; ch < chunks; ch += 4) {
+      float f[8], lw[8], lb[8];
+      unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
+      unpack8(lds(reinterpret_cast<const uint4*>(lnw_s + ch * 8)), lw);
+      unpack8(lds(reinterpret_cast<const uint4*>(lnb_s + ch * 8)), lb);
+      uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o[i] = pack_bf16((f[2 * i] - mean) * rstd * lw[2 * i] + lb[2 * i],
+                         (f[2 * i + 1] - mean) * rstd * lw[2 * i + 1] + lb[2 * i + 1]);
+      sts(reinterpret_cast<uint4*>(row + ch * 8), uint4{o[0], o[1], o[2], o[3]});
     }
     __syncthreads();
   }
 
   // out tile = x_s (16 rows of this warp) times w_s (8NT rows of this warp)^T
-  const int wm = warp / 2, wn = warp % 2;
   const uint16_t* a_s = x_s + wm * 16 * P;
-  const uint16_t* b_s = w_s + wn * 8 * NT * P;
+  const uint16_t* bw_s = w_s + wn * 8 * NT * P;
   float acc[NT][4] = {};
-  for (int kk = 0; kk < a.K / 16; ++kk) {
+  for (int kk = 0; kk < K / 16; ++kk) {
     uint32_t af[4];
     ldmatrix_x4(af, a_s + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t bf[4];
-      ldmatrix_x4(bf, b_s + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
+      ldmatrix_x4(bf, bw_s + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
                           ((lane >> 3) & 1) * 8);
       mma_bf16(acc[2 * np], af, bf[0], bf[1]);
       mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
@@ -147,23 +186,19 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   }
 
   // epilogue: accumulator (nt, 2 hh + e) is row g + 8 hh, column nt * 8 + 2 t + e of the slice
-  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int row = r0 + wm * 16 + g + 8 * hh;
-      const int col = n0 + wn * 8 * NT + nt * 8 + 2 * t;
+      const int cl = wn * 8 * NT + nt * 8 + 2 * t, col = n0 + cl;  // in the CTA, in out
       if (row >= a.R) continue;
       float v[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int c = col + e;
-        v[e] = acc[nt][2 * hh + e];
-        if (c >= a.N) continue;
-        if (a.b) v[e] += bf16_bits(a.b[c]);
+        v[e] = acc[nt][2 * hh + e] + bf16_bits(lds(b_s + cl + e));  // 0 without a bias
         if (a.gelu) v[e] = gelu_tanh_f(v[e]);
-        if (a.residual) v[e] += bf16_bits(a.residual[int64_t(row) * a.N + c]);
+        v[e] += res[nt][2 * hh + e];  // 0 without a residual
       }
       const uint32_t packed = pack_bf16(v[0], v[1]);
       uint16_t* o = a.out + int64_t(row) * a.N + col;

@@ -80,17 +80,19 @@ def once() -> None:
         w = (0.1 * rnd(1001, 64, dtype=dtype)).requires_grad_()
         t = torch.randint(0, 1001, (70,), generator=g, device=dev)
         torch.autograd.grad(ops.linear_cross_entropy(h, w, t, chunk_rows=32), (h, w))
-        for K in (384, 37):  # 16-byte weight rows (vector loads); K % 8 != 0: scalar loads
-            x, w = rnd(2, K, dtype=dtype), rnd(100, K, dtype=dtype) / K**0.5
+        # 16-byte weight rows (vector loads); K % 8 != 0: scalar loads; 40 rows: in bf16 on
+        # CUDA the tensor-core kernel (decode_mma.cuh), with row and column tails
+        for R, K in ((2, 384), (2, 37), (40, 384)):
+            x, w = rnd(R, K, dtype=dtype), rnd(100, K, dtype=dtype) / K**0.5
             lw, lb, res = (
                 1 + 0.1 * rnd(K, dtype=dtype),
                 rnd(K, dtype=dtype),
-                rnd(2, 100, dtype=dtype),
+                rnd(R, 100, dtype=dtype),
             )
             y = ops.decode_linear(x, w, None, ln_weight=lw, ln_bias=lb, residual=res, gelu=True)
             h = F.layer_norm(x.float(), (K,), lw.float(), lb.float())
             ref = F.gelu(h @ w.float().t(), approximate="tanh") + res.float()
-            assert_close(y, ref, dtype, f"decode_linear K={K} {dtype}")
+            assert_close(y, ref, dtype, f"decode_linear R={R} K={K} {dtype}")
         qkv = rnd(2, 3 * 6 * 64, dtype=dtype)
         kc, vc = rnd(2, 6, 256, 64, dtype=dtype), rnd(2, 6, 256, 64, dtype=dtype)
         ops.decode_attention(qkv, kc, vc, torch.tensor(200, device=dev))

@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
         {2, 33, 35, 64, true, false, true, true},     // odd N: the scalar stores
         {2, 16, 32, 96, false, false, true, true},    // fewer rows than a tile
         {4, 70, 130, 32, true, true, true, true},     // three row tiles, three column tiles
+        {4, 64, 64, 384, true, true, true, true},     // shakespeare-char's c_fc slice
+        {2, 32, 32, 1536, false, false, true, true},  // and its mlp.c_proj slice
     };
   std::mt19937 rng(std::random_device{}());
   bool all = true;
