@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
     const int r = tid / 4, q = tid % 4;
     uint16_t* row = x_s + r * P;
     float s = 0.0f;
+#pragma unroll 4
     for (int ch = q; ch < chunks; ch += 4) {
       float f[8];
       unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
@@ -146,6 +147,7 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
     }
     const float mean = quad_sum(s) / K;
     float ss = 0.0f;
+#pragma unroll 4
     for (int ch = q; ch < chunks; ch += 4) {
       float f[8];
       unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
@@ -153,6 +155,7 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
       for (int i = 0; i < 8; ++i) ss += (f[i] - mean) * (f[i] - mean);
     }
     const float rstd = 1.0f / sqrtf(quad_sum(ss) / K + a.eps);
+#pragma unroll 4
     for (int ch = q; ch < chunks; ch += 4) {
       float f[8], lw[8], lb[8];
       unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
@@ -172,6 +175,7 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   const uint16_t* a_s = x_s + wm * 16 * P;
   const uint16_t* bw_s = w_s + wn * 8 * NT * P;
   float acc[NT][4] = {};
+#pragma unroll 4
   for (int kk = 0; kk < K / 16; ++kk) {
     uint32_t af[4];
     ldmatrix_x4(af, a_s + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + kk * 16 + (lane >> 4) * 8);
