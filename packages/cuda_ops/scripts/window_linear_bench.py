@@ -3,7 +3,8 @@ LayerNorm / GELU / residual fused) against what the window ran before (cuBLAS F.
 fused LayerNorm or GELU kernel beside it), each as a chain of CALLS dependent calls captured in
 one CUDA graph, replayed; median microseconds a call over rounds, the two alternated.
 
-    python3 packages/cuda_ops/scripts/window_linear_bench.py [--preset-c 384] [--rows 256] [--json F]
+    python3 packages/cuda_ops/scripts/window_linear_bench.py \
+        [--preset-c 384] [--rows 256] [--json F]
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -108,13 +111,33 @@ def main() -> None:
         )
         print(
             f"{name:18s} R={R} K={K:5d} N={N:5d}: decode_linear {med['decode_linear']:6.2f} us, "
-            f"no-PDL {med['decode_linear no-PDL']:6.2f} us, before {med['before']:6.2f} us, F.linear alone {med['F.linear alone']:6.2f} us",
+            f"no-PDL {med['decode_linear no-PDL']:6.2f} us, before {med['before']:6.2f} us, "
+            f"F.linear alone {med['F.linear alone']:6.2f} us",
             flush=True,
         )
     if args.json:
+        record = {
+            "kind": "window-linear-bench",
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "calls": args.calls,
+            "rounds": args.rounds,
+            "environment": _environment(),
+            "rows": rows,
+        }
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)  # fmt: skip
+            json.dump(record, f, indent=1)
+
+
+def _environment() -> dict | None:
+    """The bench's environment block (commit, versions, build_info) where gptstack.bench is on
+    the path; this script also runs with gptstack.cuda_ops alone."""
+    try:
+        from gptstack.bench.environment import environment
+    except ImportError:
+        return None
+    return environment(torch.device("cuda"), command=sys.argv)
 
 
 if __name__ == "__main__":
