@@ -7,15 +7,14 @@ each token is one cached decode step (one new position through the model); once 
 each token re-runs the whole window (the absolute positions shift, so nothing cached can be
 reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
 (kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
-"gptstack-matmul-window" = the same with the slide window's matrices as cuBLAS matmuls between
-LayerNorm and GELU kernels instead of decode_linear's tensor-core kernel (the default before
-2026-12-05), "gptstack-one-launch" = the cached step's blocks as one decode_blocks launch
-instead of op by op, "gptstack-sdpa-window" = SDPA for the slide window's attention; --configs
-picks them),
-alternating the configurations over rounds (medians; the prompt's prefill, timed alone, is
-taken out of the decode phase), and writes a torch.profiler kernel table of one
-500-token generation per configuration: `profile-decode-<run>.json` and
-`profile-decode-<run>-<kernels>.txt` in DIR.
+"gptstack-rows-window" = the same with the slide window's matrices through decode_linear's
+tensor-core kernel (LayerNorm, GELU and residual inside it; opt-in, fused_step.WINDOW_ROWS)
+instead of cuBLAS matmuls between LayerNorm and GELU kernels, "gptstack-one-launch" = the
+cached step's blocks as one decode_blocks launch instead of op by op, "gptstack-sdpa-window" =
+SDPA for the slide window's attention; --configs picks them), alternating the configurations
+over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
+writes a torch.profiler kernel table of one 500-token generation per configuration:
+`profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--slide-tokens", type=int, default=256)
-    ap.add_argument("--configs", default="torch,gptstack,gptstack-matmul-window")
+    ap.add_argument("--configs", default="torch,gptstack,gptstack-rows-window")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for run in args.ckpt:
@@ -72,8 +71,11 @@ def main() -> None:
         # the slide window's attention through PyTorch's SDPA instead of the cuda_ops kernel
         if "gptstack-sdpa-window" in decoders:
             decoders["gptstack-sdpa-window"].step.native_attention = False
-        if "gptstack-matmul-window" in decoders:
-            decoders["gptstack-matmul-window"].step.window_rows = False
+        if "gptstack-rows-window" in decoders:
+            step = decoders["gptstack-rows-window"].step
+            step.window_rows = step.rows_kernel_runs()
+            if not step.window_rows:
+                print(f"{run.name}: gptstack-rows-window runs cuBLAS matmuls (not bf16?)")
         for d in decoders.values():  # capture every graph both phases need
             timed(d, idx, fill + 64)
         rows = {k: {"first_s": [], "fill_s": [], "fill_slide_s": []} for k in decoders}

@@ -57,13 +57,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "programmatic_launch": False,
     },
-    # the slide window's matrices as cuBLAS matmuls between LayerNorm and GELU kernels (the
-    # default before 2026-12-05), not decode_linear's tensor-core kernel
-    "graph bf16 fused matmul-window": {
+    # the slide window's matrices through decode_linear's tensor-core kernel (LayerNorm, GELU
+    # and residual fused: 5 launches a block; opt-in, fused_step.WINDOW_ROWS), not cuBLAS
+    # matmuls between LayerNorm and GELU kernels (8)
+    "graph bf16 fused rows-window": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_rows": False,
+        "window_rows": True,
     },
     # the fused step's blocks as one decode_blocks launch (opt-in), not op by op
     "graph bf16 fused one-launch": {
@@ -74,6 +75,7 @@ CONFIGS = {  # name -> sample() options
     },
 }
 DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
+DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 
 
 def set_one_launch(enabled: bool) -> None:
@@ -108,7 +110,7 @@ def main() -> None:
                 options = dict(CONFIGS[n])
                 set_programmatic_launch(options.pop("programmatic_launch", True))
                 set_one_launch(options.pop("one_launch", DEFAULT_ONE_LAUNCH))
-                fused_step.WINDOW_ROWS = options.pop("window_rows", None)
+                fused_step.WINDOW_ROWS = options.pop("window_rows", DEFAULT_WINDOW_ROWS)
                 try:
                     res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
                     if fused_step.ONE_LAUNCH and not res.one_launch:  # the name says what ran
@@ -126,7 +128,7 @@ def main() -> None:
                 finally:
                     set_programmatic_launch(True)
                     set_one_launch(DEFAULT_ONE_LAUNCH)
-                    fused_step.WINDOW_ROWS = None
+                    fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
                 print(

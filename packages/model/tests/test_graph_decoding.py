@@ -182,7 +182,7 @@ def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens
     )  # fmt: skip
     idx = random_tokens(31, 2, 16, cfg.vocab_size)
     step = FusedDecodeStep(model, cache)
-    assert not step.window_on_rows()  # on a CPU the matmuls stay PyTorch's
+    assert not step.rows_kernel_runs() and not step.window_rows  # on a CPU: PyTorch's matmuls
     step.window_rows = True
     with torch.no_grad():
         ref, _ = model(idx, last_only=True)
@@ -194,8 +194,10 @@ def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens
 @needs_cuda
 @needs_cuda_ops
 def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_tokens, rel_err):
-    """On CUDA in bfloat16 window() takes the tensor-core decode_linear path by default and
-    agrees with the model's bf16 forward and with the cuBLAS-matmul window to bf16 tolerance."""
+    """On CUDA in bfloat16 window() can take the tensor-core decode_linear path (opt-in:
+    fused_step.WINDOW_ROWS) and agrees with the model's bf16 forward and with the cuBLAS-matmul
+    window to bf16 tolerance."""
+    from gptstack.model import fused_step
     from gptstack.model.fused_step import FusedDecodeStep
     from gptstack.model.kv_cache import StaticKVCache
 
@@ -208,7 +210,8 @@ def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_to
     )  # fmt: skip
     idx = random_tokens(33, 1, cfg.block_size, cfg.vocab_size).cuda()
     step = FusedDecodeStep(model, cache)
-    assert step.window_on_rows()
+    assert step.rows_kernel_runs() and step.window_rows == fused_step.WINDOW_ROWS
+    step.window_rows = True
     with torch.no_grad():
         ref = model.float()(idx, last_only=True)[0][:, -1]
         model.to(torch.bfloat16)

@@ -63,10 +63,13 @@ def unsupported_reason(model, device: torch.device) -> str | None:
 # (blocks_reason), the A/B switch of the benchmarks.
 ONE_LAUNCH = False
 
-# window(): None = every block's matrices through decode_linear where it runs on tensor cores
-# (FusedDecodeStep.window_on_rows), False = cuBLAS matmuls between the fused LayerNorm and GELU
-# kernels (the step before 2026-12-05): the A/B switch of the benchmarks, like ONE_LAUNCH.
-WINDOW_ROWS: bool | None = None
+# window(): True = every block's matrices through decode_linear's tensor-core kernel where it
+# runs (FusedDecodeStep.rows_kernel_runs: 5 launches a block), False = cuBLAS matmuls between the
+# fused LayerNorm, add + LayerNorm and GELU kernels (8). Off by default: the tensor-core window
+# is built and tested (bits against the model, the emulator, CUDA tests) but has not yet been
+# timed end to end against the matmul window, and only what wins there is a default (the
+# README's sampling paragraph). The A/B switch of the benchmarks, like ONE_LAUNCH.
+WINDOW_ROWS = False
 
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
@@ -117,9 +120,9 @@ class FusedDecodeStep:
         self.native_attention = True
         # every block in one launch (decode_blocks): opt-in, see ONE_LAUNCH
         self.blocks_in_one_launch = ONE_LAUNCH and blocks_reason(model, device) is None
-        # window(): None = decode_linear on every row where it runs on tensor cores, True /
-        # False = always / never (window_on_rows)
-        self.window_rows: bool | None = WINDOW_ROWS
+        # window() through decode_linear (see WINDOW_ROWS); tests set it True on a CPU too,
+        # where the rows run through the CPU reference
+        self.window_rows = WINDOW_ROWS and self.rows_kernel_runs()
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -174,15 +177,10 @@ class FusedDecodeStep:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return y.transpose(1, 2).reshape(B, T, C3 // 3)
 
-    def window_on_rows(self) -> bool:
-        """Whether window() runs every matrix of its blocks through decode_linear (LayerNorm,
-        bias, GELU and residual inside the matmul: 5 launches a block) rather than cuBLAS
-        matmuls between the LayerNorm, add + LayerNorm and GELU kernels (8): on CUDA in
-        bfloat16, where decode_linear's many-row calls run on tensor cores (csrc/decode_mma.cuh;
-        widths up to decode.MMA_MAX_K). Elsewhere decode_linear is a one-row kernel or scalar
-        CPU code, slower than a matmul over a whole window. `window_rows` forces it (tests)."""
-        if self.window_rows is not None:
-            return self.window_rows
+    def rows_kernel_runs(self) -> bool:
+        """Whether decode_linear runs this model's window on tensor cores: on CUDA in bfloat16
+        (csrc/decode_mma.cuh; widths up to decode.MMA_MAX_K). Elsewhere decode_linear is a
+        one-row kernel or scalar CPU code, slower than a matmul over a whole window."""
         w = self.model.wte.weight
         C = self.model.config.n_embd
         return (
@@ -199,7 +197,7 @@ class FusedDecodeStep:
         B, T = ids.shape
         C = m.config.n_embd
         x = F.embedding(ids, m.wte.weight) + m.wpe.weight[:T]  # (B, T, C)
-        if B * T < self.ops.decode.MMA_MIN_ROWS or not self.window_on_rows():
+        if B * T < self.ops.decode.MMA_MIN_ROWS or not self.window_rows:
             return self._window_matmuls(x)
         ops, eps = self.ops, self.eps
         x = x.view(B * T, C)
