@@ -158,3 +158,17 @@ def test_the_rungs_help_names_every_rung(capsys):
         main(["bench", "train", "--help"])
     text = "".join(capsys.readouterr().out.split())  # argparse wraps the help anywhere
     assert ",".join(RUNG_KEYS) in text
+
+
+def test_the_cpu_train_ladder_records_trains_memory_setting(tmp_path, monkeypatch):
+    """The CPU ladder runs with the malloc setting `gptstack train` uses there, and says which
+    (here the one that leaves a user's own malloc tuning alone, so this process keeps its own)."""
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "0")
+    args = ["bench", "train", "--device", "cpu", "--smoke", "--preset", "esp32"]
+    assert cli.main([*args, "--rungs", "fp32", "--out", str(tmp_path), "--no-progress"]) == 0
+    (path,) = tmp_path.glob("train-cpu-*.json")
+    notes = load_result(path)["notes"]
+    assert (
+        "gptstack train's CPU memory setting: malloc as it is (MALLOC_TOP_PAD_ set in the "
+        "environment)" in notes
+    ), notes

@@ -188,9 +188,32 @@ def test_optimizer_groups(make_gpt):
     assert decay == {f"h.{i}.{m}.weight" for i in range(2) for m in linear}
     assert plain == set(names.values()) - decay
     assert {"wte.weight", "wpe.weight", "ln_f.weight", "h.0.attn.c_attn.bias"} <= plain
-    assert not optimizer.defaults["fused"]
+    assert optimizer.defaults["fused"]  # one multi-tensor update on a CPU too
+    assert not model.configure_optimizer(0.1, 1e-3, (0.9, 0.95), "cpu", fused=False).defaults[
+        "fused"
+    ]
     with pytest.raises(ModelError, match="learning_rate"):
         model.configure_optimizer(0.1, 0.0, (0.9, 0.95), "cpu")
+
+
+def test_fused_adamw_on_cpu_matches_the_parameter_loop(make_gpt):
+    """The CPU default (fused) makes the per-parameter loop's update, to float rounding, on
+    fresh random gradients over a few steps, decay and no-decay groups alike."""
+    import copy
+
+    loop_model = make_gpt(3, n_layer=2)
+    fused_model = copy.deepcopy(loop_model)
+    loop = loop_model.configure_optimizer(0.5, 1e-2, (0.9, 0.99), "cpu", fused=False)
+    fused = fused_model.configure_optimizer(0.5, 1e-2, (0.9, 0.99), "cpu")
+    g = torch.Generator().manual_seed(11)
+    for _ in range(5):
+        for p, q in zip(loop_model.parameters(), fused_model.parameters(), strict=True):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.clone()
+        loop.step()
+        fused.step()
+    for (name, p), q in zip(loop_model.named_parameters(), fused_model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_num_params_counts_tied_weights_once(make_gpt):

@@ -313,6 +313,13 @@ def _run(args: argparse.Namespace, suite: str, call) -> int:
     path = result_path(
         out_dir, suite, device, args.tag + ("smoke" if args.smoke and not args.tag else "")
     )
+    notes = ()
+    if suite == "train" and device.type == "cpu":
+        # the malloc thresholds `gptstack train` sets on a CPU (cpu_memory.py), so the ladder
+        # times the step as training runs it
+        from .cpu_memory import keep_freed_memory
+
+        notes = (f"gptstack train's CPU memory setting: {keep_freed_memory().describe()}",)
     options = SuiteOptions(
         device=device,
         settings=_settings(args),
@@ -321,6 +328,7 @@ def _run(args: argparse.Namespace, suite: str, call) -> int:
         compile_backend=getattr(args, "compile_backend", "inductor"),
         progress=not args.no_progress,
         command=_command(args),
+        notes=notes,
     )
     data = call(options)
     print(text_summary([data]))

@@ -89,6 +89,9 @@ class TrainSection:
     # applies only where gptstack.cuda_ops runs its AVX2 path (train.run_model_config).
     cpu_bf16_ops: str = ""
     cpu_bf16_attention: str = ""
+    # on a CPU, raise glibc malloc's thresholds so the memory a step frees is reused by the next
+    # instead of going back to the kernel and faulting in again (cpu_memory.py)
+    cpu_keep_freed_memory: bool = True
     lr: float = 1e-3
     min_lr: float = 1e-4  # the decay's floor (nanoGPT: lr/10, per Chinchilla)
     # how lr falls from its peak after the warmup to min_lr at max_steps: cosine (nanoGPT) |

@@ -20,6 +20,7 @@ from gptstack.bench.peaks import Peak, peak_flops
 from gptstack.model import autocast, resolve_device
 
 from .config import TrainSection
+from .cpu_memory import MemoryNote
 from .datasets import cache_dir
 from .errors import ConfigError
 from .schedule import total_steps
@@ -34,6 +35,7 @@ class Runtime:
     peak: Peak | None  # for MFU; None on CPUs and unknown GPUs
     cuda_graph: bool = False  # the whole training step replayed as one CUDA graph
     threads: ThreadChoice | None = None  # CPU runs: the thread policy's choice (threads.py)
+    memory: MemoryNote | None = None  # CPU training: what cpu_memory.py did to malloc
 
     @property
     def device_type(self) -> str:
@@ -58,6 +60,8 @@ class Runtime:
         )
         if self.threads is not None:
             extra += f", {self.threads.describe()}"
+        if self.memory is not None:
+            extra += f", {self.memory.describe()}"
         return f"{name} ({self.device}), {self.dtype}{extra}"
 
 

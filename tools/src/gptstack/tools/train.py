@@ -1,6 +1,6 @@
 """The training loop: `train(cfg, run_dir)` -> TrainResult.
 
-AdamW (fused on CUDA), warmup + cosine schedule, gradient accumulation and clipping; on CUDA bf16
+AdamW (fused), warmup + cosine schedule, gradient accumulation and clipping; on CUDA bf16
 autocast, torch.compile and the whole step replayed as one CUDA graph (gptstack.model.TrainStep,
 the same step `gptstack bench train` measures). Every `eval_interval` steps: train/val loss and
 val bits/char, the checkpoint `last/` (with optimizer and RNG state) and `best/` when val
@@ -12,7 +12,8 @@ and returns. Resuming from `last/` continues exactly: the batch of a step depend
 A run directory that already holds checkpoints is refused unless resumed or overwritten
 (run_dir.py); it is created only when training starts, and removed again if the run fails
 before its first checkpoint. On a CPU the run uses its preset's CPU schedule
-(schedule.for_device) and the thread policy (threads.py), both named in the run header.
+(schedule.for_device), the thread policy (threads.py) and malloc thresholds that keep a step's
+freed memory for the next (cpu_memory.py), each named in the run header.
 
 Under torchrun (train_dist.py) the same loop runs in every process: distributed.py and
 parallel.py hold what differs (each rank's share of the micro-batches, DDP/FSDP2, rank 0 alone
@@ -51,6 +52,7 @@ from .checkpoint import read_meta, resolve_checkpoint
 from .checkpoint_writer import CheckpointWriter
 from .compile_ahead import CompileAhead
 from .config import RunConfig, gpt_config
+from .cpu_memory import keep_freed_memory
 from .data import Corpus, prepare_corpus
 from .distributed import World, restore_rng, rng_state, seed_ranks
 from .errors import CheckpointError, ConfigError
@@ -328,6 +330,8 @@ def train(
     runtime.threads = use_threads(
         runtime.device, rows=t.batch_size * T, n_params=model.num_params()
     )
+    if runtime.device_type == "cpu" and t.cpu_keep_freed_memory:
+        runtime.memory = keep_freed_memory()
     # [dist] to the device as is, or in DDP / FSDP2; compiled as runtime.compile says
     replicas = wrap_model(model, world, runtime, t.parallel)
     seed_ranks(world, t.seed)  # [dist]

@@ -279,7 +279,7 @@ class GPT(nn.Module):
         fused: bool | None = None,
     ) -> torch.optim.AdamW:
         """AdamW: decay on Linear weights only (not biases, LayerNorms, wte/lm_head, wpe);
-        fused when device_type == "cuda" (or as `fused` says); capturable for CUDA graphs.
+        fused on CUDA and CPUs (or as `fused` says); capturable for CUDA graphs.
         See optimizer.py."""
         return configure_adamw(
             self,

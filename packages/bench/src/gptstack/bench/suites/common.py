@@ -115,7 +115,9 @@ class SuiteOptions:
     defaults, or Settings.smoke() when smoke). out: the result JSON (None: not written).
     smoke: CI size (tiny models, a few repeats). compile_backend: torch.compile backend
     (inductor; aot_eager/eager let a CPU exercise the compile path quickly). progress: the
-    progress line on stderr. command: the command line to record.
+    progress line on stderr. command: the command line to record. notes: what the caller did
+    to the process before the run (the CLI's malloc thresholds on a CPU), recorded among the
+    result's notes.
     """
 
     device: str | torch.device = "auto"
@@ -125,6 +127,7 @@ class SuiteOptions:
     compile_backend: str = "inductor"
     progress: bool = True
     command: list[str] | None = None
+    notes: tuple[str, ...] = ()
 
     def on_cpu(self) -> SuiteOptions:
         """The same options on the CPU (the engine and tokenizer suites)."""
@@ -158,6 +161,8 @@ class SuiteContext:
             env=environment(dev, o.command),
             path=o.out,
         )
+        for text in o.notes:
+            result.note(text)
         return cls(
             dev, settings, Progress(suite, enabled=o.progress), result, o.smoke, o.compile_backend
         )

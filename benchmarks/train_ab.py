@@ -1,0 +1,140 @@
+"""`gptstack train` end to end, two versions of the code side by side (A B A B ...).
+
+    python3 benchmarks/train_ab.py --before REV --preset esp32 [--set KEY=VALUE ...] \\
+        [--rounds 2] --out benchmarks/results/train-ab-esp32-cpu-DATE.json
+
+"before" is a git revision, checked out into a temporary worktree whose Python sources come
+first on PYTHONPATH (the compiled gptstack.cuda_ops stays the installed one: a change to it is
+not what this compares); "after" is this checkout as installed. Each run is a fresh process
+of the CLI, timed from outside (wall, and its minor page faults from getrusage), and its
+summary.json (the training-run record: loop wall, tokens/s, val loss, environment) is kept
+whole. The JSON has every run, the medians of each side and the medians of the per-round
+ratios (after / before for tokens/s, before / after for times: > 1 is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMBER_SOURCES = ("packages/tokenizer/src", "packages/model/src", "packages/quant/src",
+                  "packages/bench/src", "tools/src")  # fmt: skip
+
+
+def git(*args: str) -> str:
+    return subprocess.check_output(["git", *args], cwd=ROOT, text=True).strip()
+
+
+def run_once(side: str, sources: str | None, args, run_dir: Path) -> dict:
+    env = dict(os.environ)
+    if sources is not None:
+        env["PYTHONPATH"] = os.pathsep.join([sources, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    overrides = [x for kv in args.set for x in ("--set", kv)]
+    cmd = [sys.executable, "-m", "gptstack.tools.cli", "train", "--preset", args.preset,
+           *overrides, "--no-progress", "--out", str(run_dir)]  # fmt: skip
+    faults0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults0
+    if proc.returncode != 0:
+        raise SystemExit(f"{side}: {' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    header = next((line for line in proc.stdout.splitlines() if line.startswith("run ")), "")
+    row = {
+        "side": side,
+        "process_wall_s": wall,
+        "minor_page_faults": faults,
+        "loop_wall_s": summary["wall_time_s"],
+        "tokens_per_s_median": summary["tokens_per_s_median"],
+        "best_val_loss": summary["best_val_loss"],
+        "header": header,
+        "summary": summary,
+    }
+    print(
+        f"{side:6s} process {wall:6.1f} s, loop {row['loop_wall_s']:6.1f} s, "
+        f"{row['tokens_per_s_median']:9,.0f} tokens/s, {faults:9,d} page faults, "
+        f"best val {row['best_val_loss']:.4f}",
+        flush=True,
+    )
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", required=True, help="git revision of the baseline")
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    before_commit = git("rev-parse", args.before)
+    after_commit = git("rev-parse", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    with tempfile.TemporaryDirectory(prefix="train-ab-") as tmp:
+        tree = Path(tmp) / "before"
+        git("worktree", "add", "--detach", str(tree), before_commit)
+        try:
+            sources = os.pathsep.join(str(tree / s) for s in MEMBER_SOURCES)
+            runs = []
+            for r in range(args.rounds):
+                for side, src in (("before", sources), ("after", None)):
+                    runs.append(run_once(side, src, args, Path(tmp) / f"{side}-{r}"))
+        finally:
+            git("worktree", "remove", "--force", str(tree))
+    import torch
+
+    from gptstack.bench.environment import environment  # this process: the after side's code
+
+    keys = ("process_wall_s", "loop_wall_s", "tokens_per_s_median", "minor_page_faults")
+    medians = {
+        side: {k: statistics.median(r[k] for r in runs if r["side"] == side) for k in keys}
+        for side in ("before", "after")
+    }
+    pairs = list(zip(runs[0::2], runs[1::2], strict=True))
+    ratios = {
+        "tokens_per_s": statistics.median(a["tokens_per_s_median"] / b["tokens_per_s_median"]
+                                          for b, a in pairs),
+        "loop_wall": statistics.median(b["loop_wall_s"] / a["loop_wall_s"] for b, a in pairs),
+        "process_wall": statistics.median(b["process_wall_s"] / a["process_wall_s"]
+                                          for b, a in pairs),
+    }  # fmt: skip
+    record = {
+        "kind": "train-ab",
+        "preset": args.preset,
+        "overrides": args.set,
+        "before": before_commit,
+        "after": after_commit,
+        "after_dirty": dirty,
+        "rounds": args.rounds,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "medians": medians,
+        "ratios_after_vs_before": ratios,
+        "runs": runs,
+        # each run's own environment is in its summary; this one names the machine and versions
+        "environment": environment(
+            torch.device("cuda" if torch.cuda.is_available() else "cpu"), command=sys.argv
+        ),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    for side, m in medians.items():
+        print(
+            f"{side:6s} median: process {m['process_wall_s']:.1f} s, loop {m['loop_wall_s']:.1f}"
+            f" s, {m['tokens_per_s_median']:,.0f} tokens/s"
+        )
+    print("after vs before: " + ", ".join(f"{k} {v:.3f}x" for k, v in ratios.items()))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
