@@ -1,6 +1,7 @@
 """Decoding speed through `gptstack sample`'s own code path, every decoder side by side.
 
     python3 benchmarks/sample_speed.py --ckpt RUN [--ckpt RUN2 ...] --out DIR [--tokens 500]
+    python3 benchmarks/sample_speed.py --device cpu --ckpt RUN --out DIR   # the CPU configs
 
 Loads each checkpoint once and calls gptstack.tools.sample.sample() -- exactly what the CLI runs
 -- for each configuration, alternating the configurations over several rounds
@@ -25,6 +26,7 @@ import torch
 
 from gptstack.bench.environment import environment
 from gptstack.model import fused_step
+from gptstack.tools import threads
 from gptstack.tools.checkpoint import load_checkpoint
 from gptstack.tools.sample import sample
 
@@ -74,6 +76,14 @@ CONFIGS = {  # name -> sample() options
         "one_launch": True,
     },
 }
+# on a CPU (--device cpu): the KV-cache decoder as `gptstack sample` runs it there, with the
+# threads switched to every core once the slide window is full (threads.DecodeThreads), and
+# with the first phase's one thread throughout (the policy before 2026-12-05)
+CPU_CONFIGS = {
+    "kv fp32": {"mode": "kv", "dtype": "fp32"},
+    "kv fp32 one thread": {"mode": "kv", "dtype": "fp32", "threads_by_phase": False},
+    "kv bf16": {"mode": "kv", "dtype": "bf16"},
+}
 DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 
@@ -97,17 +107,23 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--tokens", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--configs", default=None, help="default: every config of the device")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    names = args.configs.split(",")
+    configs = CONFIGS if args.device == "cuda" else CPU_CONFIGS
+    names = (args.configs or ",".join(configs)).split(",")
+    unknown = [n for n in names if n not in configs]
+    if unknown:
+        raise SystemExit(f"--configs {unknown} on {args.device}: choose from {', '.join(configs)}")
     for run in args.ckpt:
         rows = {n: {"tokens_per_s": [], "startup_s": [], "text": None} for n in names}
         for r in range(args.rounds):
             for n in names:
                 # sample() casts the model to the configuration's dtype: load it fresh
-                ckpt = load_checkpoint(run, device="cuda")
-                options = dict(CONFIGS[n])
+                ckpt = load_checkpoint(run, device=args.device)
+                options = dict(configs[n])
+                threads.BY_PHASE = options.pop("threads_by_phase", True)
                 set_programmatic_launch(options.pop("programmatic_launch", True))
                 set_one_launch(options.pop("one_launch", DEFAULT_ONE_LAUNCH))
                 fused_step.WINDOW_ROWS = options.pop("window_rows", DEFAULT_WINDOW_ROWS)
@@ -129,6 +145,7 @@ def main() -> None:
                     set_programmatic_launch(True)
                     set_one_launch(DEFAULT_ONE_LAUNCH)
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
+                    threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["startup_s"].append(res.startup_s)
                 print(
@@ -148,7 +165,7 @@ def main() -> None:
                 "startup_s_first": row["startup_s"][0],
                 "greedy_equals_naive": (
                     row.get("greedy_text") == ref
-                    if ref is not None and CONFIGS[n]["dtype"] == "fp32"
+                    if ref is not None and configs[n]["dtype"] == "fp32"
                     else None
                 ),
                 **row,
@@ -159,16 +176,17 @@ def main() -> None:
                 f"{summary[n]['startup_s_first']:.2f} s)  greedy==naive "
                 f"{summary[n]['greedy_equals_naive']}"
             )
-        (args.out / f"sample-speed-{run.name}.json").write_text(
+        suffix = "-cpu" if args.device == "cpu" else ""
+        (args.out / f"sample-speed-{run.name}{suffix}.json").write_text(
             json.dumps(
                 {
                     "kind": "sample-speed",
                     "run": str(run),
                     "tokens": args.tokens,
-                    "device": torch.cuda.get_device_name(),
+                    "device": (torch.cuda.get_device_name() if args.device == "cuda" else "cpu"),
                     "torch": torch.__version__,
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "environment": environment(torch.device("cuda"), command=sys.argv),
+                    "environment": environment(torch.device(args.device), command=sys.argv),
                     "configs": summary,
                 },
                 indent=1,

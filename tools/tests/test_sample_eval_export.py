@@ -38,6 +38,25 @@ def test_sample_streams_the_prompt_and_new_text(run_dir):
         sample(ckpt, "ROMEO\x00", tokens=3, out=None)
 
 
+def test_cpu_sampling_threads_follow_the_slide_window(run_dir, tmp_path):
+    """On a CPU sample() takes the threads of each phase (threads.DecodeThreads): the choice for
+    whole windows once the context (32 here) is full under slide, never under halve; the
+    sample-run record and the status line say so."""
+    ckpt = load_checkpoint(run_dir)
+    short = sample(ckpt, "ROMEO:", tokens=20, seed=1, out=None)  # 6 + 20 < 32: cached steps only
+    assert short.threads.filling is not None and short.threads.full is None
+    slide = sample(ckpt, "ROMEO:", tokens=40, seed=1, out=None)
+    assert slide.threads.full is not None and slide.threads.threads == slide.threads.full.threads
+    halve = sample(ckpt, "ROMEO:", tokens=40, seed=1, window="halve", out=None)
+    assert halve.threads.full is None
+    record = tmp_path / "sample.json"
+    assert main(["sample", "--ckpt", str(run_dir), "--tokens", "40", "--seed", "1",
+                 "--json", str(record)]) == 0  # fmt: skip
+    fields = json.loads(record.read_text())
+    assert fields["threads"] == slide.threads.threads
+    assert fields["threads_detail"] == slide.threads.describe()
+
+
 def test_graph_decoder_with_fused_kernels_writes_the_same_greedy_text(
     run_dir, tmp_path, capsys, monkeypatch
 ):

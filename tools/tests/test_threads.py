@@ -6,9 +6,11 @@ import os
 import pytest
 import torch
 
+from gptstack.tools import threads as threads_module
 from gptstack.tools.threads import (
     SMALL_WORK_MACS,
     CpuBudget,
+    DecodeThreads,
     choose_threads,
     cpu_budget,
     use_threads,
@@ -85,6 +87,40 @@ def test_use_threads_sets_torch_on_a_cpu_only():
         assert choice.describe().startswith(f"{choice.threads} thread")
         torch.set_num_threads(before)
         assert use_threads(torch.device("cuda", 0), rows=1, n_params=1000) is None
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_decoding_takes_every_core_once_the_slide_window_is_full(monkeypatch):
+    """One thread while the KV cache fills (batch rows a step), every core once each step
+    re-runs the whole window (batch x block_size rows); halve never re-runs it, naive always."""
+    monkeypatch.setattr(threads_module, "cpu_budget", lambda **_: CpuBudget(4, "test", None))
+    cpu, before = torch.device("cpu"), torch.get_num_threads()
+    shape = {"batch": 1, "block_size": 64, "n_params": 4_900_000}  # the esp32 preset
+    try:
+        slide = DecodeThreads(cpu, prompt_len=6, **shape)
+        for i in range(58):  # 6 + 58 = 64: the cache is full after token 57
+            slide.before(i)
+            assert torch.get_num_threads() == 1 and slide.threads == 1
+        slide.before(58)
+        assert torch.get_num_threads() == 4 and slide.threads == 4
+        assert slide.describe().startswith("1 thread while the context fills, then 4 threads (")
+        halve = DecodeThreads(cpu, prompt_len=6, window="halve", **shape)
+        for i in range(500):
+            halve.before(i)
+        assert torch.get_num_threads() == 1 and halve.describe().startswith("1 thread (")
+        for kind in (
+            DecodeThreads(cpu, prompt_len=6, mode="naive", **shape),
+            DecodeThreads(cpu, prompt_len=80, **shape),  # a prompt longer than the context
+        ):
+            torch.set_num_threads(1)
+            kind.before(0)
+            assert torch.get_num_threads() == 4
+        torch.set_num_threads(before)
+        gpu = DecodeThreads(torch.device("cuda", 0), prompt_len=6, **shape)
+        gpu.before(100)
+        assert gpu.threads is None and gpu.describe() is None
         assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)

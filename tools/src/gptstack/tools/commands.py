@@ -170,14 +170,12 @@ def cmd_train(args) -> int:
 
 def cmd_sample(args) -> int:
     from .checkpoint import load_checkpoint, resolve_checkpoint
-    from .threads import use_threads
 
     resolve_checkpoint(args.ckpt)  # a wrong path is reported before torch loads
     from .sample import sample
 
     device = _device(args.device)
     ckpt = load_checkpoint(args.ckpt, device=device)
-    threads = use_threads(device, rows=1, n_params=ckpt.model.num_params())
     result = sample(
         ckpt,
         args.prompt,
@@ -192,6 +190,7 @@ def cmd_sample(args) -> int:
         compile=args.compile,
         kernels=args.kernels,
     )
+    threads = result.threads.describe() if result.threads else None
     step = ""
     if result.kernels == "gptstack":
         sampler = " and sampler" if result.sampler == "gptstack" else ""
@@ -199,7 +198,7 @@ def cmd_sample(args) -> int:
     print(
         f"[{result.new_tokens} tokens: {result.tokens_per_s:,.1f} tokens/s steady state, "
         f"start-up {result.startup_s:.2f} s; {result.mode} decoding{step}, {result.dtype}, on "
-        f"{device}" + (f", {threads.describe()}" if threads else "") + "]",
+        f"{device}" + (f", {threads}" if threads else "") + "]",
         file=sys.stderr,
     )
     if args.json:
@@ -222,7 +221,9 @@ def cmd_sample(args) -> int:
                 "tokens_per_s": result.tokens_per_s,
                 "startup_s": result.startup_s,
                 "seconds": result.seconds,
-                "threads": threads.threads if threads else None,
+                # the threads of the last phase, and the whole choice in words (threads.py)
+                "threads": result.threads.threads if result.threads else None,
+                "threads_detail": threads,
                 "sampling": {
                     "temperature": args.temperature,
                     "top_k": args.top_k or None,

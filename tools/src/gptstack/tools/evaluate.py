@@ -28,7 +28,7 @@ from gptstack.model import autocast, capture
 from .data import Corpus, batch_rng, get_batch
 from .defaults import SAMPLING
 from .runtime import Runtime
-from .threads import use_threads
+from .threads import DecodeThreads, use_threads
 from .val_windows import window_chunks
 
 EVAL_STREAM = 1 << 30  # batch_rng stream id of evaluation batches (training uses step numbers)
@@ -262,10 +262,15 @@ def evaluate_model(
         "threads": loss_threads.threads if loss_threads else None,
     }
     if samples > 0:
-        use_threads(runtime.device, rows=samples, n_params=n_params)
-        start = torch.tensor([prompt_ids(corpus.tokenizer, "")] * samples, device=runtime.device)
+        prompt = prompt_ids(corpus.tokenizer, "")
+        start = torch.tensor([prompt] * samples, device=runtime.device)
         # the decoder `gptstack sample` uses on this device; padded vocabulary rows never drawn
         mode = "graph" if runtime.device.type == "cuda" else "kv"
+        threads = DecodeThreads(
+            runtime.device, batch=samples, prompt_len=len(prompt), block_size=block_size,
+            n_params=n_params, mode=mode,
+        )  # fmt: skip
+        threads.before(0)
         steps = []
         with tqdm(
             total=sample_tokens,
@@ -286,6 +291,7 @@ def evaluate_model(
                 vocab_limit=corpus.tokenizer.vocab_size,
             ):
                 steps.append(token.cpu())
+                threads.before(len(steps))  # the next token's phase
                 bar.update(1)
         out = torch.stack(steps, dim=1) if steps else torch.empty(samples, 0, dtype=torch.long)
         texts = [corpus.tokenizer.decode(row.tolist()) for row in out]
@@ -300,5 +306,6 @@ def evaluate_model(
             generated=generated,
             heldout_reference=reference,
             sample_text=texts[0],
+            sample_threads=threads.describe(),
         )
     return result

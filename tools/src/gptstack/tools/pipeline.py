@@ -136,7 +136,6 @@ def run_pipeline(args) -> int:
     from .plot import plot_run
     from .sample import sample
     from .summary import write_run_summary
-    from .threads import use_threads
     from .train import train
 
     progress = not args.no_progress
@@ -214,7 +213,6 @@ def run_pipeline(args) -> int:
             with stages.stage(3, "sample", "sample (PyTorch, KV cache)"):
                 ckpt = load_checkpoint(run_dir)
                 device = next(ckpt.model.parameters()).device
-                use_threads(device, rows=1, n_params=ckpt.model.num_params())
                 s = sample(
                     ckpt,
                     args.prompt,

@@ -24,6 +24,7 @@ from gptstack.tokenizer import Tokenizer
 from .checkpoint import Checkpoint
 from .defaults import SAMPLING
 from .errors import GptstackError
+from .threads import DecodeThreads
 
 MODES = ("auto", "naive", "kv", "static", "graph")
 KERNELS = {"auto": None, "gptstack": True, "torch": False}  # -> GraphDecoder(fused=...)
@@ -41,6 +42,7 @@ class SampleResult:
     kernels: str = "torch"  # the one-token step: "gptstack" (fused decode kernels) or "torch"
     sampler: str = "torch"  # who draws tokens: "gptstack" (sample_tokens) or "torch"
     one_launch: bool = False  # the cached step's blocks ran as one decode_blocks launch
+    threads: DecodeThreads | None = None  # on a CPU: the threads of each phase (threads.py)
 
     @property
     def tokens_per_s(self) -> float:
@@ -165,6 +167,11 @@ def sample(
     if out is not None:
         out.write(prompt)
         out.flush()
+    threads = DecodeThreads(
+        device, batch=1, prompt_len=len(ids), block_size=ckpt.model.config.block_size,
+        n_params=ckpt.model.num_params(), window=window, mode=mode,
+    )  # fmt: skip
+    threads.before(0)
     start = time.perf_counter()  # the graph decoder's construction counts as start-up
     first_at, n = None, 0
     graph = None
@@ -191,6 +198,7 @@ def sample(
         if first_at is None:
             first_at = time.perf_counter()
         n += len(chunk)
+        threads.before(n)  # the next token's phase
         text = decoder.decode(ckpt.tokenizer.decode_bytes(chunk))
         if text:
             pieces.append(text)
@@ -213,4 +221,5 @@ def sample(
         "gptstack" if graph is not None and graph.fused else "torch",
         "gptstack" if graph is not None and graph.samples_fused(temperature, top_p) else "torch",
         graph is not None and graph.step is not None and graph.step.blocks_in_one_launch,
+        threads,
     )

@@ -2,6 +2,8 @@
 
     choice = use_threads(device, rows=1, n_params=model.num_params())   # sets torch's threads
     print(choice.describe())   # "1 thread (of 2 cores: affinity 2, no cgroup CPU limit; ...)"
+    threads = DecodeThreads(device, batch=1, prompt_len=6, block_size=256, n_params=...)
+    threads.before(i)          # before each new token: the choice of its phase (see the class)
 
 PyTorch starts with one thread per physical core it is allowed on and ignores a container's CPU
 quota. That is wrong twice for gptstack's small models:
@@ -140,3 +142,61 @@ def use_threads(device, *, rows: int, n_params: int) -> ThreadChoice | None:
     choice = choose_threads(rows=rows, n_params=n_params)
     torch.set_num_threads(choice.threads)
     return choice
+
+
+# DecodeThreads switches threads at the slide window (True), or keeps the first phase's choice
+# for the whole job (False: the policy before 2026-12-05), the A/B switch of
+# benchmarks/sample_speed.py
+BY_PHASE = True
+
+
+class DecodeThreads:
+    """The policy for one decoding job, by phase. With the KV-cache decoder a step runs `batch`
+    rows while the context fills (small work: one thread for these models), but under the slide
+    window, once the prompt and the new tokens reach block_size, every step re-runs the whole
+    window: batch x block_size rows (esp32 at batch 1: 311M multiply-adds a step, large work).
+    The naive decoder re-runs the whole context from the start. `before(i)`, called before new
+    token i is computed, applies the choice of its phase; on a GPU nothing is changed. (What it
+    gains: tools/README.md, "Threads".)"""
+
+    def __init__(
+        self,
+        device,
+        *,
+        batch: int,
+        prompt_len: int,
+        block_size: int,
+        n_params: int,
+        window: str = "slide",
+        mode: str = "kv",
+    ) -> None:
+        self.device, self.n_params = device, n_params
+        self.window_rows = batch * block_size
+        if mode == "naive":
+            self.full_at: int | None = 0
+        else:
+            self.full_at = block_size - prompt_len if window == "slide" else None
+        self.filling = use_threads(device, rows=batch, n_params=n_params)
+        self.full: ThreadChoice | None = None
+
+    def before(self, i: int) -> None:
+        if not BY_PHASE:
+            return
+        if self.full is None and self.full_at is not None and i >= self.full_at:
+            self.full = use_threads(self.device, rows=self.window_rows, n_params=self.n_params)
+
+    @property
+    def threads(self) -> int | None:
+        """The threads of the last phase reached (None on a GPU)."""
+        choice = self.full or self.filling
+        return choice.threads if choice else None
+
+    def describe(self) -> str | None:
+        if self.filling is None:
+            return None
+        if self.full is None or self.full.threads == self.filling.threads:
+            return (self.full or self.filling).describe()
+        return (
+            f"{self.filling.threads} thread{'s' * (self.filling.threads != 1)} while the context "
+            f"fills, then {self.full.describe()} for the slide window's steps"
+        )
