@@ -1,16 +1,17 @@
 """Freed memory stays in the process while a CPU trains (glibc malloc's two thresholds).
 
-    note = keep_freed_memory()    # once, before the first step; None where it does not apply
-    print(note.describe())        # "glibc malloc keeps freed memory (...)"
+    note = keep_freed_memory()    # once, before the first step
+    print(note.describe())        # "glibc malloc keeps freed memory (...)", or why not
 
 A training step on a CPU frees and allocates the same activations and gradients every step,
 a few MB each. glibc's malloc gives every block over its mmap threshold (128 KiB at start,
 rising up to 32 MiB as such blocks are freed) back to the kernel when it is freed, and trims
 the top of its heap once more than M_TRIM_THRESHOLD is free there. The next step's tensors are
 then fresh pages again: each one faults in on first touch and the kernel zeroes it. The esp32
-preset's bf16 step on the 2-core development machine took ~20,000 page faults (~80 MB) a step;
-with both thresholds raised once before training, ~50, and 9 % more tokens/s end to end (the
-README's CPU numbers; `--set train.cpu_keep_freed_memory=false` runs the step as before).
+preset's bf16 training on the 2-core development machine took ~13,000 page faults a step
+(5.8 M in a 450-step run); with both thresholds raised once before training, 0.2 M in the
+whole run (benchmarks/results/train-ab-esp32-cpu-20261205.json, together with the fused
+AdamW; `--set train.cpu_keep_freed_memory=false` runs the step as before).
 The allocators people preload for CPU training (jemalloc, tcmalloc) avoid the same cost.
 
 Applied only where this process runs glibc's malloc and nobody chose its behaviour already: not

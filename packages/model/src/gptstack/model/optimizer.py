@@ -65,9 +65,9 @@ def configure_adamw(
             g["lr"] = torch.tensor(learning_rate, dtype=torch.float32, device=device)
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=True, capturable=True)
     # fused=True runs one multi-tensor kernel per step instead of several per parameter. On a
-    # CPU PyTorch's default is a loop over the parameters, a few ops each: the esp32 preset's
-    # AdamW step took 5.3 ms that way on the 2-core development machine and 1.7 ms fused (the
-    # same update to float rounding: tests/test_gpt.py).
+    # CPU PyTorch's default is a loop over the parameters, a few small ops each; fused makes
+    # the same update to float rounding (tests/test_gpt.py), faster (the CPU ladder's "+ fused
+    # AdamW" rung, benchmarks/results/train-cpu-20261205-205604.json).
     if fused is None:
         fused = device_type in ("cuda", "cpu")
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
