@@ -26,8 +26,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MEMBER_SOURCES = ("packages/tokenizer/src", "packages/model/src", "packages/quant/src",
-                  "packages/bench/src", "tools/src")  # fmt: skip
+
+
+def member_sources(tree: Path) -> str:
+    """PYTHONPATH of the workspace members' sources in `tree`, as the GPU scripts build it
+    (packages/cuda_ops/scripts/gpu_check.sh): every member but cuda_ops, whose _C is built."""
+    sources = [p for p in sorted(tree.glob("packages/*/src")) if p.parent.name != "cuda_ops"]
+    return os.pathsep.join(str(p) for p in [*sources, tree / "tools" / "src"])
 
 
 def git(*args: str) -> str:
@@ -84,7 +89,7 @@ def main() -> None:
         tree = Path(tmp) / "before"
         git("worktree", "add", "--detach", str(tree), before_commit)
         try:
-            sources = os.pathsep.join(str(tree / s) for s in MEMBER_SOURCES)
+            sources = member_sources(tree)
             runs = []
             for r in range(args.rounds):
                 for side, src in (("before", sources), ("after", None)):

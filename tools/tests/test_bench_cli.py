@@ -160,7 +160,7 @@ def test_the_rungs_help_names_every_rung(capsys):
     assert ",".join(RUNG_KEYS) in text
 
 
-def test_the_cpu_train_ladder_records_trains_memory_setting(tmp_path, monkeypatch):
+def test_the_cpu_train_ladder_runs_and_records_the_memory_setting_of_train(tmp_path, monkeypatch):
     """The CPU ladder runs with the malloc setting `gptstack train` uses there, and says which
     (here the one that leaves a user's own malloc tuning alone, so this process keeps its own)."""
     monkeypatch.setenv("MALLOC_TOP_PAD_", "0")

@@ -120,7 +120,7 @@ def test_decoding_takes_every_core_once_the_slide_window_is_full(monkeypatch):
         torch.set_num_threads(before)
         gpu = DecodeThreads(torch.device("cuda", 0), prompt_len=6, **shape)
         gpu.before(100)
-        assert gpu.threads is None and gpu.describe() is None
+        assert gpu.threads is None and gpu.describe() is None and gpu.full_at is None
         assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)

@@ -172,17 +172,18 @@ class DecodeThreads:
     ) -> None:
         self.device, self.n_params = device, n_params
         self.window_rows = batch * block_size
-        if mode == "naive":
-            self.full_at: int | None = 0
-        else:
-            self.full_at = block_size - prompt_len if window == "slide" else None
         self.filling = use_threads(device, rows=batch, n_params=n_params)
         self.full: ThreadChoice | None = None
+        # the first new token whose step re-runs a whole window; None: none does, or a GPU
+        self.full_at: int | None = None
+        if self.filling is not None:
+            if mode == "naive":
+                self.full_at = 0
+            elif window == "slide":
+                self.full_at = block_size - prompt_len
 
     def before(self, i: int) -> None:
-        if not BY_PHASE:
-            return
-        if self.full is None and self.full_at is not None and i >= self.full_at:
+        if BY_PHASE and self.full is None and self.full_at is not None and i >= self.full_at:
             self.full = use_threads(self.device, rows=self.window_rows, n_params=self.n_params)
 
     @property
