@@ -8,15 +8,16 @@
 #   tinyshakespeare.txt and point DATA at it, the device tool sends only the repository):
 #     GPTSTACK_GIT_COMMIT=<commit> DATA=.device/data bash benchmarks/gpu_decode_window.sh
 #
-# Steps, most important first (a call cut short at its limit keeps what $OUT already holds):
+# Steps, most important first (a call cut short at its limit keeps what $OUT already holds;
+# STAGES="build train speed" picks some, ROUNDS=2 shortens the A/B):
 #   build      packages/cuda_ops/scripts/gpu_check.sh STAGES=build (sm_90a; ~50 s)
-#   test       pytest -m cuda: the decode, decode_blocks and sampling tests of cuda_ops and the
-#              model's graph-decoding tests (pytest.log)
 #   train      150-step checkpoints of shakespeare-char and esp32 (no compile, no teacher):
 #              decoding speed does not depend on how well a model is trained
 #   speed      benchmarks/sample_speed.py, "graph bf16 fused" (cuBLAS window) against
 #              "graph bf16 fused rows-window", alternated (sample-speed-*.json)
-#   cli        `gptstack sample --json` of each checkpoint, the default path (in prof.tgz)
+#   test       pytest -m cuda: the decode, decode_blocks and sampling tests of cuda_ops and the
+#              model's graph-decoding tests (pytest.log)
+#   cli        `gptstack sample --json` of each checkpoint, the default path (sample-*.json)
 #   memcheck   compute-sanitizer on kernel_driver.py once (covers the 40-row tensor-core call)
 #   kernels    packages/cuda_ops/scripts/window_linear_bench.py at both presets' widths
 #              (window-linear-*.json)
@@ -33,54 +34,66 @@ export PYTHONUNBUFFERED=1 GPTSTACK_CACHE_DIR=/tmp/gptstack-cache
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/gptstack-pycache
 T0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
+# STAGES picks steps (default all); ROUNDS sets sample_speed's alternations (default 3).
+STAGES=${STAGES:-"build train speed test cli memcheck kernels profile"}
+want() { [[ " $STAGES " == *" $1 "* ]] && stamp "$1"; }
 exec > >(tee -a "$OUT/call.log") 2>&1
-
-stamp "build"
-SITE=/tmp/site STAGES=build OUT=/tmp/gc bash packages/cuda_ops/scripts/gpu_check.sh > /tmp/gc-build.out 2>&1
-tail -n 3 /tmp/gc-build.out
 PYTHONPATH=/tmp/site
 for src in "$ROOT"/packages/*/src "$ROOT"/tools/src; do
   [ "$src" = "$ROOT/packages/cuda_ops/src" ] || PYTHONPATH=$PYTHONPATH:$src
 done
 export PYTHONPATH
-python3 -c "import gptstack.cuda_ops as o; print(o.build_info())" || exit 3
+G="python3 -m gptstack.tools.cli"
 
-stamp "test"
+if want build; then
+SITE=/tmp/site STAGES=build OUT=/tmp/gc bash packages/cuda_ops/scripts/gpu_check.sh > /tmp/gc-build.out 2>&1
+tail -n 3 /tmp/gc-build.out
+python3 -c "import gptstack.cuda_ops as o; print(o.build_info())" || exit 3
+fi
+
+if want train; then
+SHORT=(--set train.max_steps=150 --set train.compile=false --set train.eval_interval=150
+       --set train.eval_batches=2 --no-progress --overwrite)
+timeout 120 $G train --preset shakespeare-char "${SHORT[@]}" --out runs/shakespeare-char 2>&1 | tail -n 2
+timeout 120 $G train --preset esp32 --set train.distill_from= "${SHORT[@]}" --out runs/esp32 2>&1 | tail -n 2
+fi
+
+if want speed; then
+timeout 240 python3 benchmarks/sample_speed.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
+  --out "$OUT" --rounds "${ROUNDS:-3}" --configs "graph bf16 fused,graph bf16 fused rows-window"
+fi
+
+if want test; then
 timeout 150 python3 -m pytest -m cuda -q -rs -p no:cacheprovider \
   packages/cuda_ops/tests/test_decode.py packages/cuda_ops/tests/test_decode_blocks.py \
   packages/cuda_ops/tests/test_sampling.py packages/model/tests/test_graph_decoding.py \
   > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"; tail -n 5 "$OUT/pytest.log"
+fi
 
-stamp "train"
-G="python3 -m gptstack.tools.cli"
-SHORT=(--set train.max_steps=150 --set train.compile=false --set train.eval_interval=150
-       --set train.eval_batches=2 --no-progress --overwrite)
-timeout 120 $G train --preset shakespeare-char "${SHORT[@]}" --out runs/shakespeare-char 2>&1 | tail -n 2
-timeout 120 $G train --preset esp32 --set train.distill_from= "${SHORT[@]}" --out runs/esp32 2>&1 | tail -n 2
-
-stamp "speed"
-timeout 240 python3 benchmarks/sample_speed.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
-  --out "$OUT" --rounds 3 --configs "graph bf16 fused,graph bf16 fused rows-window"
-
-stamp "cli"
+if want cli; then
 for p in shakespeare-char esp32; do
   $G sample --ckpt runs/$p --prompt "ROMEO:" --tokens 500 --seed 1 --json /tmp/prof/sample-$p.json \
     > /tmp/prof/sample-$p.txt 2>&1 || tail -n 5 /tmp/prof/sample-$p.txt
+  cp /tmp/prof/sample-$p.json "$OUT/" 2>/dev/null
 done
+fi
 
-stamp "memcheck"
+if want memcheck; then
 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 \
   packages/cuda_ops/scripts/kernel_driver.py once 2>&1 | tail -n 3
+fi
 
-stamp "kernels"
+if want kernels; then
 timeout 90 python3 packages/cuda_ops/scripts/window_linear_bench.py --preset-c 384 --rows 256 \
   --rounds 10 --json "$OUT/window-linear-shakespeare-char.json"
 timeout 90 python3 packages/cuda_ops/scripts/window_linear_bench.py --preset-c 256 --rows 64 \
   --rounds 10 --json "$OUT/window-linear-esp32.json"
+fi
 
-stamp "profile"
+if want profile; then
 timeout 120 python3 benchmarks/profile_decode.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
   --out /tmp/prof --rounds 3 --configs gptstack,gptstack-rows-window 2>&1 | tail -n 20
 tar -C /tmp -czf "$OUT/prof.tgz" prof
+fi
 stamp "done"
