@@ -7,10 +7,12 @@
 #   On the lent H200 (repository root, $OUT given by the device tool; carry a folder holding
 #   tinyshakespeare.txt and point DATA at it, the device tool sends only the repository):
 #     GPTSTACK_GIT_COMMIT=<commit> DATA=.device/data bash benchmarks/gpu_decode_window.sh
+#   With PREBUILT=.device/site (packages/cuda_ops/scripts/prebuild_for_device.sh, run here and
+#   carried with the data) the build step takes seconds instead of ~50 s of device time.
 #
 # Steps, most important first (a call cut short at its limit keeps what $OUT already holds;
 # STAGES="build train speed" picks some, ROUNDS=2 shortens the A/B):
-#   build      packages/cuda_ops/scripts/gpu_check.sh STAGES=build (sm_90a; ~50 s)
+#   build      packages/cuda_ops/scripts/gpu_check.sh STAGES=build (sm_90a; ~50 s, or PREBUILT)
 #   train      150-step checkpoints of shakespeare-char and esp32 (no compile, no teacher):
 #              decoding speed does not depend on how well a model is trained
 #   speed      benchmarks/sample_speed.py, "graph bf16 fused" (cuBLAS window) against

@@ -76,10 +76,12 @@ CONFIGS = {  # name -> sample() options
         "one_launch": True,
     },
 }
-# on a CPU (--device cpu): the KV-cache decoder as `gptstack sample` runs it there, with the
-# threads switched to every core once the slide window is full (threads.DecodeThreads), and
-# with the first phase's one thread throughout (the policy before 2026-12-05)
+# on a CPU (--device cpu): the KV-cache decoder as `gptstack sample` runs it there ("kv auto":
+# bf16 weights where the CPU has native bf16, else fp32, since 2026-12-06; fp32 before), with
+# the threads switched to every core once the slide window is full (threads.DecodeThreads),
+# and with the first phase's one thread throughout (the policy before 2026-12-05)
 CPU_CONFIGS = {
+    "kv auto": {"mode": "kv"},
     "kv fp32": {"mode": "kv", "dtype": "fp32"},
     "kv fp32 one thread": {"mode": "kv", "dtype": "fp32", "threads_by_phase": False},
     "kv bf16": {"mode": "kv", "dtype": "bf16"},
@@ -147,6 +149,7 @@ def main() -> None:
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
+                rows[n]["dtype"] = res.dtype  # what "auto" resolved to
                 rows[n]["startup_s"].append(res.startup_s)
                 print(
                     f"{run.name:18s} {n:26s} round {r}: {res.tokens_per_s:10,.0f} tok/s, "
@@ -165,7 +168,7 @@ def main() -> None:
                 "startup_s_first": row["startup_s"][0],
                 "greedy_equals_naive": (
                     row.get("greedy_text") == ref
-                    if ref is not None and configs[n]["dtype"] == "fp32"
+                    if ref is not None and configs[n].get("dtype") == "fp32"
                     else None
                 ),
                 **row,

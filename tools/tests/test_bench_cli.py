@@ -132,12 +132,50 @@ def test_engine_suite_rows(tmp_path):
     assert any(r["status"] == "skipped" and r["note"] == "not built here" for r in data["rows"])
 
 
-@pytest.mark.parametrize("script", sorted((REPO / "benchmarks").glob("*.sh")), ids=lambda p: p.name)
+GPU_SCRIPTS = sorted(
+    [*(REPO / "benchmarks").glob("*.sh"), *(REPO / "packages/cuda_ops/scripts").glob("*.sh")]
+)
+
+
+@pytest.mark.parametrize("script", GPU_SCRIPTS, ids=lambda p: p.name)
 def test_gpu_scripts_parse(script):
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("no bash")
     assert subprocess.run([bash, "-n", str(script)]).returncode == 0
+
+
+def test_a_prebuilt_cuda_ops_stamp_follows_its_sources_and_archs(tmp_path):
+    """source_hash.sh names a build of cuda_ops (prebuild_for_device.sh stamps it, gpu_check.sh
+    PREBUILT= compares): any edit of a source or another arch changes the line; bytecode and
+    built extensions beside the sources do not."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    pkg = tmp_path / "cuda_ops"
+    shutil.copytree(
+        REPO / "packages/cuda_ops",
+        pkg,
+        ignore=shutil.ignore_patterns("build", "tests", "dev", "__pycache__", "*.so"),
+    )
+
+    def stamp(archs="sm_90a"):
+        script = pkg / "scripts/source_hash.sh"
+        out = subprocess.run([bash, str(script), archs], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    first = stamp()
+    assert first.startswith("sources ") and first.endswith(" archs sm_90a")
+    assert stamp() == first
+    cache = pkg / "src/gptstack/cuda_ops/__pycache__"
+    cache.mkdir()
+    (cache / "x.cpython-312.pyc").write_bytes(b"\0")
+    (pkg / "src/gptstack/cuda_ops/_C.cpython-312-x86_64-linux-gnu.so").write_bytes(b"\0")
+    assert stamp() == first
+    assert stamp("sm_80") != first
+    kernel = next((pkg / "csrc").glob("*.cu"))
+    kernel.write_text(kernel.read_text() + "\n")
+    assert stamp() != first
 
 
 def test_a_distilled_presets_shape_carries_its_teachers():

@@ -4,10 +4,12 @@ import io
 import json
 
 import pytest
+import torch
 
 from gptstack.model import fused_step
 from gptstack.quant import read_artifact
 from gptstack.tokenizer import UnknownCharacterError
+from gptstack.tools import runtime
 from gptstack.tools.checkpoint import load_checkpoint
 from gptstack.tools.cli import main
 from gptstack.tools.config import apply_overrides, load_preset
@@ -55,6 +57,21 @@ def test_cpu_sampling_threads_follow_the_slide_window(run_dir, tmp_path):
     fields = json.loads(record.read_text())
     assert fields["threads"] == slide.threads.threads
     assert fields["threads_detail"] == slide.threads.describe()
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_cpu_sampling_dtype_follows_native_bf16(run_dir, monkeypatch, native_bf16):
+    """--dtype auto on a CPU: bf16 weights where the CPU computes bf16 natively (training's
+    rule), fp32 where bf16 would be emulated; an explicit --dtype wins either way. The weights
+    really are converted, and the same seed gives the same text."""
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native_bf16)
+    ckpt = load_checkpoint(run_dir)
+    auto = sample(ckpt, "ROMEO:", tokens=20, seed=2, out=None)
+    assert auto.dtype == ("bf16" if native_bf16 else "fp32")
+    assert next(ckpt.model.parameters()).dtype == (torch.bfloat16 if native_bf16 else torch.float32)
+    assert sample(ckpt, "ROMEO:", tokens=20, seed=2, out=None).text == auto.text
+    for explicit in ("fp32", "bf16"):
+        assert sample(ckpt, "ROMEO:", tokens=5, seed=2, dtype=explicit, out=None).dtype == explicit
 
 
 def test_graph_decoder_with_fused_kernels_writes_the_same_greedy_text(

@@ -27,7 +27,7 @@
 #             eager and (STEP_COMPILE=1, default) torch.compile: time ratio and peak memory
 # Files in $OUT (8 at most come back): gpu_check.log (everything), build.log, pytest.log,
 # sanitizer.log, step.json, ops-*.json, attention-*.json, summary.txt.
-# Knobs: PYTHON=python3 SITE=/tmp/site ARCHS=sm_90a STAGES=... OPS_PRESETS, ATTN_PRESETS,
+# Knobs: PYTHON=python3 SITE=/tmp/site ARCHS=sm_90a PREBUILT=DIR STAGES=... OPS_PRESETS, ATTN_PRESETS,
 # STEP_PRESETS (space-separated) TIMEOUT_<STAGE> (seconds) BUDGET_S=1 SMOKE=1 ATTN_TOOLS
 # ATTN_STEPS=1.
 set -u -o pipefail
@@ -109,15 +109,33 @@ run_stage() {  # run_stage NAME LOG|- DEFAULT_LIMIT_S COMMAND...: time-limited, 
     return $rc
 }
 presets() { local p; for p in $1; do printf -- '--preset\n%s\n' "$p"; done; }
+# PREBUILT=DIR (prebuild_for_device.sh's output, carried): used instead of building when its
+# stamp names these sources and archs and it imports here; otherwise the build runs as before.
+prebuilt_matches() {
+    [ -n "${PREBUILT:-}" ] && [ "$SMOKE" != 1 ] || return 1
+    local want have
+    want=$(bash "$ROOT/packages/cuda_ops/scripts/source_hash.sh" "$ARCHS")
+    have=$(cat "$PREBUILT/SOURCES" 2>/dev/null || echo "no stamp")
+    if [ "$want" != "$have" ]; then
+        echo "== build: $PREBUILT is stale ($have; these sources: $want): building"; return 1
+    fi
+    PYTHONPATH=$PREBUILT:$PYTHONPATH "$PY" -c "import gptstack.cuda_ops as o; assert o.build_info()['cuda']" \
+        || { echo "== build: $PREBUILT does not import here: building"; return 1; }
+}
 
 for stage in $STAGES; do
     case $stage in
     build)
         rm -rf "$SITE" "$ROOT/packages/cuda_ops/build"
         : > "$OUT/build.log"
-        run_stage build "$OUT/build.log" 420 env GPTSTACK_CUDA="$CUDA_MODE" \
-            GPTSTACK_CUDA_ARCHS="$ARCHS" GPTSTACK_PTXAS_VERBOSE=ON "$PY" -m pip install \
-            --no-deps --no-build-isolation --no-cache-dir -v -t "$SITE" ./packages/cuda_ops
+        if prebuilt_matches; then
+            cp -r "$PREBUILT" "$SITE"
+            echo "== build: prebuilt $PREBUILT ($(cat "$SITE/SOURCES"))" | tee -a "$OUT/build.log"
+        else
+            run_stage build "$OUT/build.log" 420 env GPTSTACK_CUDA="$CUDA_MODE" \
+                GPTSTACK_CUDA_ARCHS="$ARCHS" GPTSTACK_PTXAS_VERBOSE=ON "$PY" -m pip install \
+                --no-deps --no-build-isolation --no-cache-dir -v -t "$SITE" ./packages/cuda_ops
+        fi
         "$PY" -c "import gptstack.cuda_ops as o, json; print('build_info', json.dumps(o.build_info()))" \
             2>&1 | tee -a "$OUT/build.log" ;;
     test)

@@ -256,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         default="auto",
         choices=["auto", "fp32", "bf16"],
-        help="weights while sampling (default auto: bf16 on CUDA, fp32 on a CPU)",
+        help="weights while sampling (default auto: bf16 on CUDA and on CPUs with native bf16, "
+        "else fp32)",
     )
     p.add_argument(
         "--compile",

@@ -2,7 +2,8 @@
 
 On CUDA the default decoder is the graph decoder (gptstack.model.GraphDecoder: static KV cache,
 sampling on the GPU, 32 tokens per CUDA-graph replay, ids copied to a pinned host buffer while the
-next chunk runs), with the weights in bf16; on a CPU the KV-cache decoder in fp32. Start-up
+next chunk runs), with the weights in bf16; on a CPU the KV-cache decoder, in bf16 where the CPU
+computes it natively (AVX512-BF16 or AMX, as training's auto dtype) and in fp32 elsewhere. Start-up
 (graph capture, compilation, the prompt) is timed apart from the steady-state rate, which counts
 the tokens after the first one over the time after the first one.
 """
@@ -24,6 +25,7 @@ from gptstack.tokenizer import Tokenizer
 from .checkpoint import Checkpoint
 from .defaults import SAMPLING
 from .errors import GptstackError
+from .runtime import auto_dtype
 from .threads import DecodeThreads
 
 MODES = ("auto", "naive", "kv", "static", "graph")
@@ -73,10 +75,14 @@ def resolve_mode(mode: str, device: torch.device) -> str:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """ "auto": bf16 weights on CUDA (half the bytes per decode step), fp32 on a CPU."""
+    """ "auto": training's rule (runtime.auto_dtype): bf16 weights on CUDA (half the bytes per
+    decode step) and on CPUs with native bf16 (2.2x the tokens/s of fp32 at shakespeare-char on
+    the AVX512-BF16 development machine, the same at esp32:
+    benchmarks/results/sample-speed-*-cpu-20261205.json), fp32 on other CPUs, where bf16 is
+    emulated and slow."""
     table = {"fp32": torch.float32, "bf16": torch.bfloat16}
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        dtype = auto_dtype(device)
     if dtype not in table:
         raise GptstackError(f"--dtype {dtype!r} is unknown: choose auto, fp32 or bf16")
     return table[dtype]
