@@ -280,7 +280,10 @@ def _thread_rows(
     policy: ThreadPolicy,
     default: int,
 ) -> None:
-    """KV-cache decoding per batch, at PyTorch's default threads and at the policy's."""
+    """KV-cache decoding per batch, at PyTorch's default threads and at the policy's. Prompt
+    plus new tokens fit the context here, so these rows time the phase in which the context
+    fills; `gptstack sample`'s switch to every core for the slide window's full-context steps
+    (threads.DecodeThreads) is timed by benchmarks/sample_speed.py --device cpu."""
     n_params = sum(p.numel() for p in m.model.parameters())
     for b in batches:
         settings = _thread_settings(default, policy(b, n_params))
