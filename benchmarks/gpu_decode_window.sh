@@ -13,7 +13,7 @@
 # Steps, most important first (a call cut short at its limit keeps what $OUT already holds;
 # STAGES="build train speed" picks some, ROUNDS=2 shortens the A/B):
 #   build      packages/cuda_ops/scripts/gpu_check.sh STAGES=build (sm_90a; ~50 s, or PREBUILT)
-#   train      150-step checkpoints of shakespeare-char and esp32 (no compile, no teacher):
+#   train      20-step checkpoints of shakespeare-char and esp32 (no compile, no teacher):
 #              decoding speed does not depend on how well a model is trained
 #   speed      benchmarks/sample_speed.py, "graph bf16 fused" (cuBLAS window) against
 #              "graph bf16 fused rows-window", alternated (sample-speed-*.json)
@@ -54,7 +54,7 @@ python3 -c "import gptstack.cuda_ops as o; print(o.build_info())" || exit 3
 fi
 
 if want train; then
-SHORT=(--set train.max_steps=150 --set train.compile=false --set train.eval_interval=150
+SHORT=(--set train.max_steps=20 --set train.compile=false --set train.eval_interval=20
        --set train.eval_batches=2 --no-progress --overwrite)
 timeout 120 $G train --preset shakespeare-char "${SHORT[@]}" --out runs/shakespeare-char 2>&1 | tail -n 2
 timeout 120 $G train --preset esp32 --set train.distill_from= "${SHORT[@]}" --out runs/esp32 2>&1 | tail -n 2
