@@ -85,6 +85,11 @@ CPU_CONFIGS = {
     "kv fp32": {"mode": "kv", "dtype": "fp32"},
     "kv fp32 one thread": {"mode": "kv", "dtype": "fp32", "threads_by_phase": False},
     "kv bf16": {"mode": "kv", "dtype": "bf16"},
+    # the static-cache decoder, and the graph decoder run eagerly (static cache, 32-token
+    # chunks, PyTorch's modules)
+    "static auto": {"mode": "static"},
+    "graph auto": {"mode": "graph"},
+    "graph fp32": {"mode": "graph", "dtype": "fp32"},
 }
 DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS

@@ -113,6 +113,32 @@ def test_graph_decoder_chunks_and_argument_errors(make_gpt, random_tokens):
             GraphDecoder(model, 2, cuda_graph=True)
 
 
+def test_eager_graph_decoder_yields_each_chunk_before_running_the_next(
+    make_gpt, random_tokens, monkeypatch
+):
+    """Without CUDA graphs nothing runs in the background: each chunk (the prompt's token first)
+    reaches the caller before the next one is computed, so text streams as it is made and
+    `gptstack sample` times its first token apart from the first chunk's decoding."""
+    model = make_gpt(26, scramble=0.3)
+    decoder = GraphDecoder(model, batch_size=1, chunk=8)
+    idx = random_tokens(26, 1, 3, model.config.vocab_size)
+    runs = []
+    real_run = decoder._run
+
+    def counting_run(kind, k, *args):
+        runs.append(k)
+        real_run(kind, k, *args)
+
+    monkeypatch.setattr(decoder, "_run", counting_run)
+    seen = []  # (tokens in the chunk, chunks computed when it arrived)
+    for chunk in decoder.generate(idx, 40, temperature=0):
+        seen.append((chunk.size(1), len(runs)))
+    assert seen[0] == (1, 0)  # the prompt's token, before any decode step
+    assert [n for _, n in seen] == list(range(len(seen)))  # one chunk computed per chunk read
+    assert [k for k, _ in seen[1:]] == runs
+    assert sum(k for k, _ in seen) == 40
+
+
 @needs_cuda_ops
 @pytest.mark.parametrize("bias", [True, False])
 def test_fused_step_matches_the_models_one_token_forward(make_gpt, random_tokens, rel_err, bias):
