@@ -59,6 +59,7 @@ from .errors import CheckpointError, ConfigError
 from .evaluate import EvalInterrupted, LossEstimator
 from .parallel import distributed_runtime, wrap_model
 from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
+from .run_estimate import RunWork, matmul_rate
 from .runtime import Runtime, process_start_time, resolve_runtime
 from .schedule import (
     dropout_for_device,
@@ -397,6 +398,18 @@ def train(
             f" weight {t.distill_weight:g}, temperature {t.distill_temperature:g}; the train loss"
             " is the mixed objective, the val loss the plain one"
         )
+    if runtime.device_type == "cpu" and world.size == 1:  # a GPU-sized run says so up front
+        work = RunWork.of(
+            flops_per_token,
+            tokens_per_step,
+            2 * t.eval_batches * t.batch_size * T,  # both splits
+            start=start,
+            max_steps=max_steps,
+            eval_interval=t.eval_interval,
+            teacher_flops_per_token=teacher.model.flops_per_token() if teacher else 0.0,
+        )
+        rate = matmul_rate(torch.bfloat16 if runtime.dtype == "bf16" else torch.float32)
+        log(work.describe(rate, runtime.dtype))
     if runtime.peak is not None:
         log(f"MFU peak: {runtime.peak.label}")
     if world.size > 1:
