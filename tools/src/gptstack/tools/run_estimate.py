@@ -49,8 +49,8 @@ class RunWork:
         teacher_flops_per_token: float = 0.0,
     ) -> RunWork:
         """The run as train()'s loop makes it: an evaluation at every step of [start, max_steps)
-        divisible by eval_interval (but the step a resumed run starts at, evaluated before it
-        stopped) and one at the end. Forward-only work is a third of flops_per_token (6N vs 2N);
+        divisible by eval_interval (except the step a resumed run starts at: it was evaluated
+        before the run stopped) and one at the end. Forward-only work is a third of flops_per_token (6N vs 2N);
         a teacher adds its forward to every training token."""
         steps = max(0, max_steps - start)
         evals = 1 + sum(  # the final one, and those along the way
