@@ -50,8 +50,8 @@ class RunWork:
     ) -> RunWork:
         """The run as train()'s loop makes it: an evaluation at every step of [start, max_steps)
         divisible by eval_interval (except the step a resumed run starts at: it was evaluated
-        before the run stopped) and one at the end. Forward-only work is a third of flops_per_token (6N vs 2N);
-        a teacher adds its forward to every training token."""
+        before the run stopped) and one at the end. Forward-only work is a third of
+        flops_per_token (2N vs 6N); a teacher adds its forward to every training token."""
         steps = max(0, max_steps - start)
         evals = 1 + sum(  # the final one, and those along the way
             1 for s in range(start, max_steps) if s % eval_interval == 0 and (s > start or s == 0)
