@@ -74,27 +74,15 @@ def manual_attention(
     kv_len: Position | None = None,
     dropout_p: float = 0.0,
 ) -> Tensor:
-    """Reference backend: materialised (B, nh, Tq, Tk) scores, masked softmax, dropout.
-
-    The mask enters as an additive bias (0 or -inf) and the scale as the product's alpha, both in
-    one baddbmm: one pass over the scores where product, scale and masked_fill took three, in
-    the forward and again in the backward (the esp32 preset's CPU attention, forward+backward of
-    one layer in bf16: 5.0 -> 3.7 ms on the 2-core development machine)."""
-    B, nh, Tq, hs = q.shape
-    Tk = k.size(-2)
+    """Reference backend: materialised (B, nh, Tq, Tk) scores, masked softmax, dropout."""
+    Tq, Tk, hs = q.size(-2), k.size(-2), q.size(-1)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, Tq, Tk)
     mask = causal_mask(q_start, Tq, Tk, kv_len, q.device)
-    bias = torch.zeros(Tq, Tk, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
-    att = torch.baddbmm(  # (B * nh, Tq, Tk): bias + q k^T / sqrt(hs)
-        bias,
-        q.reshape(B * nh, Tq, hs),
-        k.reshape(B * nh, Tk, hs).transpose(1, 2),
-        alpha=1.0 / math.sqrt(hs),
-    )
+    att = att.masked_fill(~mask, float("-inf"))
     att = F.softmax(att, dim=-1)
     if dropout_p > 0.0:
         att = F.dropout(att, p=dropout_p, training=True)
-    y = att @ v.reshape(B * nh, Tk, v.size(-1))  # (B * nh, Tq, Tk) x (B * nh, Tk, hs)
-    return y.view(B, nh, Tq, v.size(-1))
+    return att @ v  # (B, nh, Tq, Tk) x (B, nh, Tk, hs) -> (B, nh, Tq, hs)
 
 
 def sdpa_attention(
