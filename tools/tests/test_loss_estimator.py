@@ -63,6 +63,10 @@ def test_estimate_equals_the_plain_loop(small_corpus):
     ref = plain_loop(model, corpus, cfg, runtime, 5)
     assert got == pytest.approx(ref, rel=1e-6)
     assert est() == got  # the same batches every call
+    scored = sum(
+        x.numel() for split in est.splits for x, _, counted in est._batches(split) if counted
+    )
+    assert est.tokens_per_evaluation == scored  # what run_estimate counts an evaluation as
 
 
 def test_batches_too_many_to_keep_are_drawn_per_call_and_score_the_same(small_corpus, monkeypatch):

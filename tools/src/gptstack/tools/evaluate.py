@@ -103,6 +103,12 @@ class LossEstimator:
         self._static: tuple[torch.Tensor, torch.Tensor] | None = None
         self._static_loss: torch.Tensor | None = None
 
+    @property
+    def tokens_per_evaluation(self) -> int:
+        """Tokens one evaluation scores, over both splits and every rank (padding excluded)."""
+        d = self._draw
+        return len(self.splits) * self.batches * d["batch_size"] * d["block_size"]
+
     def _batches(self, split: str):
         """(x, y, counted) of this rank's batches of `split`, on the device: the resident ones,
         or each drawn now from the same seeded stream (the same batches either way)."""

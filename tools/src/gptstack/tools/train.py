@@ -398,18 +398,6 @@ def train(
             f" weight {t.distill_weight:g}, temperature {t.distill_temperature:g}; the train loss"
             " is the mixed objective, the val loss the plain one"
         )
-    if runtime.device_type == "cpu" and world.size == 1:  # a GPU-sized run says so up front
-        work = RunWork.of(
-            flops_per_token,
-            tokens_per_step,
-            2 * t.eval_batches * t.batch_size * T,  # both splits
-            start=start,
-            max_steps=max_steps,
-            eval_interval=t.eval_interval,
-            teacher_flops_per_token=teacher.model.flops_per_token() if teacher else 0.0,
-        )
-        rate = matmul_rate(torch.bfloat16 if runtime.dtype == "bf16" else torch.float32)
-        log(work.describe(rate, runtime.dtype))
     if runtime.peak is not None:
         log(f"MFU peak: {runtime.peak.label}")
     if world.size > 1:
@@ -427,6 +415,18 @@ def train(
         cuda_graph=runtime.cuda_graph,
         world=world,
     )  # [dist] a share each
+    if runtime.device_type == "cpu" and world.size == 1:  # a GPU-sized run says so up front
+        work = RunWork.of(
+            flops_per_token,
+            tokens_per_step,
+            estimator.tokens_per_evaluation,
+            start=start,
+            max_steps=max_steps,
+            eval_interval=t.eval_interval,
+            teacher_flops_per_token=teacher.model.flops_per_token() if teacher else 0.0,
+        )
+        rate = matmul_rate(torch.bfloat16 if runtime.dtype == "bf16" else torch.float32)
+        log(work.describe(rate, runtime.dtype))
 
     def evaluate(step: int, final: bool = False) -> float:
         """Losses, metrics and checkpoints at `step` (last/ when train.checkpoint_interval says
