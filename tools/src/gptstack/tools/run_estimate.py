@@ -8,9 +8,11 @@
 A GPU preset started on a CPU should say so before its first hour, not after: gpt2-124m's
 0.5M-token steps are 448 TFLOP each. The rate is this CPU's on a 1024^3 matmul in the training
 dtype, on the threads training will use (~30 ms to measure). No training step runs faster than
-a large matmul, so the time printed is a lower bound: on the 2-core AVX512-BF16 development
-machine (2026-12-06) the probe gave ~400 GFLOP/s in bf16 and the esp32 preset's CPU run ~195
-(28 TFLOP of steps in 143.5 s; benchmarks/results/pipeline-esp32-cpu-bf16-epyc-20261206.json).
+a large matmul, so the time printed is a lower bound. On the 2-core AVX512-BF16 development
+machine (2026-12-06) gpt2-124m's CPU check reached 2/3 of the probe's rate (260.1 s against a
+bound of 2.9 min: benchmarks/results/run-gpt2-124m-cpu-20261206.log) and the esp32 preset about
+1/2 (28 TFLOP of steps in 143.5 s against a ~400 GFLOP/s probe;
+benchmarks/results/pipeline-esp32-cpu-bf16-epyc-20261206.json).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class RunWork:
             f"{_flops(self.flops_per_token)}), {self.steps:,} steps and {self.evals} "
             f"evaluations: {_flops(self.total_flops)}; this CPU multiplies {dtype} matrices at "
             f"{rate / 1e9:,.0f} GFLOP/s, so at least {_duration(least)} (training steps reach "
-            f"about half that rate)"
+            f"1/2 to 2/3 of that rate)"
         )
         if least >= LONG_S:
             line += (

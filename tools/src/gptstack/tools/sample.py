@@ -76,9 +76,9 @@ def resolve_mode(mode: str, device: torch.device) -> str:
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """ "auto": training's rule (runtime.auto_dtype): bf16 weights on CUDA (half the bytes per
-    decode step) and on CPUs with native bf16 (2.2x the tokens/s of fp32 at shakespeare-char on
-    the AVX512-BF16 development machine, the same at esp32:
-    benchmarks/results/sample-speed-*-cpu-20261205.json), fp32 on other CPUs, where bf16 is
+    decode step) and on CPUs with native bf16 (1.8x the tokens/s of fp32 at shakespeare-char and
+    1.4x at esp32 on the AVX512-BF16 development machine:
+    benchmarks/results/sample-speed-*-cpu-20261206.json), fp32 on other CPUs, where bf16 is
     emulated and slow."""
     table = {"fp32": torch.float32, "bf16": torch.bfloat16}
     if dtype == "auto":
