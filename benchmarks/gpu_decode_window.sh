@@ -24,6 +24,10 @@
 #   kernels    packages/cuda_ops/scripts/window_linear_bench.py at both presets' widths
 #              (window-linear-*.json)
 #   profile    benchmarks/profile_decode.py gptstack vs gptstack-rows-window (prof.tgz)
+#   ops        `gptstack bench ops` of LayerNorm and GELU forward+backward against eager and
+#              torch.compile at shakespeare-char's and gpt2-124m's sizes (ops-*.json)
+# SPEED_CONFIGS and PROFILE_CONFIGS replace the two A/B lists; the JSON results leave as one
+# results.tgz beside call.log and pytest.log (the device tool returns a few files only).
 # Then, here: copy the JSON into benchmarks/results/ (sample-speed-PRESET-DATE.json), and if the
 # rows-window config wins at both presets set WINDOW_ROWS = True in fused_step.py.
 set -u -o pipefail
@@ -38,6 +42,10 @@ T0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 # STAGES picks steps (default all); ROUNDS sets sample_speed's alternations (default 3).
 STAGES=${STAGES:-"build train speed test cli memcheck kernels profile"}
+SPEED_CONFIGS=${SPEED_CONFIGS:-"graph bf16 fused,graph bf16 fused rows-window"}
+PROFILE_CONFIGS=${PROFILE_CONFIGS:-"gptstack,gptstack-rows-window"}
+mkdir -p "$OUT/r"
+trap 'tar -C "$OUT" -czf "$OUT/results.tgz" r && rm -rf "$OUT/r"' EXIT
 want() { [[ " $STAGES " == *" $1 "* ]] && stamp "$1"; }
 exec > >(tee -a "$OUT/call.log") 2>&1
 PYTHONPATH=/tmp/site
@@ -62,14 +70,15 @@ fi
 
 if want speed; then
 timeout 240 python3 benchmarks/sample_speed.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
-  --out "$OUT" --rounds "${ROUNDS:-3}" --configs "graph bf16 fused,graph bf16 fused rows-window"
+  --out "$OUT/r" --rounds "${ROUNDS:-3}" --configs "$SPEED_CONFIGS"
 fi
 
 if want test; then
-timeout 150 python3 -m pytest -m cuda -q -rs -p no:cacheprovider \
+timeout 260 python3 -m pytest -m cuda -q -rs -p no:cacheprovider \
   packages/cuda_ops/tests/test_decode.py packages/cuda_ops/tests/test_decode_blocks.py \
   packages/cuda_ops/tests/test_sampling.py packages/model/tests/test_graph_decoding.py \
-  > "$OUT/pytest.log" 2>&1
+  packages/model/tests/test_generate.py packages/model/tests/test_train_step.py \
+  packages/model/tests/test_weight_average.py > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"; tail -n 5 "$OUT/pytest.log"
 fi
 
@@ -77,7 +86,7 @@ if want cli; then
 for p in shakespeare-char esp32; do
   $G sample --ckpt runs/$p --prompt "ROMEO:" --tokens 500 --seed 1 --json /tmp/prof/sample-$p.json \
     > /tmp/prof/sample-$p.txt 2>&1 || tail -n 5 /tmp/prof/sample-$p.txt
-  cp /tmp/prof/sample-$p.json "$OUT/" 2>/dev/null
+  cp /tmp/prof/sample-$p.json "$OUT/r/" 2>/dev/null
 done
 fi
 
@@ -88,14 +97,20 @@ fi
 
 if want kernels; then
 timeout 90 python3 packages/cuda_ops/scripts/window_linear_bench.py --preset-c 384 --rows 256 \
-  --rounds 10 --json "$OUT/window-linear-shakespeare-char.json"
+  --rounds 10 --json "$OUT/r/window-linear-shakespeare-char.json"
 timeout 90 python3 packages/cuda_ops/scripts/window_linear_bench.py --preset-c 256 --rows 64 \
-  --rounds 10 --json "$OUT/window-linear-esp32.json"
+  --rounds 10 --json "$OUT/r/window-linear-esp32.json"
 fi
 
 if want profile; then
 timeout 120 python3 benchmarks/profile_decode.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
-  --out /tmp/prof --rounds 3 --configs gptstack,gptstack-rows-window 2>&1 | tail -n 20
-tar -C /tmp -czf "$OUT/prof.tgz" prof
+  --out /tmp/prof --rounds 3 --configs "$PROFILE_CONFIGS" 2>&1 | tail -n 20
+tar -C /tmp -czf "$OUT/r/prof.tgz" prof
+fi
+
+if want ops; then
+timeout 240 $G bench ops --device cuda --budget-s 1 --preset shakespeare-char --preset gpt2-124m \
+  --ops layernorm_fwd_bwd,add_layernorm_fwd_bwd,gelu_tanh,gelu_tanh_fwd_bwd --out "$OUT/r" \
+  --no-progress 2>&1 | tail -n 30
 fi
 stamp "done"

@@ -11,7 +11,9 @@ reused: naive's rule, nanoGPT's). This script times both phases apart for each o
 tensor-core kernel (LayerNorm, GELU and residual inside it; opt-in, fused_step.WINDOW_ROWS)
 instead of cuBLAS matmuls between LayerNorm and GELU kernels, "gptstack-one-launch" = the
 cached step's blocks as one decode_blocks launch instead of op by op, "gptstack-sdpa-window" =
-SDPA for the slide window's attention; --configs picks them), alternating the configurations
+SDPA for the slide window's attention, "gptstack-plain-window" = the slide window without
+cuBLASLt's GELU epilogue and the last-row attention (fused_step.WINDOW_EPILOGUES off); --configs
+picks them), alternating the configurations
 over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
 writes a torch.profiler kernel table of one 500-token generation per configuration:
 `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
@@ -71,6 +73,8 @@ def main() -> None:
         # the slide window's attention through PyTorch's SDPA instead of the cuda_ops kernel
         if "gptstack-sdpa-window" in decoders:
             decoders["gptstack-sdpa-window"].step.native_attention = False
+        if "gptstack-plain-window" in decoders:
+            decoders["gptstack-plain-window"].step.window_epilogues = False
         if "gptstack-rows-window" in decoders:
             step = decoders["gptstack-rows-window"].step
             step.window_rows = step.rows_kernel_runs()

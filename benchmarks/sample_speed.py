@@ -68,6 +68,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_rows": True,
     },
+    # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
+    # after the MLP's first matmul, and the last block's attention computed for every row
+    "graph bf16 fused plain-window": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "window_epilogues": False,
+    },
     # the fused step's blocks as one decode_blocks launch (opt-in), not op by op
     "graph bf16 fused one-launch": {
         "mode": "graph",
@@ -93,6 +101,7 @@ CPU_CONFIGS = {
 }
 DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
+DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 
 
 def set_one_launch(enabled: bool) -> None:
@@ -134,6 +143,9 @@ def main() -> None:
                 set_programmatic_launch(options.pop("programmatic_launch", True))
                 set_one_launch(options.pop("one_launch", DEFAULT_ONE_LAUNCH))
                 fused_step.WINDOW_ROWS = options.pop("window_rows", DEFAULT_WINDOW_ROWS)
+                fused_step.WINDOW_EPILOGUES = options.pop(
+                    "window_epilogues", DEFAULT_WINDOW_EPILOGUES
+                )
                 try:
                     res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
                     if fused_step.ONE_LAUNCH and not res.one_launch:  # the name says what ran
@@ -152,6 +164,7 @@ def main() -> None:
                     set_programmatic_launch(True)
                     set_one_launch(DEFAULT_ONE_LAUNCH)
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
+                    fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["dtype"] = res.dtype  # what "auto" resolved to

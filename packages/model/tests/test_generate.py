@@ -144,6 +144,7 @@ def test_generation_argument_errors(make_gpt, random_tokens):
         generate(model, idx, 3, mode="static", decoder=StaticCacheDecoder(model, 3))
 
 
+@pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("prompt_len", [3, 40])
 def test_cuda_graph_decoding_matches_naive(make_gpt, random_tokens, prompt_len):
@@ -158,6 +159,7 @@ def test_cuda_graph_decoding_matches_naive(make_gpt, random_tokens, prompt_len):
     assert all(s.shape == (4, prompt_len + 30) for s in sampled)
 
 
+@pytest.mark.cuda
 @needs_cuda
 @pytest.mark.slow
 def test_compiled_cuda_graph_decoding_matches_naive(make_gpt, random_tokens):

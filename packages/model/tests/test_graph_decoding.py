@@ -10,6 +10,7 @@ import importlib.util
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from gptstack.model import GraphDecoder, ModelError, generate, window_length
 from gptstack.model.decoding import MODES
@@ -217,6 +218,7 @@ def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens
     assert rel_err(got, ref[:, -1]) < 1e-5
 
 
+@pytest.mark.cuda
 @needs_cuda
 @needs_cuda_ops
 def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_tokens, rel_err):
@@ -245,6 +247,44 @@ def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_to
         step.window_rows = False
         matmuls = step.window(idx).float()
     assert rel_err(got, ref) < 3e-2 and rel_err(matmuls, ref) < 3e-2
+
+
+@pytest.mark.cuda
+@needs_cuda
+@needs_cuda_ops
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_window_gelu_in_the_matmul_is_the_tanh_gelu(make_gpt, rel_err, monkeypatch, dtype):
+    """The slide window's MLP matmul with the bias and GELU in cuBLASLt's epilogue
+    (torch._addmm_activation) computes the model's tanh GELU, not the erf form, and the whole
+    window with it and the last-row attention agrees with the window without them."""
+    from gptstack.model.fused_step import FusedDecodeStep
+    from gptstack.model.kv_cache import StaticKVCache
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 is fp32 here
+    model = make_gpt(35, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
+    model = model.to("cuda", dtype)
+    cfg = model.config
+    cache = StaticKVCache(
+        cfg.n_layer, 1, cfg.n_head, cfg.block_size, cfg.head_size, device="cuda", dtype=dtype
+    )
+    step = FusedDecodeStep(model, cache)
+    fc = model.h[0].mlp.c_fc
+    gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, ())))
+    h = torch.randn(cfg.block_size, cfg.n_embd, device="cuda", generator=gen).to(dtype)
+    idx = torch.randint(cfg.vocab_size, (1, cfg.block_size), device="cuda", generator=gen)
+    with torch.no_grad():
+        got = step._fc_gelu(h, fc).float()
+        pre = torch.addmm(fc.bias.float(), h.float(), fc.weight.float().t())
+        tanh_ref = F.gelu(pre, approximate="tanh")
+        erf_ref = F.gelu(pre)
+        both = step.window(idx).float()
+        step.window_epilogues = False
+        plain = step.window(idx).float()
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    assert rel_err(got, tanh_ref) < tol
+    if dtype == torch.float32:  # erf and tanh GELU differ by ~1e-4: only fp32 tells them apart
+        assert rel_err(got, erf_ref) > 10 * rel_err(got, tanh_ref)
+    assert rel_err(both, plain) < tol
 
 
 @needs_cuda_ops
@@ -304,6 +344,7 @@ def test_fused_step_refuses_what_it_cannot_run(make_gpt):
         GraphDecoder(model, 1, fused=True)
 
 
+@pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("window", ["slide", "halve"])
 @pytest.mark.parametrize("compile", [False, True])

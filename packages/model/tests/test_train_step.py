@@ -123,6 +123,7 @@ def test_cuda_graph_needs_a_gpu(tiny_config):
         )
 
 
+@pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("accum", [1, 2])
 def test_captured_step_matches_eager_on_cuda(accum, tiny_config, random_tokens, rel_err):

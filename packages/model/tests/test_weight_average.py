@@ -121,6 +121,7 @@ def test_train_step_averages_the_weights_after_each_optimizer_step(tiny_config, 
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.cuda
 @needs_cuda
 def test_captured_step_averages_like_the_eager_step_on_cuda(tiny_config, random_tokens, rel_err):
     """The update is captured in the whole-step graph and still follows the ramp at replay."""

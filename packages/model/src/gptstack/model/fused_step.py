@@ -13,8 +13,9 @@ shared memory (decode_blocks), the same bits, but slower on the H200 so far (ONE
 
 `step.window(ids)` is `model(ids, last_only=True)`, the slide window's step once the context is
 full (every position is re-run: absolute positions shift by one per token): cuBLAS matmuls
-with the fused LayerNorm, residual-add + LayerNorm, GELU and attention kernels between them,
-and only the last row past the last block's attention. A batch-1 step is launch bound, so
+(the MLP's first with its bias and GELU in cuBLASLt's epilogue) with the fused LayerNorm,
+residual-add + LayerNorm and attention kernels between them, and only the last row through
+the last block's attention and everything after it. A batch-1 step is launch bound, so
 fewer launches is what makes the graph decoder fast (tests compare both with the model; H200
 numbers: benchmarks/README.md).
 Dropout is never applied (decoding runs in eval mode).
@@ -71,6 +72,12 @@ ONE_LAUNCH = False
 # README's sampling paragraph). The A/B switch of the benchmarks, like ONE_LAUNCH.
 WINDOW_ROWS = False
 
+# window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias and the tanh GELU
+# in cuBLASLt's epilogue (torch._addmm_activation: one launch instead of a matmul and a GELU
+# kernel) on CUDA, and the last block's attention is computed for the last row alone (SDPA of
+# one query over the window) instead of for every row. The A/B switch of the benchmarks.
+WINDOW_EPILOGUES = True
+
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
 # shakespeare-char's blocks are 21 MB in bfloat16.
@@ -123,6 +130,8 @@ class FusedDecodeStep:
         # window() through decode_linear (see WINDOW_ROWS); tests set it True on a CPU too,
         # where the rows run through the CPU reference
         self.window_rows = WINDOW_ROWS and self.rows_kernel_runs()
+        # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
+        self.window_epilogues = WINDOW_EPILOGUES
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -177,6 +186,30 @@ class FusedDecodeStep:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return y.transpose(1, 2).reshape(B, T, C3 // 3)
 
+    def _attend_last(self, qkv: Tensor) -> Tensor:
+        """The last row's attention over every row of qkv (B, T, 3C) -> y (B, C): what
+        `_attend(qkv)[:, -1]` gives, for one query instead of T (the last row sees every key,
+        so no mask)."""
+        if not self.window_epilogues:
+            return self._attend(qkv)[:, -1]
+        B, T, C3 = qkv.shape
+        nh = self.model.config.n_head
+        hs = C3 // 3 // nh
+        q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in qkv.split(C3 // 3, dim=2))
+        y = F.scaled_dot_product_attention(q[:, :, -1:], k, v)  # (B, nh, 1, hs)
+        return y.reshape(B, C3 // 3)
+
+    def _fc_gelu(self, h: Tensor, fc) -> Tensor:
+        """gelu_tanh(fc(h)) for rows h (..., C). On CUDA with a bias, torch._addmm_activation:
+        one cuBLASLt call whose epilogue adds the bias and applies the tanh GELU to the float
+        accumulators (rounded to the dtype once, where a matmul and a GELU kernel round the
+        matmul's output first). Not on a CPU: there _addmm_activation's GELU is the erf form."""
+        if self.window_epilogues and h.is_cuda and fc.bias is not None:
+            rows = h.reshape(-1, h.size(-1))
+            f = torch._addmm_activation(fc.bias, rows, fc.weight.t(), use_gelu=True)
+            return f.view(*h.shape[:-1], f.size(-1))
+        return self.ops.gelu_tanh(F.linear(h, fc.weight, fc.bias))
+
     def rows_kernel_runs(self) -> bool:
         """Whether decode_linear runs this model's window on tensor cores: on CUDA in bfloat16
         (csrc/decode_mma.cuh; widths up to decode.MMA_MAX_K). Elsewhere decode_linear is a
@@ -216,13 +249,14 @@ class FusedDecodeStep:
             x, attn.c_attn.weight, attn.c_attn.bias,
             ln_weight=last.ln_1.weight, ln_bias=last.ln_1.bias, eps=eps,
         )  # fmt: skip
-        y = self._attend(qkv.view(B, T, 3 * C))[:, -1]  # (B, C)
+        y = self._attend_last(qkv.view(B, T, 3 * C))  # (B, C)
         x = self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
         return self._head(x)
 
     def _window_matmuls(self, x: Tensor) -> Tensor:
         """window() for the embedded rows x (B, T, C) with cuBLAS matmuls between the fused
-        LayerNorm, add + LayerNorm, GELU and attention kernels."""
+        LayerNorm, add + LayerNorm and attention kernels (and a GELU kernel where _fc_gelu
+        does not put it in the matmul)."""
         m, ops, eps = self.model, self.ops, self.eps
         *blocks, last = m.h
         # x + mlp(...) of one block and ln_1 of the next are one add_layernorm
@@ -233,12 +267,11 @@ class FusedDecodeStep:
             y = self._attend(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))
             y = F.linear(y, attn.c_proj.weight, attn.c_proj.bias)
             x, h = ops.add_layernorm(x, y, block.ln_2.weight, block.ln_2.bias, eps)
-            f = ops.gelu_tanh(F.linear(h, mlp.c_fc.weight, mlp.c_fc.bias))
-            y = F.linear(f, mlp.c_proj.weight, mlp.c_proj.bias)
+            y = F.linear(self._fc_gelu(h, mlp.c_fc), mlp.c_proj.weight, mlp.c_proj.bias)
             following = blocks[i + 1] if i + 1 < len(blocks) else last
             x, h = ops.add_layernorm(x, y, following.ln_1.weight, following.ln_1.bias, eps)
         # the last block: every position's keys and values, then the last row alone
         attn = last.attn
-        y = self._attend(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))[:, -1]  # (B, C)
+        y = self._attend_last(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))  # (B, C)
         x = self._after_attention(last, x[:, -1].contiguous(), y.contiguous())
         return self._head(x)
