@@ -24,9 +24,11 @@
 #   kernels    packages/cuda_ops/scripts/window_linear_bench.py at both presets' widths
 #              (window-linear-*.json)
 #   profile    benchmarks/profile_decode.py gptstack vs gptstack-rows-window (prof.tgz)
+#   dev        every binary in .device/bin: packages/cuda_ops/dev/*.cu built here with
+#              `nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc` (dev-*.txt)
 #   ops        `gptstack bench ops` of LayerNorm and GELU forward+backward against eager and
 #              torch.compile at shakespeare-char's and gpt2-124m's sizes (ops-*.json)
-# SPEED_CONFIGS and PROFILE_CONFIGS replace the two A/B lists; the JSON results leave as one
+# SPEED_CONFIGS and PROFILE_CONFIGS replace the two A/B lists, TESTS the test files; the JSON results leave as one
 # results.tgz beside call.log and pytest.log (the device tool returns a few files only).
 # Then, here: copy the JSON into benchmarks/results/ (sample-speed-PRESET-DATE.json), and if the
 # rows-window config wins at both presets set WINDOW_ROWS = True in fused_step.py.
@@ -74,11 +76,12 @@ timeout 240 python3 benchmarks/sample_speed.py --ckpt runs/shakespeare-char --ck
 fi
 
 if want test; then
-timeout 260 python3 -m pytest -m cuda -q -rs -p no:cacheprovider \
-  packages/cuda_ops/tests/test_decode.py packages/cuda_ops/tests/test_decode_blocks.py \
-  packages/cuda_ops/tests/test_sampling.py packages/model/tests/test_graph_decoding.py \
-  packages/model/tests/test_generate.py packages/model/tests/test_train_step.py \
-  packages/model/tests/test_weight_average.py > "$OUT/pytest.log" 2>&1
+TESTS=${TESTS:-"packages/cuda_ops/tests/test_decode.py packages/cuda_ops/tests/test_decode_blocks.py
+  packages/cuda_ops/tests/test_sampling.py packages/model/tests/test_graph_decoding.py
+  packages/model/tests/test_generate.py packages/model/tests/test_train_step.py
+  packages/model/tests/test_weight_average.py"}
+# shellcheck disable=SC2086  # TESTS is a list of paths
+timeout 260 python3 -m pytest -m cuda -q -rs -p no:cacheprovider $TESTS > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"; tail -n 5 "$OUT/pytest.log"
 fi
 
@@ -106,6 +109,12 @@ if want profile; then
 timeout 120 python3 benchmarks/profile_decode.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
   --out /tmp/prof --rounds 3 --configs "$PROFILE_CONFIGS" 2>&1 | tail -n 20
 tar -C /tmp -czf "$OUT/r/prof.tgz" prof
+fi
+
+if want dev; then  # the dev/ benches, built here (nvcc -arch=sm_90a) into .device/bin
+for b in "$ROOT"/.device/bin/*; do
+  [ -x "$b" ] && { echo "-- $(basename "$b")"; timeout 120 "$b" | tee "$OUT/r/dev-$(basename "$b").txt"; }
+done
 fi
 
 if want ops; then
