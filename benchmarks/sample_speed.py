@@ -16,6 +16,7 @@ weights are another function).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -76,6 +77,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_epilogues": False,
     },
+    # the slide window's attention with the 4-warp kernel instead of the split-keys one the
+    # launcher picks for batch-1 calls since 2026-12-06
+    "graph bf16 fused w4-attention": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "attention_warps": 4,
+    },
     # the fused step's blocks as one decode_blocks launch (opt-in), not op by op
     "graph bf16 fused one-launch": {
         "mode": "graph",
@@ -107,6 +116,15 @@ DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 def set_one_launch(enabled: bool) -> None:
     """decode_blocks for the models it takes (fused_step.blocks_reason), or never."""
     fused_step.ONE_LAUNCH = enabled
+
+
+def attention_variant(forward_warps: int):
+    """The cuda_ops attention forward's CTA size for the block (0: the launcher's choice)."""
+    if not forward_warps:
+        return contextlib.nullcontext()
+    from gptstack.cuda_ops.attention import cuda_variant
+
+    return cuda_variant(forward_warps=forward_warps)
 
 
 def set_programmatic_launch(enabled: bool) -> None:
@@ -146,16 +164,21 @@ def main() -> None:
                 fused_step.WINDOW_EPILOGUES = options.pop(
                     "window_epilogues", DEFAULT_WINDOW_EPILOGUES
                 )
+                attention = attention_variant(options.pop("attention_warps", 0))
                 try:
-                    res = sample(ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options)
+                    with attention:
+                        res = sample(
+                            ckpt, "ROMEO:", tokens=args.tokens, seed=1, out=None, **options
+                        )
                     if fused_step.ONE_LAUNCH and not res.one_launch:  # the name says what ran
                         model = ckpt.model  # as sample() cast it
                         reason = fused_step.blocks_reason(model, model.wte.weight.device)
                         raise RuntimeError(f"decode_blocks did not run: {reason or 'op by op'}")
                     if r == 0:
-                        rows[n]["greedy_text"] = sample(
-                            ckpt, "ROMEO:", tokens=100, temperature=0, out=None, **options
-                        ).text
+                        with attention_variant(configs[n].get("attention_warps", 0)):
+                            rows[n]["greedy_text"] = sample(
+                                ckpt, "ROMEO:", tokens=100, temperature=0, out=None, **options
+                            ).text
                 except Exception as e:  # a failing configuration is a result, not a crash
                     rows[n]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
                     print(f"{run.name} {n}: {rows[n]['error']}", flush=True)

@@ -47,6 +47,36 @@ int default_forward_warps(int requested, const Dims& d) {
   return d.T >= 512 ? 8 : 4;
 }
 
+// The split-keys forward (SplitConfig): asked for (warps == kSplitKeys), or chosen when the
+// caller leaves the size open, there is no dropout, the head size is 32 or 64 and the 4-warp
+// kernel would give fewer CTAs than an H100 or H200 has SMs (batch-1 generation's slide window:
+// 24 at shakespeare-char).
+constexpr int kSplitBelowCtas = 132;
+bool split_forward(int requested, const Dims& d, bool drop) {
+  if (requested == kSplitKeys) {
+    if (drop)
+      throw std::invalid_argument(
+          "gptstack.cuda_ops.causal_attention: the split-keys forward has no dropout; use "
+          "dropout_p=0 or another CTA size");
+    return true;
+  }
+  // head size 128 only when asked: its 140 KiB of shared memory exceed some GPUs' opt-in
+  return requested == 0 && !drop && d.hs <= 64 &&
+         d.B * d.nh * ceil_div(d.T, FwdConfig<64, 4>::kRows) < kSplitBelowCtas;
+}
+
+template <int HS> void launch_forward_split(const FwdArgs& a, const Dims& d, cudaStream_t s) {
+  using C = SplitConfig<HS>;
+  const auto kernel = attention_forward_split_kernel<HS>;
+  static LaunchCheck ready;
+  ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
+               "hs=" + std::to_string(HS) + ", 4 warps over the keys, no dropout, forward",
+               C::kThreads, C::kSmemBytes);
+  const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh));
+  launch_kernel(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
+  check_launch("causal_attention", shape_of(d));
+}
+
 template <int HS, int NW, bool kDrop>
 void launch_forward(const FwdArgs& a, const Dims& d, cudaStream_t s) {
   using C = FwdConfig<HS, NW>;
@@ -148,6 +178,13 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
             static_cast<int>(d.T), kLog2e / sqrtf(static_cast<float>(d.hs)), l.threshold,
             l.drop_scale, l.seed};
   const cudaStream_t s = as_stream(l.stream);
+  if (split_forward(l.warps, d, l.threshold != 0)) {
+    switch (d.hs) {
+      case 32: return launch_forward_split<32>(a, d, s);
+      case 64: return launch_forward_split<64>(a, d, s);
+      case 128: return launch_forward_split<128>(a, d, s);
+    }  // another head size: dispatch's error below
+  }
   dispatch<Forward>("causal_attention", d, default_forward_warps(l.warps, d),
                     l.threshold != 0, a, d, s);
 }

@@ -196,3 +196,183 @@ __global__ void __launch_bounds__(32 * NW) attention_forward_mma_kernel(const Fw
 }
 
 }  // namespace gs::attn
+
+// --- Few CTAs: the keys split over the CTA's warps -------------------------------------------
+// Batch-1 generation re-runs the slide window (T = block_size rows, B = 1) through every layer
+// for each new token: B * nh * ceil(T / 64) CTAs of the kernel above (24 at shakespeare-char)
+// leave most SMs idle, and each CTA walks its key tiles one after another (7.3 us a call on the
+// H100). Here a CTA owns only 16 queries and its 4 warps take every 4th key tile of them each
+// (T <= 256: at most one tile a warp, all loaded at once), then merge their online-softmax
+// states through shared memory (FlashDecoding's split of the keys, Dao et al. 2023, inside one
+// CTA). No dropout: the dispatcher sends only dropout-free calls here.
+namespace gs::attn {
+
+template <int HS> struct SplitConfig {
+  static constexpr int kWarps = 4, kThreads = 128;
+  static constexpr int kRows = 16;  // queries per CTA
+  static constexpr int kKeys = 64;  // keys per tile
+  static constexpr int kPitch = HS + 8;
+  // Q, then one K and one V tile per warp; the merge reuses the tiles' space for each warp's
+  // 16 x HS fp32 output and its 16 row maxima and sums
+  static constexpr int kSmemBytes = (kRows + kWarps * 2 * kKeys) * kPitch * 2;
+  static_assert(kWarps * kRows * (HS + 2) * 4 <= kWarps * 2 * kKeys * kPitch * 2,
+                "the merge buffers fit in the K/V tiles' space");
+};
+
+template <int HS>
+__global__ void __launch_bounds__(128) attention_forward_split_kernel(const FwdArgs a) {
+  using C = SplitConfig<HS>;
+  constexpr int P = C::kPitch, KT = C::kKeys, NW = C::kWarps;
+  GS_DYNAMIC_SHARED(smem);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);  // [16][P]
+  uint16_t* k_s = q_s + C::kRows * P + warp * 2 * KT * P;  // this warp's [KT][P] K tile
+  uint16_t* v_s = k_s + KT * P;                            // and V tile
+  const int bh = blockIdx.y, b = bh / a.nh, h = bh % a.nh, T = a.T;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * C::kRows;  // longest query blocks first
+  const int n_tiles = (min(q0 + C::kRows, T) - 1) / KT + 1;
+  const uint16_t* k_g = a.k.row(b, h, 0);
+  const uint16_t* v_g = a.v.row(b, h, 0);
+
+  // Q (every thread) and each warp's first tile; later tiles (T > 256) one by one
+  load_rows_async<C::kRows, HS, C::kThreads>(q_s, P, a.q.row(b, h, q0), a.q.st, T - q0, tid);
+  auto load_tile = [&](int kt) {
+    const int k0 = kt * KT;
+    load_rows_async<KT, HS, 32>(k_s, P, k_g + k0 * a.k.st, a.k.st, T - k0, lane);
+    load_rows_async<KT, HS, 32>(v_s, P, v_g + k0 * a.v.st, a.v.st, T - k0, lane);
+  };
+  if (warp < n_tiles) load_tile(warp);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t qf[HS / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk)
+    ldmatrix_x4(qf[kk], q_s + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + kk * 16 + (lane >> 4) * 8);
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g+8
+  for (int kt = warp; kt < n_tiles; kt += NW) {
+    const int k0 = kt * KT;
+    if (kt != warp) {
+      load_tile(kt);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncwarp();  // the warp's own K/V copies are visible to all its lanes
+    }
+    // S = Q K^T, 16 x 64; 16-key blocks past the CTA's last query stay 0 (masked below)
+    float s[KT / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < KT / 16; ++np) {
+        if (k0 + 16 * np > q0 + 15) continue;
+        uint32_t kf[4];
+        ldmatrix_x4(kf, k_s + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
+                            ((lane >> 3) & 1) * 8);
+        mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
+        mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+      }
+    }
+    if (k0 + KT - 1 > q0 || k0 + KT > T) {  // the tile crosses the diagonal or the end
+#pragma unroll
+      for (int nt = 0; nt < KT / 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int key = k0 + nt * 8 + 2 * t + (r & 1), row = q0 + g + 8 * (r >> 1);
+          if (key > row || key >= T) s[nt][r] = -INFINITY;
+        }
+    }
+    // online softmax as in the kernel above (k0 <= q0: every row sees key k0 of each tile)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < KT / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
+      const float m_new = fmaxf(m[hh], quad_max(mx) * a.scale_log2);
+      const float alpha = fast_exp2(m[hh] - m_new);
+      m[hh] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < KT / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = fast_exp2(fmaf(s[nt][2 * hh + e], a.scale_log2, -m_new));
+          s[nt][2 * hh + e] = p;
+          sum += p;
+        }
+      l[hh] = l[hh] * alpha + sum;
+#pragma unroll
+      for (int nt = 0; nt < HS / 8; ++nt) {
+        o[nt][2 * hh] *= alpha;
+        o[nt][2 * hh + 1] *= alpha;
+      }
+    }
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < KT / 16; ++kk) {
+      if (k0 + 16 * kk > q0 + 15) continue;
+      const uint32_t pf[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < HS / 16; ++dp) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, v_s + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P +
+                                  dp * 16 + (lane >> 4) * 8);
+        mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
+        mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
+      }
+    }
+    __syncwarp();  // every lane is done with the tile before the warp loads its next one
+  }
+  __syncthreads();  // every warp is done with its tiles: their space becomes the merge buffer
+
+  // each warp's partial state: o (relative to its own m), m, and l summed over the quad
+  float* o_s = reinterpret_cast<float*>(q_s + C::kRows * P);  // [NW][16][HS]
+  float* m_s = o_s + NW * C::kRows * HS;                      // [NW][16]
+  float* l_s = m_s + NW * C::kRows;                           // [NW][16]
+  float* mine = o_s + warp * C::kRows * HS;
+#pragma unroll
+  for (int nt = 0; nt < HS / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      sts(mine + g * HS + nt * 8 + 2 * t + e, o[nt][e]);
+      sts(mine + (g + 8) * HS + nt * 8 + 2 * t + e, o[nt][2 + e]);
+    }
+  const float l0 = quad_sum(l[0]), l1 = quad_sum(l[1]);
+  if (t == 0) {
+    sts(m_s + warp * C::kRows + g, m[0]);
+    sts(m_s + warp * C::kRows + g + 8, m[1]);
+    sts(l_s + warp * C::kRows + g, l0);
+    sts(l_s + warp * C::kRows + g + 8, l1);
+  }
+  __syncthreads();
+  // 8 threads a row, HS / 8 columns each: y = sum_w 2^(m_w - M) o_w / sum_w 2^(m_w - M) l_w
+  constexpr int kCols = HS / 8;
+  const int r = tid / 8, c0 = (tid % 8) * kCols;
+  float mw[NW], M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) M = fmaxf(M, mw[w] = lds(m_s + w * C::kRows + r));
+  float L = 0.0f;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    mw[w] = fast_exp2(mw[w] - M);  // 0 for a warp without a tile (m = -inf)
+    L += mw[w] * lds(l_s + w * C::kRows + r);
+  }
+  if (q0 + r >= T) return;
+  uint16_t* yr = a.y.row(b, h, q0 + r) + c0;
+#pragma unroll
+  for (int c = 0; c < kCols; c += 4) {  // 4 columns (8 bytes) a store: kCols is 4, 8 or 16
+    float acc[4] = {};
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] += mw[w] * lds(o_s + (w * C::kRows + r) * HS + c0 + c + i);
+    *reinterpret_cast<uint2*>(yr + c) =
+        uint2{pack_bf16(acc[0] / L, acc[1] / L), pack_bf16(acc[2] / L, acc[3] / L)};
+  }
+  if (tid % 8 == 0) a.lse[static_cast<int64_t>(bh) * T + q0 + r] = (M + log2f(L)) * kLn2;
+}
+
+}  // namespace gs::attn

@@ -77,16 +77,6 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
   if (row >= N) return;
   float v[V][W];
   float sum = 0.0f;
-  // the weight and bias go out with the row's loads, not after the two reductions (a second
-  // memory round trip per row); packed until used
-  Vec<T, W> wp[V], bp[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = reg_col(i, lane, W);
-    if (c >= C) continue;
-    wp[i] = *reinterpret_cast<const Vec<T, W>*>(weight + c);
-    if (bias) bp[i] = *reinterpret_cast<const Vec<T, W>*>(bias + c);
-  }
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     const int c = reg_col(i, lane, W);
@@ -119,9 +109,11 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
   for (int i = 0; i < V; ++i) {
     const int c = reg_col(i, lane, W);
     if (c >= C) continue;
+    float wb[W], bb[W];
+    load_vec<T, W>(wb, weight + c);
+    if (bias) load_vec<T, W>(bb, bias + c);
 #pragma unroll
-    for (int k = 0; k < W; ++k)
-      v[i][k] = (v[i][k] - m) * rs * to_f32(wp[i].v[k]) + (bias ? to_f32(bp[i].v[k]) : 0.0f);
+    for (int k = 0; k < W; ++k) v[i][k] = (v[i][k] - m) * rs * wb[k] + (bias ? bb[k] : 0.0f);
     store_vec<T, W>(out + row * C + c, v[i]);
   }
   if (lane == 0) {

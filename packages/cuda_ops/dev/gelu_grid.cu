@@ -44,6 +44,41 @@ __global__ void fill(bf* p, int64_t n, float scale) {
   if (i < n) p[i] = __float2bfloat16(scale * __sinf(float(i % 9973) * 0.37f));
 }
 
+// streaming_kernel with U packs a thread, all loaded before any is computed (U x 16 bytes in
+// flight per thread), one pass: block b covers packs [b * U * 256, (b + 1) * U * 256).
+template <bool Backward, int U>
+__global__ void __launch_bounds__(256) streaming_unrolled(bf* __restrict__ out,
+                                                          const bf* __restrict__ dout,
+                                                          const bf* __restrict__ x,
+                                                          int64_t n_packs) {
+  const int64_t base = int64_t(blockIdx.x) * U * blockDim.x + threadIdx.x;
+  uint4 xv[U], dv[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t p = base + int64_t(u) * blockDim.x;
+    if (p < n_packs) {
+      xv[u] = __ldcs(reinterpret_cast<const uint4*>(x) + p);
+      if constexpr (Backward) dv[u] = __ldcs(reinterpret_cast<const uint4*>(dout) + p);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t p = base + int64_t(u) * blockDim.x;
+    if (p >= n_packs) continue;
+    uint4 r;
+    const bf* xe = reinterpret_cast<const bf*>(&xv[u]);
+    const bf* de = reinterpret_cast<const bf*>(&dv[u]);
+    bf* re = reinterpret_cast<bf*>(&r);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float xf = __bfloat162float(xe[j]);
+      re[j] = __float2bfloat16(Backward ? __bfloat162float(de[j]) * gs::gelu_grad_f(xf)
+                                        : gs::gelu_f(xf));
+    }
+    __stcs(reinterpret_cast<uint4*>(out) + p, r);
+  }
+}
+
 int main() {
   const double copy_gbs = copy_bandwidth_gbs();
   std::printf("copy bandwidth %.0f GB/s (read + write)\n", copy_gbs);
@@ -76,6 +111,17 @@ int main() {
                   "backward %6.2f us (%3.0f %%), both %6.2f us\n",
                   (long long)n, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
     }
+    auto unrolled = [&](auto fk, auto bk, int U) {
+      const unsigned blocks = unsigned((packs + 256 * U - 1) / (256 * U));
+      const float f = median_us([&] { fk<<<blocks, 256>>>(y, nullptr, x, packs); });
+      const float bw = median_us([&] { bk<<<blocks, 256>>>(dx, dy, x, packs); });
+      std::printf("n=%lld, streaming, %d packs a thread, 256 threads x %5u blocks: forward %6.2f "
+                  "us (%3.0f %%), backward %6.2f us (%3.0f %%), both %6.2f us\n",
+                  (long long)n, U, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
+    };
+    unrolled(streaming_unrolled<false, 1>, streaming_unrolled<true, 1>, 1);
+    unrolled(streaming_unrolled<false, 2>, streaming_unrolled<true, 2>, 2);
+    unrolled(streaming_unrolled<false, 4>, streaming_unrolled<true, 4>, 4);
     const float f = median_us([&] { gs::gelu_forward_cuda(y, x, n, gs::DType::bf16, 0); });
     const float bw = median_us([&] { gs::gelu_backward_cuda(dx, dy, x, n, gs::DType::bf16, 0); });
     std::printf("n=%lld, gelu.cu's launcher: forward %.2f us, backward %.2f us, both %.2f us\n",

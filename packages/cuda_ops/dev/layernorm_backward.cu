@@ -167,6 +167,92 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// packed_register_partials with the tree's prefetch: the next row's dy, x, mean and rstd are
+// requested before this row is computed.
+template <typename T, int W, int V>
+__global__ void __launch_bounds__(256)
+    register_partials_prefetch(T* __restrict__ dx, float* __restrict__ workspace,
+                               const T* __restrict__ dout, const T* __restrict__ src,
+                               const T* __restrict__ weight, const float* __restrict__ mean,
+                               const float* __restrict__ rstd, int64_t N, int C) {
+  extern __shared__ float slices[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  float dw[V][W] = {}, db[V][W] = {};
+  Vec<T, W> pw[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    if (col(i, lane, W) < C) pw[i] = *reinterpret_cast<const Vec<T, W>*>(weight + col(i, lane, W));
+  const int64_t stride = int64_t(gridDim.x) * warps;
+  Vec<T, W> pdy[V], px[V];
+  float m = 0.f, rs = 0.f;
+  int64_t row = int64_t(blockIdx.x) * warps + warp;
+  auto load = [&](int64_t r, Vec<T, W> (&a)[V], Vec<T, W> (&b)[V], float& mr, float& rr) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = col(i, lane, W);
+      if (c >= C) continue;
+      a[i] = *reinterpret_cast<const Vec<T, W>*>(dout + r * C + c);
+      b[i] = *reinterpret_cast<const Vec<T, W>*>(src + r * C + c);
+    }
+    mr = mean[r];
+    rr = rstd[r];
+  };
+  if (row < N) load(row, pdy, px, m, rs);
+  for (; row < N; row += stride) {
+    Vec<T, W> ndy[V], nx[V];
+    float nm = 0.f, nrs = 0.f;
+    if (row + stride < N) load(row + stride, ndy, nx, nm, nrs);
+    float c1 = 0.f, c2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (col(i, lane, W) >= C) continue;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const float g = to_f32(pdy[i].v[k]) * to_f32(pw[i].v[k]);
+        c1 += g;
+        c2 += g * ((to_f32(px[i].v[k]) - m) * rs);
+      }
+    }
+    c1 = warp_sum(c1) / C;
+    c2 = warp_sum(c2) / C;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = col(i, lane, W);
+      if (c >= C) continue;
+      Vec<T, W> o;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const float d = to_f32(pdy[i].v[k]), xh = (to_f32(px[i].v[k]) - m) * rs;
+        o.v[k] = from_f32<T>(rs * (d * to_f32(pw[i].v[k]) - c1 - xh * c2));
+        dw[i][k] += d * xh;
+        db[i][k] += d;
+      }
+      *reinterpret_cast<Vec<T, W>*>(dx + row * C + c) = o;
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) pdy[i] = ndy[i], px[i] = nx[i];
+    m = nm;
+    rs = nrs;
+  }
+  float* mine = slices + warp * 2 * C;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int c = col(i, lane, W);
+    if (c >= C) continue;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      mine[c + k] = dw[i][k];
+      mine[C + c + k] = db[i][k];
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    float total = 0.0f;
+    for (int w = 0; w < warps; ++w) total += slices[w * 2 * C + c];
+    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
+  }
+}
+
 // The tree's kernel until 2026-12-06: the same packed inputs and per-warp shared slices, but a
 // warp loads a row only when it gets to it (one memory round trip per row, nothing in flight
 // across rows). 18-19 us at 384 and ~30 us at 768 on the H100 (with the reduce).
@@ -301,7 +387,7 @@ int main() {
     CHECK(cudaMalloc(&mean, N * 4));
     CHECK(cudaMalloc(&rstd, N * 4));
     const int warps = gs::ln_bwd_warps(C), blocks = int(gs::ln_bwd_blocks(N, C));
-    CHECK(cudaMalloc(&ws, size_t(blocks) * 2 * C * 4));
+    CHECK(cudaMalloc(&ws, size_t(4) * blocks * 2 * C * 4));  // up to 4x the tree's grid
     CHECK(cudaMemcpy(x, hx.data(), n * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dy, hdy.data(), n * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(w, hw.data(), C * 2, cudaMemcpyHostToDevice));
@@ -331,13 +417,7 @@ int main() {
     std::vector<bf> want(n), got(n), want_w(C), got_w(C);
     CHECK(cudaMemcpy(want.data(), dx, n * 2, cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(want_w.data(), dw, C * 2, cudaMemcpyDeviceToHost));
-    auto variant = [&](const char* name, auto kernel, size_t smem) {
-      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      const float us = median_us([&] {
-        kernel<<<blocks, 32 * warps, smem>>>(dx2, ws, dy, x, w, mean, rstd, N, C);
-        gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
-      });
-      report(name, us);
+    auto check = [&] {
       CHECK(cudaMemcpy(got.data(), dx2, n * 2, cudaMemcpyDeviceToHost));
       CHECK(cudaMemcpy(got_w.data(), dw2, C * 2, cudaMemcpyDeviceToHost));
       float e = 0, ew = 0;
@@ -349,15 +429,43 @@ int main() {
       std::printf("  %-44s max |dx - tree's| %.3g, dweight rel. %.3g\n", "", e, ew);
       if (e > 0.05f || ew > 0.05f) std::exit(2);  // a variant that computes something else
     };
+    // the tree's kernel on 2x and 4x its grid (4 and 2 rows a warp)
+    auto tree_grid = [&](const char* name, auto kernel, int grid) {
+      const size_t smem = size_t(warps) * 2 * C * 4;
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      report(name, median_us([&] {
+               kernel<<<grid, 32 * warps, smem>>>(dx2, ws, dy, nullptr, x, w, mean, rstd, N, C);
+               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, grid, C);
+             }));
+      check();
+    };
+    if (C == 384) {
+      tree_grid("tree's kernel, 2x grid", gs::layernorm_backward_reg_kernel<bf, 4, 3>, 2 * blocks);
+      tree_grid("tree's kernel, 4x grid", gs::layernorm_backward_reg_kernel<bf, 4, 3>, 4 * blocks);
+    } else {
+      tree_grid("tree's kernel, 2x grid", gs::layernorm_backward_reg_kernel<bf, 8, 3>, 2 * blocks);
+      tree_grid("tree's kernel, 4x grid", gs::layernorm_backward_reg_kernel<bf, 8, 3>, 4 * blocks);
+    }
+    auto variant = [&](const char* name, auto kernel, size_t smem) {
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      const float us = median_us([&] {
+        kernel<<<blocks, 32 * warps, smem>>>(dx2, ws, dy, x, w, mean, rstd, N, C);
+        gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
+      });
+      report(name, us);
+      check();
+    };
     const size_t row_sums = size_t(2) * C * 4, slices = size_t(warps) * row_sums;
     if (C == 384) {
       variant("shared slices, no prefetch, W=4 (before)", dev::slices_no_prefetch<bf, 4, 3>, slices);
       variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 2>, row_sums);
       variant("packed, float register partials, W=4", dev::packed_register_partials<bf, 4, 3>, slices);
+      variant("register partials + prefetch, W=4", dev::register_partials_prefetch<bf, 4, 3>, slices);
     } else {
       variant("shared slices, no prefetch, W=8 (before)", dev::slices_no_prefetch<bf, 8, 3>, slices);
       variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 3>, row_sums);
       variant("packed, float register partials, W=8", dev::packed_register_partials<bf, 8, 3>, slices);
+      variant("register partials + prefetch, W=8", dev::register_partials_prefetch<bf, 8, 3>, slices);
     }
   }
   return 0;

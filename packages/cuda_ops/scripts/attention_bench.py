@@ -64,6 +64,7 @@ FORWARD_VARIANTS = {
     "gptstack": (0, 0, "auto"),
     "gptstack w4": (4, 0, "auto"),
     "gptstack w8": (8, 0, "auto"),
+    "gptstack split": ("split", 0, "auto"),  # the split-keys forward (dropout-free only)
 }
 STEP_VARIANTS = {
     "gptstack": (0, 0, "auto"),

@@ -369,11 +369,12 @@ def test_kernels_under_emulator(emulator):
 @pytest.mark.slow
 def test_every_launch_configuration_fits(emulator):
     """Every bf16 kernel instance the dispatcher can pick (head size x warps x dropout x forward /
-    two-stage / atomic backward) passes the launch rules a GPU enforces, in one process: above
-    48 KiB of shared memory each instance must have raised its own limit (the H200's first run
-    failed where one instance's opt-in stood in for another's). The emulated rules themselves
-    refuse a launch that did not opt in, and a configuration beyond the device's maximum gets an
-    error naming the op, the configuration and the limit ("limits")."""
+    two-stage / atomic backward, and the split-keys forward) passes the launch rules a GPU
+    enforces, in one process: above 48 KiB of shared memory each instance must have raised its
+    own limit (the H200's first run failed where one instance's opt-in stood in for another's).
+    The emulated rules themselves refuse a launch that did not opt in, and a configuration
+    beyond the device's maximum gets an error naming the op, the configuration and the limit
+    ("limits")."""
     run = subprocess.run(
         [str(emulator), "limits", "all"], check=False, capture_output=True, text=True, timeout=120
     )
@@ -381,7 +382,9 @@ def test_every_launch_configuration_fits(emulator):
     assert run.returncode == 0, run.stdout + run.stderr
     assert lines[0].startswith("limits:") and lines[0].endswith(" ok")
     configs = [line for line in lines if line.startswith("cfg ")]
-    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3  # x {4, 8} warps x dropout x 3 kinds
+    # x {4, 8} warps x dropout x 3 kinds, + the split-keys forward (no dropout) per head size
+    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3 + len(HEAD_SIZES)
+    assert sum("split keys" in line for line in configs) == len(HEAD_SIZES)
     for line in configs:
         assert line.endswith(" ok"), line
         smem = int(line.split(": ")[1].split(" bytes")[0])
@@ -427,6 +430,32 @@ def test_cuda_bf16_matches_reference(shape, dropout_p, warps, backward, gen):
     what = f"{shape} warps={warps} p={dropout_p} backward={backward}"
     assert_close(y, y_ref, torch.bfloat16, f"cuda y {what}")
     _assert_grads_close(grads, g_ref, torch.bfloat16, f"cuda {what}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "shape", [(1, 6, 256, 64), (1, 8, 64, 32), (1, 2, 300, 128), (2, 3, 45, 64), (1, 1, 1, 32)]
+)
+def test_cuda_split_keys_forward_matches_reference(shape, gen):
+    """The split-keys forward (batch-1 generation's slide window; 16 queries a CTA, the keys
+    split over 4 warps) against float32, its lse through the 4-warp backward; and the launcher's
+    own choice for a batch-1 call gives the same bits as asking for it."""
+    (q, k, v, dy, seed), (y_ref, g_ref) = _cuda_case(shape, 0.0, gen)
+    with cuda_variant("split", 4, "stages"):
+        y, grads = _run(q, k, v, dy, dropout_p=0.0, seed=seed)
+    assert_close(y, y_ref, torch.bfloat16, f"cuda split y {shape}")
+    _assert_grads_close(grads, g_ref, torch.bfloat16, f"cuda split {shape}")
+    if shape[3] <= 64:  # head size 128 takes it only when asked
+        with torch.no_grad():
+            assert torch.equal(ops.causal_attention(q, k, v), y)
+
+
+@pytest.mark.cuda
+def test_cuda_split_keys_forward_refuses_dropout(gen):
+    (q, k, v, _, seed), _ = _cuda_case((1, 2, 64, 64), 0.2, gen)
+    with pytest.raises(ValueError, match="split-keys forward has no dropout"):
+        with cuda_variant("split"):
+            ops.causal_attention(q, k, v, dropout_p=0.2, seed=seed)
 
 
 @pytest.mark.cuda

@@ -249,6 +249,25 @@ bool run_all_configs() {
                       error.empty() ? "" : (": " + error).c_str(), ok ? "ok" : "FAIL");
           all_ok = all_ok && ok;
         }
+  for (int hs : {32, 64, 128}) {  // the split-keys forward: no dropout
+    const Dims d{3, 5, 130, hs};
+    const View4<const bf16_t> in{nullptr, 0, 0, 0};
+    const View4<bf16_t> out{nullptr, 0, 0, 0};
+    const long before = emu::g_launches;
+    std::string error;
+    try {
+      forward_cuda_bf16(d, in, in, in, out, nullptr, launch_of(DropoutSpec{}, kSplitKeys));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const bool ok = error.empty() && emu::g_launches - before == 1;
+    const int bytes = hs == 32 ? SplitConfig<32>::kSmemBytes
+                               : hs == 64 ? SplitConfig<64>::kSmemBytes : SplitConfig<128>::kSmemBytes;
+    std::printf("cfg fwd hs=%d split keys dropout=0: %d bytes of shared memory%s%s  %s\n", hs,
+                bytes, bytes > 48 * 1024 ? " (opted in)" : "",
+                error.empty() ? "" : (": " + error).c_str(), ok ? "ok" : "FAIL");
+    all_ok = all_ok && ok;
+  }
   emu::g_launch_only = false;
   return all_ok;
 }
@@ -303,7 +322,10 @@ bool run_limits() {
 
 bool run(const Case& c, std::mt19937& rng) {
   if (c.kind == "f32") return run_f32(c, rng);
-  if (!supported_head_size(c.hs) || (c.warps != 4 && c.warps != 8)) {
+  // warps 0 = the launcher's choice, kSplitKeys = the split-keys forward (then the 4-warp
+  // backward)
+  const bool warps_ok = c.warps == 4 || c.warps == 8 || c.warps == 0 || c.warps == kSplitKeys;
+  if (!supported_head_size(c.hs) || !warps_ok) {
     std::printf("bad case: head size %d, %d warps\n", c.hs, c.warps);
     return false;
   }
@@ -335,6 +357,12 @@ int main(int argc, char** argv) {
              "atm:32:4:64:1:packed",  "atm:64:4:150:0:contig", "atm:64:8:200:1:packed",
              "atm:128:4:70:1:contig", "atm:128:8:45:0:packed", "atm:32:8:7:0:contig",
              "f32:32:4:45:1:packed",  "f32:64:4:20:0:contig",  "f32:128:4:9:1:contig",
+             // the split-keys forward (warps 1): one tile, several, a partial last one, more
+             // tiles than warps (T = 300: warp 0 takes tiles 0 and 4), T = 1, and the launcher's
+             // own choice of it (warps 0, few CTAs); its lse feeds the 4-warp backward
+             "fwd:32:1:64:0:packed",  "fwd:64:1:256:0:packed", "fwd:64:1:130:0:contig",
+             "fwd:128:1:300:0:packed", "fwd:64:1:1:0:contig",  "fwd:64:0:200:0:packed",
+             "bwd:64:1:130:0:packed",  "bwd:32:1:77:0:contig",
              "limits",                "all"};
   std::mt19937 rng(2024);
   bool ok = true;
