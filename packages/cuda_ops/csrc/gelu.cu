@@ -3,9 +3,9 @@
 //
 // Versions (llm.c dev/cuda style; the launcher picks by alignment, tests cover both):
 //   1 elementwise_kernel<.., 1>: one element per thread, any alignment
-//   2 elementwise_kernel<.., 16 / sizeof(T)>: 128-bit loads and stores (8 bf16 or 4 floats
-//     per thread), when every pointer is 16-byte aligned; the last n % width elements go
-//     through version 1 in a second small launch.
+//   2 elementwise_kernel<.., 16 / sizeof(T)>: 128-bit loads (streaming) and stores (8 bf16 or
+//     4 floats per thread), when every pointer is 16-byte aligned; the last n % width elements
+//     go through version 1 in a second small launch.
 // Tried and reverted (2026-12-03): four packs loaded per thread before any is computed, for more
 // bytes in flight. Slower in `gptstack bench ops` on the H200: forward+backward 89.1 vs 71.8 us
 // at shakespeare-char's 16384 x 1536 and 166.9 vs 137.7 us at gpt2-124m's (two runs of the same
@@ -41,6 +41,18 @@ template <typename T, int W> struct alignas(sizeof(T) * W) Pack {
   T v[W];
 };
 
+// The inputs are read once, long after they were written or never again before they are
+// overwritten: 16-byte packs are loaded with the streaming hint (ld.global.cs, evict first).
+// The outputs are stored plainly: the next kernel (a matmul) reads them at once.
+template <typename P> __device__ __forceinline__ P load_streaming(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+    return *reinterpret_cast<const P*>(&v);
+  } else {
+    return *p;
+  }
+}
+
 // out[i] = f(x[i]) for forward; dx[i] = dout[i] * f'(x[i]) for backward (Backward = true).
 template <typename T, int W, bool Backward>
 __global__ void elementwise_kernel(T* __restrict__ out, const T* __restrict__ dout,
@@ -48,9 +60,9 @@ __global__ void elementwise_kernel(T* __restrict__ out, const T* __restrict__ do
   using P = Pack<T, W>;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n_packs; p += stride) {
-    P xv = reinterpret_cast<const P*>(x)[p], r;
+    P xv = load_streaming(reinterpret_cast<const P*>(x) + p), r;
     if constexpr (Backward) {
-      P dv = reinterpret_cast<const P*>(dout)[p];
+      P dv = load_streaming(reinterpret_cast<const P*>(dout) + p);
 #pragma unroll
       for (int j = 0; j < W; ++j)
         r.v[j] = from_f32<T>(to_f32(dv.v[j]) * gelu_grad_f(to_f32(xv.v[j])));
@@ -63,12 +75,13 @@ __global__ void elementwise_kernel(T* __restrict__ out, const T* __restrict__ do
 }
 
 constexpr int kThreads = 256;
-// Up to 4 grid-stride rounds over an H200's 132 SMs x 8 resident blocks of 256: one round
-// (132 x 8 blocks) kept too few loads in flight. Forward+backward 72.6 -> 69.0 us at
-// shakespeare-char's 16384 x 1536 and 140.4 -> 133.0 us at gpt2-124m's 16384 x 3072, side by
-// side in dev/gelu_grid.cu (benchmarks/profiles/gelu-grid-h200-20261203.txt); one pack per
-// thread (no cap) was no faster
-constexpr int kMaxBlocks = 132 * 32;
+// One pack a thread (the grid-stride loop runs once; the cap only bounds the grid). On the
+// H200 (2026-12-03) up to 4 rounds over 132 x 8 blocks beat one round of 132 x 8 (72.6 -> 69.0
+// us forward+backward at 16384 x 1536) and one pack a thread was no faster than that cap;
+// on the H100 (2026-12-06, dev/gelu_grid.cu side by side: benchmarks/profiles/
+// gelu-grid-h100-20261206.txt) one pack a thread with streaming loads took 88.1 / 170.1 us
+// against 91.8 / 179.0 for the cap of 132 x 32 at 16384 x 1536 / 16384 x 3072.
+constexpr int64_t kMaxBlocks = int64_t(1) << 30;
 
 template <typename T, bool Backward>
 void launch(const char* op, T* out, const T* dout, const T* x, int64_t n, cudaStream_t stream) {

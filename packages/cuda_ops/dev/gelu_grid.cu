@@ -1,6 +1,7 @@
 // dev/gelu_grid.cu: csrc/gelu.cu's kernels launched with other block sizes and grid caps, side
-// by side in one binary, on shakespeare-char's (16384 x 1536) and gpt2-124m's (16384 x 3072)
-// MLP activations in bf16: what chose gelu.cu's kMaxBlocks.
+// by side in one binary with the kernel they replaced and variants (streaming stores, several
+// packs a thread), on shakespeare-char's (16384 x 1536) and gpt2-124m's (16384 x 3072) MLP
+// activations in bf16: what chose gelu.cu's kMaxBlocks and its streaming loads.
 //
 //   nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc \
 //       packages/cuda_ops/dev/gelu_grid.cu -o /tmp/gelu_grid && /tmp/gelu_grid
@@ -15,6 +16,27 @@
 #include <vector>
 
 using bf = __nv_bfloat16;
+
+// gelu.cu's kernel until 2026-12-06 (plain loads; launched with up to 132 x 32 blocks of 256).
+template <bool Backward>
+__global__ void plain_loads_kernel(bf* __restrict__ out, const bf* __restrict__ dout,
+                                   const bf* __restrict__ x, int64_t n_packs) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n_packs; p += stride) {
+    uint4 xv = reinterpret_cast<const uint4*>(x)[p], dv, r;
+    if constexpr (Backward) dv = reinterpret_cast<const uint4*>(dout)[p];
+    const bf* xe = reinterpret_cast<const bf*>(&xv);
+    const bf* de = reinterpret_cast<const bf*>(&dv);
+    bf* re = reinterpret_cast<bf*>(&r);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float xf = __bfloat162float(xe[j]);
+      re[j] = __float2bfloat16(Backward ? __bfloat162float(de[j]) * gs::gelu_grad_f(xf)
+                                        : gs::gelu_f(xf));
+    }
+    reinterpret_cast<uint4*>(out)[p] = r;
+  }
+}
 
 // gelu.cu's kernel with streaming cache hints: inputs read with ld.global.cs and outputs
 // written with st.global.cs (evict-first: each byte is touched once, the tensors are larger
@@ -103,6 +125,14 @@ int main() {
                     "%6.2f us (%3.0f %%), both %6.2f us\n",
                     (long long)n, threads, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
       }
+    {
+      const unsigned blocks = unsigned(std::min<int64_t>((packs + 255) / 256, 132 * 32));
+      const float f = median_us([&] { plain_loads_kernel<false><<<blocks, 256>>>(y, nullptr, x, packs); });
+      const float bw = median_us([&] { plain_loads_kernel<true><<<blocks, 256>>>(dx, dy, x, packs); });
+      std::printf("n=%lld, before 2026-12-06 (plain loads, 256 threads x %5u blocks): forward "
+                  "%6.2f us (%3.0f %%), backward %6.2f us (%3.0f %%), both %6.2f us\n",
+                  (long long)n, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
+    }
     for (int64_t cap : {int64_t(132) * 32, int64_t(1) << 30}) {
       const unsigned blocks = unsigned(std::min<int64_t>((packs + 255) / 256, cap));
       const float f = median_us([&] { streaming_kernel<false><<<blocks, 256>>>(y, nullptr, x, packs); });
