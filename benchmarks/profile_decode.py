@@ -13,8 +13,8 @@ instead of cuBLAS matmuls between LayerNorm and GELU kernels, "gptstack-one-laun
 cached step's blocks as one decode_blocks launch instead of op by op, "gptstack-sdpa-window" =
 SDPA for the slide window's attention, "gptstack-plain-window" = the slide window without
 cuBLASLt's GELU epilogue and the last-row attention (fused_step.WINDOW_EPILOGUES off),
-"gptstack-w4-attention" = the window's attention by the 4-warp kernel instead of the split-keys
-one; --configs picks them), alternating the configurations
+"gptstack-split-attention" = the window's attention by the opt-in split-keys kernel instead
+of the 4-warp one; --configs picks them), alternating the configurations
 over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
 writes a torch.profiler kernel table of one 500-token generation per configuration:
 `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
@@ -84,7 +84,7 @@ def main() -> None:
                 print(f"{run.name}: gptstack-rows-window runs cuBLAS matmuls (not bf16?)")
         for k, d in decoders.items():  # capture every graph both phases need
             # the attention kernel is chosen when a graph is captured, so the variant holds here
-            with cuda_variant(forward_warps=4 if k == "gptstack-w4-attention" else 0):
+            with cuda_variant(forward_warps="split" if k == "gptstack-split-attention" else 0):
                 timed(d, idx, fill + 64)
         rows = {k: {"first_s": [], "fill_s": [], "fill_slide_s": []} for k in decoders}
         for _ in range(args.rounds):

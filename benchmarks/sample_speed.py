@@ -77,13 +77,12 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_epilogues": False,
     },
-    # the slide window's attention with the 4-warp kernel instead of the split-keys one the
-    # launcher picks for batch-1 calls since 2026-12-06
-    "graph bf16 fused w4-attention": {
+    # the slide window's attention by the opt-in split-keys kernel instead of the 4-warp one
+    "graph bf16 fused split-attention": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "attention_warps": 4,
+        "attention_warps": "split",
     },
     # the fused step's blocks as one decode_blocks launch (opt-in), not op by op
     "graph bf16 fused one-launch": {
@@ -118,7 +117,7 @@ def set_one_launch(enabled: bool) -> None:
     fused_step.ONE_LAUNCH = enabled
 
 
-def attention_variant(forward_warps: int):
+def attention_variant(forward_warps: int | str):
     """The cuda_ops attention forward's CTA size for the block (0: the launcher's choice)."""
     if not forward_warps:
         return contextlib.nullcontext()

@@ -53,8 +53,8 @@ void backward_cpu(const Dims& d, View4<const E> dy, View4<const E> q, View4<cons
 // plain SIMT kernel (exact fp32 for tests). `seed` points at one int64 on the device (read by the
 // kernel, so a CUDA graph replays with fresh masks); unused when threshold == 0. `warps`: CTA
 // size of the bf16 kernels, 4 or 8, 0 = the default for the shape; for the forward also
-// kSplitKeys (4 warps sharing 16 queries, the keys split between them; no dropout), which the
-// default takes where the 4-warp kernel has few CTAs. `stream` is a cudaStream_t.
+// kSplitKeys (4 warps sharing 16 queries, the keys split between them; no dropout; opt-in:
+// attention_cuda.cu says why). `stream` is a cudaStream_t.
 constexpr int kSplitKeys = 1;
 struct CudaLaunch {
   uint32_t threshold = 0;  // DropoutSpec::threshold

@@ -47,22 +47,20 @@ int default_forward_warps(int requested, const Dims& d) {
   return d.T >= 512 ? 8 : 4;
 }
 
-// The split-keys forward (SplitConfig): asked for (warps == kSplitKeys), or chosen when the
-// caller leaves the size open, there is no dropout, the head size is 32 or 64 and the 4-warp
-// kernel would give fewer CTAs than an H100 or H200 has SMs (batch-1 generation's slide window:
-// 24 at shakespeare-char).
-constexpr int kSplitBelowCtas = 132;
-bool split_forward(int requested, const Dims& d, bool drop) {
-  if (requested == kSplitKeys) {
-    if (drop)
-      throw std::invalid_argument(
-          "gptstack.cuda_ops.causal_attention: the split-keys forward has no dropout; use "
-          "dropout_p=0 or another CTA size");
-    return true;
-  }
-  // head size 128 only when asked: its 140 KiB of shared memory exceed some GPUs' opt-in
-  return requested == 0 && !drop && d.hs <= 64 &&
-         d.B * d.nh * ceil_div(d.T, FwdConfig<64, 4>::kRows) < kSplitBelowCtas;
+// The split-keys forward (SplitConfig) runs only when asked for (warps == kSplitKeys). It was
+// the launcher's choice for dropout-free calls with fewer CTAs than an H100 has SMs for a day,
+// and lost where it was meant to win: 6.5 vs 7.3 us a call at shakespeare-char's slide window
+// (B=1, nh=6, T=256, hs=64) but 3.8 vs 3.0 at esp32's (nh=8, T=64, hs=32), and 6,462 vs 6,483
+// / 7,647 vs 7,881 tok/s for `gptstack sample` side by side on the H100 (benchmarks/results/
+// sample-speed-*-h100-split-attention-20261206.json): the merge's barriers and round trip
+// through shared memory cost what the parallel key tiles saved.
+bool split_forward(int requested, bool drop) {
+  if (requested != kSplitKeys) return false;
+  if (drop)
+    throw std::invalid_argument(
+        "gptstack.cuda_ops.causal_attention: the split-keys forward has no dropout; use "
+        "dropout_p=0 or another CTA size");
+  return true;
 }
 
 template <int HS> void launch_forward_split(const FwdArgs& a, const Dims& d, cudaStream_t s) {
@@ -178,7 +176,7 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
             static_cast<int>(d.T), kLog2e / sqrtf(static_cast<float>(d.hs)), l.threshold,
             l.drop_scale, l.seed};
   const cudaStream_t s = as_stream(l.stream);
-  if (split_forward(l.warps, d, l.threshold != 0)) {
+  if (split_forward(l.warps, l.threshold != 0)) {
     switch (d.hs) {
       case 32: return launch_forward_split<32>(a, d, s);
       case 64: return launch_forward_split<64>(a, d, s);

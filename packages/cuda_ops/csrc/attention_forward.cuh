@@ -204,7 +204,9 @@ __global__ void __launch_bounds__(32 * NW) attention_forward_mma_kernel(const Fw
 // H100). Here a CTA owns only 16 queries and its 4 warps take every 4th key tile of them each
 // (T <= 256: at most one tile a warp, all loaded at once), then merge their online-softmax
 // states through shared memory (FlashDecoding's split of the keys, Dao et al. 2023, inside one
-// CTA). No dropout: the dispatcher sends only dropout-free calls here.
+// CTA). No dropout. Opt-in (cuda_variant(forward_warps="split")): 6.5 vs 7.3 us at
+// shakespeare-char's window but slower at esp32's and no faster end to end
+// (attention_cuda.cu, split_forward).
 namespace gs::attn {
 
 template <int HS> struct SplitConfig {

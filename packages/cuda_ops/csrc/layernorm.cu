@@ -146,30 +146,17 @@ __global__ void __launch_bounds__(256)
       *reinterpret_cast<float4*>(mine + C + c + k) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  // A warp walks its rows one after another; the next row's dy, s (and dsum), mean and rstd
-  // are requested before this row is computed, so a row's memory round trip overlaps the one
-  // before (without it each row waited for its own loads: ~1 us a row, 8+ rows a warp).
-  const int64_t stride = int64_t(gridDim.x) * warps;
-  P dy[V], xs[V], ds[V];
-  float m = 0.0f, rs = 0.0f;
-  auto load_row = [&](int64_t r, P (&dyr)[V], P (&xr)[V], P (&dr)[V], float& mr, float& rr) {
+  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < N;
+       row += int64_t(gridDim.x) * warps) {
+    P dy[V], xs[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const int c = reg_col(i, lane, W);
       if (c >= C) continue;
-      dyr[i] = *reinterpret_cast<const P*>(dout + r * C + c);
-      xr[i] = *reinterpret_cast<const P*>(src + r * C + c);
-      if (dsum) dr[i] = *reinterpret_cast<const P*>(dsum + r * C + c);
+      dy[i] = *reinterpret_cast<const P*>(dout + row * C + c);
+      xs[i] = *reinterpret_cast<const P*>(src + row * C + c);
     }
-    mr = mean[r];
-    rr = rstd[r];
-  };
-  int64_t row = int64_t(blockIdx.x) * warps + warp;
-  if (row < N) load_row(row, dy, xs, ds, m, rs);
-  for (; row < N; row += stride) {
-    P ndy[V], nxs[V], nds[V];
-    float nm = 0.0f, nrs = 0.0f;
-    if (row + stride < N) load_row(row + stride, ndy, nxs, nds, nm, nrs);
+    const float m = mean[row], rs = rstd[row];
     float c1 = 0.0f, c2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -187,6 +174,8 @@ __global__ void __launch_bounds__(256)
     for (int i = 0; i < V; ++i) {
       const int c = reg_col(i, lane, W);
       if (c >= C) continue;
+      float dsb[W];
+      if (dsum) load_vec<T, W>(dsb, dsum + row * C + c);
       P out;
 #pragma unroll
       for (int k = 0; k < W; k += 4) {
@@ -200,7 +189,7 @@ __global__ void __launch_bounds__(256)
         for (int j = 0; j < 4; ++j) {
           const float d = to_f32(dy[i].v[k + j]), xh = (to_f32(xs[i].v[k + j]) - m) * rs;
           out.v[k + j] = from_f32<T>(rs * (d * to_f32(w[i].v[k + j]) - c1 - xh * c2) +
-                                     (dsum ? to_f32(ds[i].v[k + j]) : 0.0f));
+                                     (dsum ? dsb[k + j] : 0.0f));
           sw[j] += d * xh;
           sb[j] += d;
         }
@@ -209,10 +198,6 @@ __global__ void __launch_bounds__(256)
       }
       *reinterpret_cast<P*>(dx + row * C + c) = out;
     }
-#pragma unroll
-    for (int i = 0; i < V; ++i) dy[i] = ndy[i], xs[i] = nxs[i], ds[i] = nds[i];
-    m = nm;
-    rs = nrs;
   }
   __syncthreads();
   for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // the warps' slices, in warp order

@@ -167,8 +167,14 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// packed_register_partials with the tree's prefetch: the next row's dy, x, mean and rstd are
-// requested before this row is computed.
+// packed_register_partials with the next row's dy, x, mean and rstd requested before this row
+// is computed. On the H100 (2026-12-06, benchmarks/profiles/layernorm-backward-h100-20261206*):
+// 15.8 us at 384 and 43.6 at 768 here against 22.1 / 57.9 for the tree's kernel with the same
+// prefetch and 25.3 / 64.5 for a copy of the tree's kernel without it -- but that copy was not
+// the tree's kernel: the tree's own in `gptstack bench ops` took ~34 us at 768 (LayerNorm
+// forward+backward 56.0 us), and the prefetching tree kernel (174 registers instead of 127 at
+// 768: one block an SM instead of two) made that 74.5. So these variants are not yet measured
+// where it counts; `gptstack bench ops` decides.
 template <typename T, int W, int V>
 __global__ void __launch_bounds__(256)
     register_partials_prefetch(T* __restrict__ dx, float* __restrict__ workspace,
@@ -253,117 +259,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The tree's kernel until 2026-12-06: the same packed inputs and per-warp shared slices, but a
-// warp loads a row only when it gets to it (one memory round trip per row, nothing in flight
-// across rows). 18-19 us at 384 and ~30 us at 768 on the H100 (with the reduce).
-template <typename T, int W, int V>
-__global__ void __launch_bounds__(256)
-    slices_no_prefetch(T* __restrict__ dx, float* __restrict__ workspace,
-                       const T* __restrict__ dout, const T* __restrict__ src,
-                       const T* __restrict__ weight, const float* __restrict__ mean,
-                       const float* __restrict__ rstd, int64_t N, int C) {
-  extern __shared__ float slices[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  float* mine = slices + warp * 2 * C;
-  Vec<T, W> pw[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = col(i, lane, W);
-    if (c >= C) continue;
-    pw[i] = *reinterpret_cast<const Vec<T, W>*>(weight + c);
-#pragma unroll
-    for (int k = 0; k < W; ++k) mine[c + k] = mine[C + c + k] = 0.0f;
-  }
-  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < N;
-       row += int64_t(gridDim.x) * warps) {
-    Vec<T, W> pdy[V], px[V];
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = col(i, lane, W);
-      if (c >= C) continue;
-      pdy[i] = *reinterpret_cast<const Vec<T, W>*>(dout + row * C + c);
-      px[i] = *reinterpret_cast<const Vec<T, W>*>(src + row * C + c);
-    }
-    const float m = mean[row], rs = rstd[row];
-    float c1 = 0.f, c2 = 0.f;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (col(i, lane, W) >= C) continue;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float g = to_f32(pdy[i].v[k]) * to_f32(pw[i].v[k]);
-        c1 += g;
-        c2 += g * ((to_f32(px[i].v[k]) - m) * rs);
-      }
-    }
-    c1 = warp_sum(c1) / C;
-    c2 = warp_sum(c2) / C;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = col(i, lane, W);
-      if (c >= C) continue;
-      Vec<T, W> o;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float d = to_f32(pdy[i].v[k]), xh = (to_f32(px[i].v[k]) - m) * rs;
-        o.v[k] = from_f32<T>(rs * (d * to_f32(pw[i].v[k]) - c1 - xh * c2));
-        mine[c + k] += d * xh;
-        mine[C + c + k] += d;
-      }
-      *reinterpret_cast<Vec<T, W>*>(dx + row * C + c) = o;
-    }
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-    float total = 0.0f;
-    for (int w = 0; w < warps; ++w) total += slices[w * 2 * C + c];
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
-  }
-}
-
-// The tree's forward until 2026-12-06: the weight and bias loaded after the two reductions.
-template <typename T, int W, int V>
-__global__ void __launch_bounds__(256)
-    forward_late_weights(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
-                         const T* __restrict__ x, const T* __restrict__ weight,
-                         const T* __restrict__ bias, int64_t N, int C, float eps) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
-  if (row >= N) return;
-  float v[V][W], sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = col(i, lane, W);
-    if (c >= C) continue;
-    Vec<T, W> p = *reinterpret_cast<const Vec<T, W>*>(x + row * C + c);
-#pragma unroll
-    for (int k = 0; k < W; ++k) sum += (v[i][k] = to_f32(p.v[k]));
-  }
-  const float m = warp_sum(sum) / C;
-  float var = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    if (col(i, lane, W) >= C) continue;
-#pragma unroll
-    for (int k = 0; k < W; ++k) var += (v[i][k] - m) * (v[i][k] - m);
-  }
-  const float rs = rsqrtf(warp_sum(var) / C + eps);
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = col(i, lane, W);
-    if (c >= C) continue;
-    Vec<T, W> w = *reinterpret_cast<const Vec<T, W>*>(weight + c);
-    Vec<T, W> b = *reinterpret_cast<const Vec<T, W>*>(bias + c), o;
-#pragma unroll
-    for (int k = 0; k < W; ++k)
-      o.v[k] = from_f32<T>((v[i][k] - m) * rs * to_f32(w.v[k]) + to_f32(b.v[k]));
-    *reinterpret_cast<Vec<T, W>*>(out + row * C + c) = o;
-  }
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = rs;
-  }
-}
 }  // namespace dev
 
 using bf = __nv_bfloat16;
@@ -402,14 +297,8 @@ int main() {
       std::printf("  %-44s %7.2f us  %3.0f %% of copy bandwidth\n", name, us,
                   100 * bwd_bytes / (us * 1e3) / copy_gbs);
     };
-    auto late = [&](auto kernel) {
-      return median_us([&] { kernel<<<(N + 7) / 8, 256>>>(y, mean, rstd, x, w, b, N, C, 1e-5f); });
-    };
-    const float fwd_late = C == 384 ? late(dev::forward_late_weights<bf, 8, 2>)
-                                    : late(dev::forward_late_weights<bf, 8, 3>);
-    std::printf("(%lld, %d) bf16: forward %.2f us (%.0f %% of copy), weights after the "
-                "reductions (before) %.2f us\n", (long long)N, C, fwd,
-                100 * 2.0 * n * 2 / (fwd * 1e3) / copy_gbs, fwd_late);
+    std::printf("(%lld, %d) bf16: forward %.2f us (%.0f %% of copy)\n", (long long)N, C, fwd,
+                100 * 2.0 * n * 2 / (fwd * 1e3) / copy_gbs);
     report("backward in the tree (csrc/layernorm.cu)", median_us([&] {
              gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, nullptr, x, w, mean, rstd, s,
                                          gs::DType::bf16, 0);
@@ -457,12 +346,10 @@ int main() {
     };
     const size_t row_sums = size_t(2) * C * 4, slices = size_t(warps) * row_sums;
     if (C == 384) {
-      variant("shared slices, no prefetch, W=4 (before)", dev::slices_no_prefetch<bf, 4, 3>, slices);
       variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 2>, row_sums);
       variant("packed, float register partials, W=4", dev::packed_register_partials<bf, 4, 3>, slices);
       variant("register partials + prefetch, W=4", dev::register_partials_prefetch<bf, 4, 3>, slices);
     } else {
-      variant("shared slices, no prefetch, W=8 (before)", dev::slices_no_prefetch<bf, 8, 3>, slices);
       variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 3>, row_sums);
       variant("packed, float register partials, W=8", dev::packed_register_partials<bf, 8, 3>, slices);
       variant("register partials + prefetch, W=8", dev::register_partials_prefetch<bf, 8, 3>, slices);

@@ -358,8 +358,8 @@ int main(int argc, char** argv) {
              "atm:128:4:70:1:contig", "atm:128:8:45:0:packed", "atm:32:8:7:0:contig",
              "f32:32:4:45:1:packed",  "f32:64:4:20:0:contig",  "f32:128:4:9:1:contig",
              // the split-keys forward (warps 1): one tile, several, a partial last one, more
-             // tiles than warps (T = 300: warp 0 takes tiles 0 and 4), T = 1, and the launcher's
-             // own choice of it (warps 0, few CTAs); its lse feeds the 4-warp backward
+             // tiles than warps (T = 300: warp 0 takes tiles 0 and 4), T = 1; its lse feeds the
+             // 4-warp backward; and the launcher's own choice (warps 0) for a few-CTA call
              "fwd:32:1:64:0:packed",  "fwd:64:1:256:0:packed", "fwd:64:1:130:0:contig",
              "fwd:128:1:300:0:packed", "fwd:64:1:1:0:contig",  "fwd:64:0:200:0:packed",
              "bwd:64:1:130:0:packed",  "bwd:32:1:77:0:contig",

@@ -56,8 +56,7 @@ BACKWARD_MODES = ("auto", "stages", "atomic")
 # launcher picks by shape) and the backward mode. Changed only through cuda_variant().
 _variant = {"forward_warps": 0, "backward_warps": 0, "backward": "auto"}
 # forward_warps="split": 16 queries a CTA with the keys split over its 4 warps (no dropout;
-# csrc/attention_forward.cuh, SplitConfig), which the launcher also picks by itself for
-# dropout-free calls with few CTAs (batch-1 generation's slide window)
+# csrc/attention_forward.cuh, SplitConfig); opt-in, no faster end to end (attention_cuda.cu)
 SPLIT_KEYS = 1  # the extension's kSplitKeys
 
 
