@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# benchmarks/gpu_decode_window.sh: one GPU call that decides whether the slide window's
-# tensor-core decode_linear path (csrc/decode_mma.cuh, opt-in as fused_step.WINDOW_ROWS) becomes
-# the default of `gptstack sample`: build gptstack.cuda_ops, its decode CUDA tests, memcheck,
-# short checkpoints of two presets, then the window with and without it side by side.
+# benchmarks/gpu_decode_window.sh: one GPU call for the decoding and kernel work: build (or copy
+# a prebuilt) gptstack.cuda_ops, short checkpoints of two presets, `gptstack sample` A/B configs
+# side by side, the CUDA tests, memcheck, the decode profile, the dev/ benches and `gptstack
+# bench ops`; STAGES picks the steps. Written to decide the slide window's tensor-core path
+# (fused_step.WINDOW_ROWS: it lost on the H100, 2026-12-06); the default A/B lists are still
+# that one.
 #
 #   On the lent H200 (repository root, $OUT given by the device tool; carry a folder holding
 #   tinyshakespeare.txt and point DATA at it, the device tool sends only the repository):
@@ -28,10 +30,10 @@
 #              `nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc` (dev-*.txt)
 #   ops        `gptstack bench ops` of LayerNorm and GELU forward+backward against eager and
 #              torch.compile at shakespeare-char's and gpt2-124m's sizes (ops-*.json)
-# SPEED_CONFIGS and PROFILE_CONFIGS replace the two A/B lists, TESTS the test files; the JSON results leave as one
+# The steps run in the order above whatever the order of STAGES. SPEED_CONFIGS and
+# PROFILE_CONFIGS replace the two A/B lists, TESTS the test files; the JSON results leave as one
 # results.tgz beside call.log and pytest.log (the device tool returns a few files only).
-# Then, here: copy the JSON into benchmarks/results/ (sample-speed-PRESET-DATE.json), and if the
-# rows-window config wins at both presets set WINDOW_ROWS = True in fused_step.py.
+# Then, here: copy the JSON into benchmarks/results/ (sample-speed-PRESET-GPU-WHAT-DATE.json).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
