@@ -28,21 +28,13 @@
 //            Pass 1 sums g = dy*w and g*xhat, pass 2 writes dx and adds dy*xhat, dy into the
 //            warp's own slice of shared memory (each lane owns fixed columns: no atomics).
 //            The block then sums its warps into workspace[block] (2C floats).
-//   backward layernorm_backward_regsum_kernel<W, V>: for narrow rows (V * W <= 16 columns a
-//            lane: bf16 up to 384 (3 x 4-element vectors), float32 up to 512): the same, but
-//            dweight and dbias summed in float registers and written to the warp's slice once,
-//            and the next row's inputs requested before this row is computed. On the H100
-//            (2026-12-06, dev/layernorm_backward.cu) 15.8 vs 22.1 us at (16384, 384); at 768
-//            the registers (174+) halve the resident blocks, so wider rows keep the slices.
-// All backward versions end with layernorm_param_grad_reduce_kernel: 8 threads per column sum
+// Both backward versions end with layernorm_param_grad_reduce_kernel: 8 threads per column sum
 // every 8th block's partials, then one sums the 8 (the same order every run, so dweight and
 // dbias are deterministic, no atomics).
 // Memory per row: forward reads x (+ r) and writes y (+ s); backward reads dy, s (+ dsum),
 // writes dx; the parameter traffic (blocks x 2C floats) is small next to it.
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c layernorm.cu -I.
-#include <type_traits>
-
 #include "cuda_common.cuh"
 #include "layernorm.h"
 
@@ -205,98 +197,6 @@ __global__ void __launch_bounds__(256)
         *reinterpret_cast<float4*>(mine + C + c + k) = ab;
       }
       *reinterpret_cast<P*>(dx + row * C + c) = out;
-    }
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // the warps' slices, in warp order
-    float total = 0.0f;
-    for (int k = 0; k < warps; ++k) total += shared[k * 2 * C + c];
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
-  }
-}
-
-// The backward for narrow rows (V * W <= kRegSumMaxElems columns a lane): dweight and dbias
-// summed in float registers (2 V W a lane) and the next row's dy, s (and dsum), mean and rstd
-// requested before this row is computed. Each warp writes its sums into its shared slice once.
-constexpr int kRegSumMaxElems = 16;
-template <typename T, int W, int V>
-__global__ void __launch_bounds__(256)
-    layernorm_backward_regsum_kernel(T* __restrict__ dx, float* __restrict__ workspace,
-                                     const T* __restrict__ dout, const T* __restrict__ dsum,
-                                     const T* __restrict__ src, const T* __restrict__ weight,
-                                     const float* __restrict__ mean,
-                                     const float* __restrict__ rstd, int64_t N, int C) {
-  extern __shared__ float shared[];  // [warps][2C]: each warp's dweight, then dbias
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  using P = Vec<T, W>;
-  P w[V];
-  float dw[V][W] = {}, db[V][W] = {};
-#pragma unroll
-  for (int i = 0; i < V; ++i)
-    if (reg_col(i, lane, W) < C) w[i] = *reinterpret_cast<const P*>(weight + reg_col(i, lane, W));
-  const int64_t stride = int64_t(gridDim.x) * warps;
-  P dy[V], xs[V], ds[V];
-  float m = 0.0f, rs = 0.0f;
-  auto load_row = [&](int64_t r, P (&dyr)[V], P (&xr)[V], P (&dr)[V], float& mr, float& rr) {
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = reg_col(i, lane, W);
-      if (c >= C) continue;
-      dyr[i] = *reinterpret_cast<const P*>(dout + r * C + c);
-      xr[i] = *reinterpret_cast<const P*>(src + r * C + c);
-      if (dsum) dr[i] = *reinterpret_cast<const P*>(dsum + r * C + c);
-    }
-    mr = mean[r];
-    rr = rstd[r];
-  };
-  int64_t row = int64_t(blockIdx.x) * warps + warp;
-  if (row < N) load_row(row, dy, xs, ds, m, rs);
-  for (; row < N; row += stride) {
-    P ndy[V], nxs[V], nds[V];
-    float nm = 0.0f, nrs = 0.0f;
-    if (row + stride < N) load_row(row + stride, ndy, nxs, nds, nm, nrs);
-    float c1 = 0.0f, c2 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (reg_col(i, lane, W) >= C) continue;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float g = to_f32(dy[i].v[k]) * to_f32(w[i].v[k]);
-        c1 += g;
-        c2 += g * ((to_f32(xs[i].v[k]) - m) * rs);
-      }
-    }
-    c1 = warp_sum(c1) / C;
-    c2 = warp_sum(c2) / C;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = reg_col(i, lane, W);
-      if (c >= C) continue;
-      P out;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float d = to_f32(dy[i].v[k]), xh = (to_f32(xs[i].v[k]) - m) * rs;
-        out.v[k] = from_f32<T>(rs * (d * to_f32(w[i].v[k]) - c1 - xh * c2) +
-                               (dsum ? to_f32(ds[i].v[k]) : 0.0f));
-        dw[i][k] += d * xh;
-        db[i][k] += d;
-      }
-      *reinterpret_cast<P*>(dx + row * C + c) = out;
-    }
-#pragma unroll
-    for (int i = 0; i < V; ++i) dy[i] = ndy[i], xs[i] = nxs[i], ds[i] = nds[i];
-    m = nm;
-    rs = nrs;
-  }
-  float* mine = shared + warp * 2 * C;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = reg_col(i, lane, W);
-    if (c >= C) continue;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      mine[c + k] = dw[i][k];
-      mine[C + c + k] = db[i][k];
     }
   }
   __syncthreads();
@@ -499,26 +399,18 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
     kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight, mean,
                                                  rstd, s.N, int(s.C));
   };
-  // narrow rows: register partial sums (layernorm_backward_regsum_kernel); wider ones: the
-  // shared slices, whose fewer registers keep two blocks an SM
-  auto by_v = [&](auto w_tag) {
-    constexpr int Wv = decltype(w_tag)::value;
-    auto pick = [&](auto v_tag) {
-      constexpr int Vv = decltype(v_tag)::value;
-      if constexpr (Vv * Wv <= kRegSumMaxElems)
-        launch(layernorm_backward_regsum_kernel<T, Wv, Vv>);
-      else
-        launch(layernorm_backward_reg_kernel<T, Wv, Vv>);
-    };
-    if (V == 1) pick(std::integral_constant<int, 1>{});
-    else if (V == 2) pick(std::integral_constant<int, 2>{});
-    else if (V == 3) pick(std::integral_constant<int, 3>{});
-    else pick(std::integral_constant<int, 4>{});
-  };
   if (half) {
-    if constexpr (Wh % 4 == 0) by_v(std::integral_constant<int, Wh>{});
+    if constexpr (Wh % 4 == 0) {
+      if (V == 1) launch(layernorm_backward_reg_kernel<T, Wh, 1>);
+      else if (V == 2) launch(layernorm_backward_reg_kernel<T, Wh, 2>);
+      else if (V == 3) launch(layernorm_backward_reg_kernel<T, Wh, 3>);
+      else launch(layernorm_backward_reg_kernel<T, Wh, 4>);
+    }
   } else if (vec && V <= kRegMaxV) {
-    by_v(std::integral_constant<int, W>{});
+    if (V == 1) launch(layernorm_backward_reg_kernel<T, W, 1>);
+    else if (V == 2) launch(layernorm_backward_reg_kernel<T, W, 2>);
+    else if (V == 3) launch(layernorm_backward_reg_kernel<T, W, 3>);
+    else launch(layernorm_backward_reg_kernel<T, W, 4>);
   } else if (vec)
     layernorm_backward_warp_kernel<T, W><<<blocks, 32 * warps, smem, stream>>>(
         dx, workspace, dout, dsum, src, weight, mean, rstd, s.N, int(s.C));
