@@ -169,12 +169,9 @@ __global__ void __launch_bounds__(256)
 
 // packed_register_partials with the next row's dy, x, mean and rstd requested before this row
 // is computed. On the H100 (2026-12-06, benchmarks/profiles/layernorm-backward-h100-20261206*):
-// 15.8 us at 384 and 43.6 at 768 here against 22.1 / 57.9 for the tree's kernel with the same
-// prefetch and 25.3 / 64.5 for a copy of the tree's kernel without it -- but that copy was not
-// the tree's kernel: the tree's own in `gptstack bench ops` took ~34 us at 768 (LayerNorm
-// forward+backward 56.0 us), and the prefetching tree kernel (174 registers instead of 127 at
-// 768: one block an SM instead of two) made that 74.5. So these variants are not yet measured
-// where it counts; `gptstack bench ops` decides.
+// 16.3 us at 384 and 43.8 at 768 here, against 21.7 / 35.8 for the tree's kernel. Put in the
+// tree for rows up to 384 (with the dsum operand the tree's launcher passes) it took 21.7 us
+// and `gptstack bench ops` did not move, so it was reverted; why is still open.
 template <typename T, int W, int V>
 __global__ void __launch_bounds__(256)
     register_partials_prefetch(T* __restrict__ dx, float* __restrict__ workspace,
