@@ -79,8 +79,10 @@ constexpr int kThreads = 256;
 // H200 (2026-12-03) up to 4 rounds over 132 x 8 blocks beat one round of 132 x 8 (72.6 -> 69.0
 // us forward+backward at 16384 x 1536) and one pack a thread was no faster than that cap;
 // on the H100 (2026-12-06, dev/gelu_grid.cu side by side: benchmarks/profiles/
-// gelu-grid-h100-20261206.txt) one pack a thread with streaming loads took 88.1 / 170.1 us
-// against 91.8 / 179.0 for the cap of 132 x 32 at 16384 x 1536 / 16384 x 3072.
+// gelu-grid-h100-20261206-a313b01.txt) this kernel took 91.5 / 176.0 us forward+backward at
+// 16384 x 1536 / 16384 x 3072 against 91.6 / 178.8 for the one before (cap 132 x 32, plain
+// loads). With streaming stores too it took 87.8 / 170.0, but the output is what the next
+// matmul reads at once, so the stores stay plain.
 constexpr int64_t kMaxBlocks = int64_t(1) << 30;
 
 template <typename T, bool Backward>
