@@ -47,9 +47,9 @@ int default_forward_warps(int requested, const Dims& d) {
   return d.T >= 512 ? 8 : 4;
 }
 
-// The split-keys forward (SplitConfig) runs only when asked for (warps == kSplitKeys). It was
-// the launcher's choice for dropout-free calls with fewer CTAs than an H100 has SMs for a day,
-// and lost where it was meant to win: 6.5 vs 7.3 us a call at shakespeare-char's slide window
+// The split-keys forward (SplitConfig) runs only when asked for (warps == kSplitKeys). For two
+// commits of 2026-12-06 it was the launcher's choice for dropout-free calls with fewer CTAs
+// than an H100 has SMs, and lost where it was meant to win: 6.5 vs 7.3 us a call at shakespeare-char's slide window
 // (B=1, nh=6, T=256, hs=64) but 3.8 vs 3.0 at esp32's (nh=8, T=64, hs=32), and 6,462 vs 6,483
 // / 7,647 vs 7,881 tok/s for `gptstack sample` side by side on the H100 (benchmarks/results/
 // sample-speed-*-h100-split-attention-20261206.json): the merge's barriers and round trip
