@@ -171,7 +171,10 @@ __global__ void __launch_bounds__(256)
 // is computed. On the H100 (2026-12-06, benchmarks/profiles/layernorm-backward-h100-20261206*):
 // 16.3 us at 384 and 43.8 at 768 here, against 21.7 / 35.8 for the tree's kernel. Put in the
 // tree for rows up to 384 (with the dsum operand the tree's launcher passes) it took 21.7 us
-// and `gptstack bench ops` did not move, so it was reverted; why is still open.
+// and `gptstack bench ops` did not move, so it was reverted (769accd has it). Its SASS against
+// this variant's (cuobjdump, sm_90a): 1,152 vs 912 instructions, 37 vs 19 global loads, 146 vs
+// 54 byte permutes: the run-time dsum operand doubles the load and unpack code of the loop. An
+// instance per "dsum or not" (a template flag) is the next thing to try.
 template <typename T, int W, int V>
 __global__ void __launch_bounds__(256)
     register_partials_prefetch(T* __restrict__ dx, float* __restrict__ workspace,
