@@ -38,6 +38,97 @@ template <int HS, int NW> struct FwdConfig {
   static constexpr int kSmemBytes = (kRows + 4 * kKeys) * kPitch * 2;  // Q, 2 x (K, V)
 };
 
+// The steps of a warp's 16 queries (rows r0 .. r0 + 15, Q fragments qf) against one tile of KT
+// keys from k0 in shared memory (row pitch P), shared by the kernels below. 16-key blocks past
+// the warp's last row are skipped; they stay 0 in s and are masked.
+// S = Q K^T, 16 x KT, fp32
+template <int HS, int KT, int P>
+__device__ __forceinline__ void tile_scores(float (&s)[KT / 8][4], const uint32_t (&qf)[HS / 16][4],
+                                            const uint16_t* ks, int k0, int r0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < KT / 16; ++np) {
+      if (k0 + 16 * np > r0 + 15) continue;
+      uint32_t kf[4];
+      ldmatrix_x4(kf, ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
+                          ((lane >> 3) & 1) * 8);
+      mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
+      mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
+    }
+  }
+}
+
+// -inf for keys after the row (causal) or past T, on tiles that cross the diagonal or the end
+template <int KT>
+__device__ __forceinline__ void mask_tile(float (&s)[KT / 8][4], int k0, int r0, int T, int lane) {
+  if (k0 + KT - 1 <= r0 && k0 + KT <= T) return;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < KT / 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int key = k0 + nt * 8 + 2 * t + (r & 1), row = r0 + g + 8 * (r >> 1);
+      if (key > row || key >= T) s[nt][r] = -INFINITY;
+    }
+}
+
+// The online softmax in the log2 domain for rows g (r = 0, 1) and g+8 (r = 2, 3): s becomes the
+// unnormalized weights, m the running max, l this thread's share of the row sum (undropped), o
+// rescaled by 2^(m_old - m_new). Every row sees at least one key of each tile it is given (key
+// 0 is in every row's first tile), so m is finite from then on and 2^(m_old - m_new) never sees
+// -inf - -inf.
+template <int HS, int KT>
+__device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&o)[HS / 8][4], float scale_log2) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < KT / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
+    const float m_new = fmaxf(m[hh], quad_max(mx) * scale_log2);
+    const float alpha = fast_exp2(m[hh] - m_new);
+    m[hh] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < KT / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = fast_exp2(fmaf(s[nt][2 * hh + e], scale_log2, -m_new));
+        s[nt][2 * hh + e] = p;
+        sum += p;
+      }
+    l[hh] = l[hh] * alpha + sum;
+#pragma unroll
+    for (int nt = 0; nt < HS / 8; ++nt) {
+      o[nt][2 * hh] *= alpha;
+      o[nt][2 * hh + 1] *= alpha;
+    }
+  }
+}
+
+// O += P V: P's accumulators are the A fragments; V^T fragments by ldmatrix.trans
+template <int HS, int KT, int P>
+__device__ __forceinline__ void accumulate_pv(float (&o)[HS / 8][4], const float (&s)[KT / 8][4],
+                                              const uint16_t* vs, int k0, int r0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    if (k0 + 16 * kk > r0 + 15) continue;
+    const uint32_t pf[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                            pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                            pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < HS / 16; ++dp) {
+      uint32_t vf[4];
+      ldmatrix_x4_trans(vf, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P + dp * 16 +
+                                (lane >> 4) * 8);
+      mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
+      mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
+    }
+  }
+}
+
 template <int HS, int NW, bool kDropout>
 __global__ void __launch_bounds__(32 * NW) attention_forward_mma_kernel(const FwdArgs a) {
   using C = FwdConfig<HS, NW>;
@@ -94,55 +185,10 @@ __global__ void __launch_bounds__(32 * NW) attention_forward_mma_kernel(const Fw
     if (wq0 < T && k0 <= wq0 + 15) {
       const uint16_t* ks = k_s + buf * KT * P;
       const uint16_t* vs = v_s + buf * KT * P;
-      // S = Q K^T, 16 x 64 per warp; 16-key blocks past the warp's last row stay 0 (masked below)
       float s[KT / 8][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk) {
-#pragma unroll
-        for (int np = 0; np < KT / 16; ++np) {
-          if (k0 + 16 * np > wq0 + 15) continue;
-          uint32_t kf[4];
-          ldmatrix_x4(kf, ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
-                              ((lane >> 3) & 1) * 8);
-          mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
-          mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
-        }
-      }
-      if (k0 + KT - 1 > wq0 || k0 + KT > T) {  // the tile crosses the diagonal or the end
-#pragma unroll
-        for (int nt = 0; nt < KT / 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int key = k0 + nt * 8 + 2 * t + (r & 1), row = wq0 + g + 8 * (r >> 1);
-            if (key > row || key >= T) s[nt][r] = -INFINITY;
-          }
-      }
-      // online softmax, rows g (r = 0, 1) and g+8 (r = 2, 3); key 0 is in every row's first
-      // tile, so m is finite from then on and 2^(m_old - m_new) never sees -inf - -inf
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < KT / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
-        const float m_new = fmaxf(m[hh], quad_max(mx) * a.scale_log2);
-        const float alpha = fast_exp2(m[hh] - m_new);
-        m[hh] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < KT / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = fast_exp2(fmaf(s[nt][2 * hh + e], a.scale_log2, -m_new));
-            s[nt][2 * hh + e] = p;
-            sum += p;
-          }
-        l[hh] = l[hh] * alpha + sum;  // this thread's share of the row sum, undropped
-#pragma unroll
-        for (int nt = 0; nt < HS / 8; ++nt) {
-          o[nt][2 * hh] *= alpha;
-          o[nt][2 * hh + 1] *= alpha;
-        }
-      }
+      tile_scores<HS, KT, P>(s, qf, ks, k0, wq0, lane);
+      mask_tile<KT>(s, k0, wq0, T, lane);
+      online_softmax<HS, KT>(s, m, l, o, a.scale_log2);
       if (kDropout) {  // one Philox call per 16x16 block gives this thread's 8 weights
 #pragma unroll
         for (int np = 0; np < KT / 16; ++np) {
@@ -159,23 +205,7 @@ __global__ void __launch_bounds__(32 * NW) attention_forward_mma_kernel(const Fw
                   s[2 * np + nl][2 * hh + e] = 0.0f;
         }
       }
-      // O += P V: P's accumulators are the A fragments; V^T fragments by ldmatrix.trans
-#pragma unroll
-      for (int kk = 0; kk < KT / 16; ++kk) {
-        if (k0 + 16 * kk > wq0 + 15) continue;
-        const uint32_t pf[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                                pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int dp = 0; dp < HS / 16; ++dp) {
-          uint32_t vf[4];
-          ldmatrix_x4_trans(vf, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P +
-                                    dp * 16 + (lane >> 4) * 8);
-          mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
-          mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
-        }
-      }
+      accumulate_pv<HS, KT, P>(o, s, vs, k0, wq0, lane);
     }
     __syncthreads();  // every warp is done with `buf` before the next prefetch overwrites it
   }
@@ -261,71 +291,12 @@ __global__ void __launch_bounds__(128) attention_forward_split_kernel(const FwdA
       cp_async_wait<0>();
       __syncwarp();  // the warp's own K/V copies are visible to all its lanes
     }
-    // S = Q K^T, 16 x 64; 16-key blocks past the CTA's last query stay 0 (masked below)
+    // k0 <= q0: every row sees key k0 of each tile
     float s[KT / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < HS / 16; ++kk) {
-#pragma unroll
-      for (int np = 0; np < KT / 16; ++np) {
-        if (k0 + 16 * np > q0 + 15) continue;
-        uint32_t kf[4];
-        ldmatrix_x4(kf, k_s + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
-                            ((lane >> 3) & 1) * 8);
-        mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
-        mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
-      }
-    }
-    if (k0 + KT - 1 > q0 || k0 + KT > T) {  // the tile crosses the diagonal or the end
-#pragma unroll
-      for (int nt = 0; nt < KT / 8; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int key = k0 + nt * 8 + 2 * t + (r & 1), row = q0 + g + 8 * (r >> 1);
-          if (key > row || key >= T) s[nt][r] = -INFINITY;
-        }
-    }
-    // online softmax as in the kernel above (k0 <= q0: every row sees key k0 of each tile)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < KT / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
-      const float m_new = fmaxf(m[hh], quad_max(mx) * a.scale_log2);
-      const float alpha = fast_exp2(m[hh] - m_new);
-      m[hh] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < KT / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = fast_exp2(fmaf(s[nt][2 * hh + e], a.scale_log2, -m_new));
-          s[nt][2 * hh + e] = p;
-          sum += p;
-        }
-      l[hh] = l[hh] * alpha + sum;
-#pragma unroll
-      for (int nt = 0; nt < HS / 8; ++nt) {
-        o[nt][2 * hh] *= alpha;
-        o[nt][2 * hh + 1] *= alpha;
-      }
-    }
-    // O += P V
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; ++kk) {
-      if (k0 + 16 * kk > q0 + 15) continue;
-      const uint32_t pf[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < HS / 16; ++dp) {
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, v_s + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P +
-                                  dp * 16 + (lane >> 4) * 8);
-        mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
-        mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
-      }
-    }
+    tile_scores<HS, KT, P>(s, qf, k_s, k0, q0, lane);
+    mask_tile<KT>(s, k0, q0, T, lane);
+    online_softmax<HS, KT>(s, m, l, o, a.scale_log2);
+    accumulate_pv<HS, KT, P>(o, s, v_s, k0, q0, lane);
     __syncwarp();  // every lane is done with the tile before the warp loads its next one
   }
   __syncthreads();  // every warp is done with its tiles: their space becomes the merge buffer
