@@ -174,17 +174,22 @@ class FusedDecodeStep:
             x, m.lm_head.weight, None, ln_weight=m.ln_f.weight, ln_bias=m.ln_f.bias, eps=self.eps
         )  # (B, V)
 
-    def _attend(self, qkv: Tensor) -> Tensor:
-        """Causal attention of every head over qkv (B, T, 3C) -> y (B, T, C)."""
+    def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (B, nh, T, hs) as views of qkv (B, T, 3C)."""
         B, T, C3 = qkv.shape
         nh = self.model.config.n_head
         hs = C3 // 3 // nh
-        q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in qkv.split(C3 // 3, dim=2))
-        if self.native_attention and hs in self.ops.attention.HEAD_SIZES:  # views read in place
-            y = self.ops.causal_attention(q, k, v)  # a view of a (B, T, nh, hs) buffer
+        return tuple(t.view(B, T, nh, hs).transpose(1, 2) for t in qkv.split(C3 // 3, dim=2))
+
+    def _attend(self, qkv: Tensor) -> Tensor:
+        """Causal attention of every head over qkv (B, T, 3C) -> y (B, T, C)."""
+        q, k, v = self._heads(qkv)
+        if self.native_attention and q.size(-1) in self.ops.attention.HEAD_SIZES:
+            # q, k, v read in place; y comes back as a view of a (B, T, nh, hs) buffer
+            y = self.ops.causal_attention(q, k, v)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return y.transpose(1, 2).reshape(B, T, C3 // 3)
+        return y.transpose(1, 2).reshape(qkv.size(0), qkv.size(1), -1)
 
     def _attend_last(self, qkv: Tensor) -> Tensor:
         """The last row's attention over every row of qkv (B, T, 3C) -> y (B, C): what
@@ -192,12 +197,9 @@ class FusedDecodeStep:
         so no mask)."""
         if not self.window_epilogues:
             return self._attend(qkv)[:, -1]
-        B, T, C3 = qkv.shape
-        nh = self.model.config.n_head
-        hs = C3 // 3 // nh
-        q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in qkv.split(C3 // 3, dim=2))
+        q, k, v = self._heads(qkv)
         y = F.scaled_dot_product_attention(q[:, :, -1:], k, v)  # (B, nh, 1, hs)
-        return y.reshape(B, C3 // 3)
+        return y.reshape(qkv.size(0), -1)
 
     def _fc_gelu(self, h: Tensor, fc) -> Tensor:
         """gelu_tanh(fc(h)) for rows h (..., C). On CUDA with a bias, torch._addmm_activation:
