@@ -17,87 +17,53 @@
 
 using bf = __nv_bfloat16;
 
-// gelu.cu's kernel until 2026-12-06 (plain loads; launched with up to 132 x 32 blocks of 256).
-template <bool Backward>
-__global__ void plain_loads_kernel(bf* __restrict__ out, const bf* __restrict__ dout,
-                                   const bf* __restrict__ x, int64_t n_packs) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n_packs; p += stride) {
-    uint4 xv = reinterpret_cast<const uint4*>(x)[p], dv, r;
-    if constexpr (Backward) dv = reinterpret_cast<const uint4*>(dout)[p];
-    const bf* xe = reinterpret_cast<const bf*>(&xv);
-    const bf* de = reinterpret_cast<const bf*>(&dv);
-    bf* re = reinterpret_cast<bf*>(&r);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float xf = __bfloat162float(xe[j]);
-      re[j] = __float2bfloat16(Backward ? __bfloat162float(de[j]) * gs::gelu_grad_f(xf)
-                                        : gs::gelu_f(xf));
-    }
-    reinterpret_cast<uint4*>(out)[p] = r;
-  }
-}
-
-// gelu.cu's kernel with streaming cache hints: inputs read with ld.global.cs and outputs
-// written with st.global.cs (evict-first: each byte is touched once, the tensors are larger
-// than L2), 16-byte packs.
-template <bool Backward>
-__global__ void streaming_kernel(bf* __restrict__ out, const bf* __restrict__ dout,
-                                 const bf* __restrict__ x, int64_t n_packs) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n_packs; p += stride) {
-    uint4 xv = __ldcs(reinterpret_cast<const uint4*>(x) + p), dv, r;
-    if constexpr (Backward) dv = __ldcs(reinterpret_cast<const uint4*>(dout) + p);
-    const bf* xe = reinterpret_cast<const bf*>(&xv);
-    const bf* de = reinterpret_cast<const bf*>(&dv);
-    bf* re = reinterpret_cast<bf*>(&r);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float xf = __bfloat162float(xe[j]);
-      re[j] = __float2bfloat16(Backward ? __bfloat162float(de[j]) * gs::gelu_grad_f(xf)
-                                        : gs::gelu_f(xf));
-    }
-    __stcs(reinterpret_cast<uint4*>(out) + p, r);
-  }
-}
-
 __global__ void fill(bf* p, int64_t n, float scale) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) p[i] = __float2bfloat16(scale * __sinf(float(i % 9973) * 0.37f));
 }
 
-// streaming_kernel with U packs a thread, all loaded before any is computed (U x 16 bytes in
-// flight per thread), one pass: block b covers packs [b * U * 256, (b + 1) * U * 256).
-template <bool Backward, int U>
-__global__ void __launch_bounds__(256) streaming_unrolled(bf* __restrict__ out,
-                                                          const bf* __restrict__ dout,
-                                                          const bf* __restrict__ x,
-                                                          int64_t n_packs) {
-  const int64_t base = int64_t(blockIdx.x) * U * blockDim.x + threadIdx.x;
-  uint4 xv[U], dv[U];
+// The variants of gelu.cu's kernel timed beside it: U 16-byte packs a thread, all loaded before
+// any is computed (U x 16 bytes in flight), grid-stride over groups of U packs; Streaming =
+// inputs read with ld.global.cs and outputs written with st.global.cs (evict first: each byte is
+// touched once and the tensors are larger than L2). <.., false, 1> with up to 132 x 32 blocks of
+// 256 is gelu.cu's kernel until 2026-12-06.
+template <bool Backward, bool Streaming, int U>
+__global__ void __launch_bounds__(512) variant_kernel(bf* __restrict__ out,
+                                                      const bf* __restrict__ dout,
+                                                      const bf* __restrict__ x, int64_t n_packs) {
+  auto load = [](const bf* p, int64_t i) {
+    const uint4* q = reinterpret_cast<const uint4*>(p) + i;
+    return Streaming ? __ldcs(q) : *q;
+  };
+  const int64_t stride = int64_t(gridDim.x) * U * blockDim.x;
+  for (int64_t base = int64_t(blockIdx.x) * U * blockDim.x + threadIdx.x; base < n_packs;
+       base += stride) {
+    uint4 xv[U], dv[U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t p = base + int64_t(u) * blockDim.x;
-    if (p < n_packs) {
-      xv[u] = __ldcs(reinterpret_cast<const uint4*>(x) + p);
-      if constexpr (Backward) dv[u] = __ldcs(reinterpret_cast<const uint4*>(dout) + p);
+    for (int u = 0; u < U; ++u) {
+      const int64_t p = base + int64_t(u) * blockDim.x;
+      if (p >= n_packs) continue;
+      xv[u] = load(x, p);
+      if constexpr (Backward) dv[u] = load(dout, p);
     }
-  }
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t p = base + int64_t(u) * blockDim.x;
-    if (p >= n_packs) continue;
-    uint4 r;
-    const bf* xe = reinterpret_cast<const bf*>(&xv[u]);
-    const bf* de = reinterpret_cast<const bf*>(&dv[u]);
-    bf* re = reinterpret_cast<bf*>(&r);
+    for (int u = 0; u < U; ++u) {
+      const int64_t p = base + int64_t(u) * blockDim.x;
+      if (p >= n_packs) continue;
+      uint4 r;
+      const bf* xe = reinterpret_cast<const bf*>(&xv[u]);
+      const bf* de = reinterpret_cast<const bf*>(&dv[u]);
+      bf* re = reinterpret_cast<bf*>(&r);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float xf = __bfloat162float(xe[j]);
-      re[j] = __float2bfloat16(Backward ? __bfloat162float(de[j]) * gs::gelu_grad_f(xf)
-                                        : gs::gelu_f(xf));
+      for (int j = 0; j < 8; ++j) {
+        const float xf = __bfloat162float(xe[j]);
+        re[j] = __float2bfloat16(Backward ? __bfloat162float(de[j]) * gs::gelu_grad_f(xf)
+                                          : gs::gelu_f(xf));
+      }
+      uint4* o = reinterpret_cast<uint4*>(out) + p;
+      if constexpr (Streaming) __stcs(o, r);
+      else *o = r;
     }
-    __stcs(reinterpret_cast<uint4*>(out) + p, r);
   }
 }
 
@@ -125,33 +91,26 @@ int main() {
                     "%6.2f us (%3.0f %%), both %6.2f us\n",
                     (long long)n, threads, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
       }
-    {
-      const unsigned blocks = unsigned(std::min<int64_t>((packs + 255) / 256, 132 * 32));
-      const float f = median_us([&] { plain_loads_kernel<false><<<blocks, 256>>>(y, nullptr, x, packs); });
-      const float bw = median_us([&] { plain_loads_kernel<true><<<blocks, 256>>>(dx, dy, x, packs); });
-      std::printf("n=%lld, before 2026-12-06 (plain loads, 256 threads x %5u blocks): forward "
-                  "%6.2f us (%3.0f %%), backward %6.2f us (%3.0f %%), both %6.2f us\n",
-                  (long long)n, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
-    }
-    for (int64_t cap : {int64_t(132) * 32, int64_t(1) << 30}) {
-      const unsigned blocks = unsigned(std::min<int64_t>((packs + 255) / 256, cap));
-      const float f = median_us([&] { streaming_kernel<false><<<blocks, 256>>>(y, nullptr, x, packs); });
-      const float bw = median_us([&] { streaming_kernel<true><<<blocks, 256>>>(dx, dy, x, packs); });
-      std::printf("n=%lld, streaming hints, 256 threads x %5u blocks: forward %6.2f us (%3.0f %%), "
-                  "backward %6.2f us (%3.0f %%), both %6.2f us\n",
-                  (long long)n, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
-    }
-    auto unrolled = [&](auto fk, auto bk, int U) {
-      const unsigned blocks = unsigned((packs + 256 * U - 1) / (256 * U));
+    // fk, bk: the forward and backward instances of a variant, U packs a thread
+    auto variant = [&](const char* name, auto fk, auto bk, int U, int64_t cap) {
+      const unsigned blocks = unsigned(std::min<int64_t>((packs + 256 * U - 1) / (256 * U), cap));
       const float f = median_us([&] { fk<<<blocks, 256>>>(y, nullptr, x, packs); });
       const float bw = median_us([&] { bk<<<blocks, 256>>>(dx, dy, x, packs); });
-      std::printf("n=%lld, streaming, %d packs a thread, 256 threads x %5u blocks: forward %6.2f "
-                  "us (%3.0f %%), backward %6.2f us (%3.0f %%), both %6.2f us\n",
-                  (long long)n, U, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
+      std::printf("n=%lld, %s, %d packs a thread, 256 threads x %5u blocks: forward %6.2f us "
+                  "(%3.0f %%), backward %6.2f us (%3.0f %%), both %6.2f us\n",
+                  (long long)n, name, U, blocks, f, pct(2, f), bw, pct(3, bw), f + bw);
     };
-    unrolled(streaming_unrolled<false, 1>, streaming_unrolled<true, 1>, 1);
-    unrolled(streaming_unrolled<false, 2>, streaming_unrolled<true, 2>, 2);
-    unrolled(streaming_unrolled<false, 4>, streaming_unrolled<true, 4>, 4);
+    constexpr int64_t kNoCap = int64_t(1) << 30;
+    variant("before 2026-12-06 (plain loads)", variant_kernel<false, false, 1>,
+            variant_kernel<true, false, 1>, 1, 132 * 32);
+    variant("streaming hints", variant_kernel<false, true, 1>, variant_kernel<true, true, 1>, 1,
+            132 * 32);
+    variant("streaming hints", variant_kernel<false, true, 1>, variant_kernel<true, true, 1>, 1,
+            kNoCap);
+    variant("streaming hints", variant_kernel<false, true, 2>, variant_kernel<true, true, 2>, 2,
+            kNoCap);
+    variant("streaming hints", variant_kernel<false, true, 4>, variant_kernel<true, true, 4>, 4,
+            kNoCap);
     const float f = median_us([&] { gs::gelu_forward_cuda(y, x, n, gs::DType::bf16, 0); });
     const float bw = median_us([&] { gs::gelu_backward_cuda(dx, dy, x, n, gs::DType::bf16, 0); });
     std::printf("n=%lld, gelu.cu's launcher: forward %.2f us, backward %.2f us, both %.2f us\n",

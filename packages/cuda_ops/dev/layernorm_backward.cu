@@ -95,92 +95,21 @@ __global__ void float_partials(T* __restrict__ dx, float* __restrict__ workspace
 }
 
 // Packed inputs (as in the tree) but the partial sums in float registers, written to per-warp
-// shared slices once at the end: 14.7 us at 384 (96 registers), 32.8 us at 768 (171).
-template <typename T, int W, int V>
+// shared slices once at the end: 14.7 us at 384 (96 registers), 32.8 us at 768 (171) on the H200.
+// Prefetch: the next row's dy, x, mean and rstd are requested before this row is computed. On
+// the H100 (2026-12-06, benchmarks/profiles/layernorm-backward-h100-20261206*) that took 16.3 us
+// at 384 and 43.8 at 768 here, against 21.7 / 35.8 for the tree's kernel. Put in the tree for
+// rows up to 384 (with the dsum operand the tree's launcher passes) it took 21.7 us and
+// `gptstack bench ops` did not move, so it was reverted (769accd has it). Its SASS against this
+// kernel's (cuobjdump, sm_90a): 1,152 vs 912 instructions, 37 vs 19 global loads, 146 vs 54 byte
+// permutes: the run-time dsum operand doubles the load and unpack code of the loop. An instance
+// per "dsum or not" (a template flag) is the next thing to try.
+template <typename T, int W, int V, bool Prefetch>
 __global__ void __launch_bounds__(256)
-    packed_register_partials(T* __restrict__ dx, float* __restrict__ workspace,
-                             const T* __restrict__ dout, const T* __restrict__ src,
-                             const T* __restrict__ weight, const float* __restrict__ mean,
-                             const float* __restrict__ rstd, int64_t N, int C) {
-  extern __shared__ float slices[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  float dw[V][W] = {}, db[V][W] = {};
-  Vec<T, W> pw[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i)
-    if (col(i, lane, W) < C) pw[i] = *reinterpret_cast<const Vec<T, W>*>(weight + col(i, lane, W));
-  for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < N;
-       row += int64_t(gridDim.x) * warps) {
-    Vec<T, W> pdy[V], px[V];
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = col(i, lane, W);
-      if (c >= C) continue;
-      pdy[i] = *reinterpret_cast<const Vec<T, W>*>(dout + row * C + c);
-      px[i] = *reinterpret_cast<const Vec<T, W>*>(src + row * C + c);
-    }
-    const float m = mean[row], rs = rstd[row];
-    float c1 = 0.f, c2 = 0.f;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (col(i, lane, W) >= C) continue;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float g = to_f32(pdy[i].v[k]) * to_f32(pw[i].v[k]);
-        c1 += g;
-        c2 += g * ((to_f32(px[i].v[k]) - m) * rs);
-      }
-    }
-    c1 = warp_sum(c1) / C;
-    c2 = warp_sum(c2) / C;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = col(i, lane, W);
-      if (c >= C) continue;
-      Vec<T, W> o;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float d = to_f32(pdy[i].v[k]), xh = (to_f32(px[i].v[k]) - m) * rs;
-        o.v[k] = from_f32<T>(rs * (d * to_f32(pw[i].v[k]) - c1 - xh * c2));
-        dw[i][k] += d * xh;
-        db[i][k] += d;
-      }
-      *reinterpret_cast<Vec<T, W>*>(dx + row * C + c) = o;
-    }
-  }
-  float* mine = slices + warp * 2 * C;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = col(i, lane, W);
-    if (c >= C) continue;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      mine[c + k] = dw[i][k];
-      mine[C + c + k] = db[i][k];
-    }
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-    float total = 0.0f;
-    for (int w = 0; w < warps; ++w) total += slices[w * 2 * C + c];
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
-  }
-}
-
-// packed_register_partials with the next row's dy, x, mean and rstd requested before this row
-// is computed. On the H100 (2026-12-06, benchmarks/profiles/layernorm-backward-h100-20261206*):
-// 16.3 us at 384 and 43.8 at 768 here, against 21.7 / 35.8 for the tree's kernel. Put in the
-// tree for rows up to 384 (with the dsum operand the tree's launcher passes) it took 21.7 us
-// and `gptstack bench ops` did not move, so it was reverted (769accd has it). Its SASS against
-// this variant's (cuobjdump, sm_90a): 1,152 vs 912 instructions, 37 vs 19 global loads, 146 vs
-// 54 byte permutes: the run-time dsum operand doubles the load and unpack code of the loop. An
-// instance per "dsum or not" (a template flag) is the next thing to try.
-template <typename T, int W, int V>
-__global__ void __launch_bounds__(256)
-    register_partials_prefetch(T* __restrict__ dx, float* __restrict__ workspace,
-                               const T* __restrict__ dout, const T* __restrict__ src,
-                               const T* __restrict__ weight, const float* __restrict__ mean,
-                               const float* __restrict__ rstd, int64_t N, int C) {
+    register_partials(T* __restrict__ dx, float* __restrict__ workspace,
+                      const T* __restrict__ dout, const T* __restrict__ src,
+                      const T* __restrict__ weight, const float* __restrict__ mean,
+                      const float* __restrict__ rstd, int64_t N, int C) {
   extern __shared__ float slices[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float dw[V][W] = {}, db[V][W] = {};
@@ -191,7 +120,6 @@ __global__ void __launch_bounds__(256)
   const int64_t stride = int64_t(gridDim.x) * warps;
   Vec<T, W> pdy[V], px[V];
   float m = 0.f, rs = 0.f;
-  int64_t row = int64_t(blockIdx.x) * warps + warp;
   auto load = [&](int64_t r, Vec<T, W> (&a)[V], Vec<T, W> (&b)[V], float& mr, float& rr) {
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -203,11 +131,16 @@ __global__ void __launch_bounds__(256)
     mr = mean[r];
     rr = rstd[r];
   };
-  if (row < N) load(row, pdy, px, m, rs);
+  int64_t row = int64_t(blockIdx.x) * warps + warp;
+  if (Prefetch && row < N) load(row, pdy, px, m, rs);
   for (; row < N; row += stride) {
     Vec<T, W> ndy[V], nx[V];
     float nm = 0.f, nrs = 0.f;
-    if (row + stride < N) load(row + stride, ndy, nx, nm, nrs);
+    if constexpr (Prefetch) {
+      if (row + stride < N) load(row + stride, ndy, nx, nm, nrs);
+    } else {
+      load(row, pdy, px, m, rs);
+    }
     float c1 = 0.f, c2 = 0.f;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -235,10 +168,12 @@ __global__ void __launch_bounds__(256)
       }
       *reinterpret_cast<Vec<T, W>*>(dx + row * C + c) = o;
     }
+    if constexpr (Prefetch) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) pdy[i] = ndy[i], px[i] = nx[i];
-    m = nm;
-    rs = nrs;
+      for (int i = 0; i < V; ++i) pdy[i] = ndy[i], px[i] = nx[i];
+      m = nm;
+      rs = nrs;
+    }
   }
   float* mine = slices + warp * 2 * C;
 #pragma unroll
@@ -258,7 +193,6 @@ __global__ void __launch_bounds__(256)
     workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
   }
 }
-
 }  // namespace dev
 
 using bf = __nv_bfloat16;
@@ -347,12 +281,12 @@ int main() {
     const size_t row_sums = size_t(2) * C * 4, slices = size_t(warps) * row_sums;
     if (C == 384) {
       variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 2>, row_sums);
-      variant("packed, float register partials, W=4", dev::packed_register_partials<bf, 4, 3>, slices);
-      variant("register partials + prefetch, W=4", dev::register_partials_prefetch<bf, 4, 3>, slices);
+      variant("packed, float register partials, W=4", dev::register_partials<bf, 4, 3, false>, slices);
+      variant("register partials + prefetch, W=4", dev::register_partials<bf, 4, 3, true>, slices);
     } else {
       variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 3>, row_sums);
-      variant("packed, float register partials, W=8", dev::packed_register_partials<bf, 8, 3>, slices);
-      variant("register partials + prefetch, W=8", dev::register_partials_prefetch<bf, 8, 3>, slices);
+      variant("packed, float register partials, W=8", dev::register_partials<bf, 8, 3, false>, slices);
+      variant("register partials + prefetch, W=8", dev::register_partials<bf, 8, 3, true>, slices);
     }
   }
   return 0;
