@@ -28,13 +28,26 @@
 //            Pass 1 sums g = dy*w and g*xhat, pass 2 writes dx and adds dy*xhat, dy into the
 //            warp's own slice of shared memory (each lane owns fixed columns: no atomics).
 //            The block then sums its warps into workspace[block] (2C floats).
-// Both backward versions end with layernorm_param_grad_reduce_kernel: 8 threads per column sum
+//   backward layernorm_backward_regsum_kernel<W, V, Split, HasDsum> (the default where a lane
+//            needs at most 16 columns: bf16 rows up to 512, or up to 1024 with Split = 2; float32
+//            up to 512 / 1024): `Split` warps share a row, each holding V vectors of W elements
+//            of its C / Split columns; dweight and dbias summed in float registers (2 V W a
+//            lane) and written to the row group's shared slice once at the end; the next
+//            row's dy, s (and dsum), mean and rstd requested before this row is computed; with
+//            Split = 2 the two warps add their halves of mean(g) and mean(g * xhat) through
+//            shared memory behind a two-warp named barrier (gpt2-124m's 768: 12 columns a lane
+//            instead of 24, whose registers halved the resident blocks). `dsum` is a template
+//            flag: as a run-time pointer (769accd) it doubled the loop's loads and unpacks in
+//            the SASS (1,152 vs 912 instructions) and the kernel ran no faster than the slices.
+// All backward versions end with layernorm_param_grad_reduce_kernel: 8 threads per column sum
 // every 8th block's partials, then one sums the 8 (the same order every run, so dweight and
 // dbias are deterministic, no atomics).
 // Memory per row: forward reads x (+ r) and writes y (+ s); backward reads dy, s (+ dsum),
 // writes dx; the parameter traffic (blocks x 2C floats) is small next to it.
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c layernorm.cu -I.
+#include <type_traits>
+
 #include "cuda_common.cuh"
 #include "layernorm.h"
 
@@ -203,6 +216,118 @@ __global__ void __launch_bounds__(256)
   for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // the warps' slices, in warp order
     float total = 0.0f;
     for (int k = 0; k < warps; ++k) total += shared[k * 2 * C + c];
+    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
+  }
+}
+
+// The backward with register partial sums (header comment). Warp `warp` of the block is part
+// `warp % Split` of row group `warp / Split`; a group's warps walk the same rows, so they reach
+// each named barrier together.
+constexpr int kRegSumMaxElems = 16;  // columns a lane holds: 2 x 16 float sums + packed inputs
+template <typename T, int W, int V, int Split, bool HasDsum>
+__global__ void __launch_bounds__(256)
+    layernorm_backward_regsum_kernel(T* __restrict__ dx, float* __restrict__ workspace,
+                                     const T* __restrict__ dout, const T* __restrict__ dsum,
+                                     const T* __restrict__ src, const T* __restrict__ weight,
+                                     const float* __restrict__ mean,
+                                     const float* __restrict__ rstd, int64_t N, int C) {
+  // [groups][2C]: each group's dweight, then dbias; with Split > 1 then [2][groups][Split][2]:
+  // each warp's share of (c1, c2), double-buffered by row parity
+  extern __shared__ float shared[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int groups = blockDim.x / 32 / Split, group = warp / Split, part = warp % Split;
+  const int cs = C / Split, c0 = part * cs;  // this warp's columns: [c0, c0 + cs)
+  using P = Vec<T, W>;
+  P w[V];
+  float dw[V][W] = {}, db[V][W] = {};
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    if (reg_col(i, lane, W) < cs) w[i] = *reinterpret_cast<const P*>(weight + c0 + reg_col(i, lane, W));
+  const int64_t stride = int64_t(gridDim.x) * groups;
+  P dy[V], xs[V], ds[V];
+  float m = 0.0f, rs = 0.0f;
+  auto load_row = [&](int64_t r, P (&dyr)[V], P (&xr)[V], P (&dr)[V], float& mr, float& rr) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = reg_col(i, lane, W);
+      if (c >= cs) continue;
+      dyr[i] = *reinterpret_cast<const P*>(dout + r * C + c0 + c);
+      xr[i] = *reinterpret_cast<const P*>(src + r * C + c0 + c);
+      if constexpr (HasDsum) dr[i] = *reinterpret_cast<const P*>(dsum + r * C + c0 + c);
+    }
+    mr = mean[r];
+    rr = rstd[r];
+  };
+  int64_t row = int64_t(blockIdx.x) * groups + group;
+  if (row < N) load_row(row, dy, xs, ds, m, rs);
+  for (int parity = 0; row < N; row += stride, parity ^= 1) {
+    P ndy[V], nxs[V], nds[V];
+    float nm = 0.0f, nrs = 0.0f;
+    if (row + stride < N) load_row(row + stride, ndy, nxs, nds, nm, nrs);
+    float c1 = 0.0f, c2 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (reg_col(i, lane, W) >= cs) continue;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const float g = to_f32(dy[i].v[k]) * to_f32(w[i].v[k]);
+        c1 += g;
+        c2 += g * ((to_f32(xs[i].v[k]) - m) * rs);
+      }
+    }
+    c1 = warp_sum(c1);
+    c2 = warp_sum(c2);
+    if constexpr (Split > 1) {
+      // Slot `parity` is rewritten two rows later, after the next barrier, which the partner
+      // reaches only once it has read this row's values.
+      float* slot = shared + groups * 2 * C + (parity * groups + group) * Split * 2;
+      if (lane == 0) slot[2 * part] = c1, slot[2 * part + 1] = c2;
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(32 * Split) : "memory");
+      c1 = c2 = 0.0f;
+#pragma unroll
+      for (int p = 0; p < Split; ++p) c1 += slot[2 * p], c2 += slot[2 * p + 1];  // one order
+    }
+    c1 /= C;
+    c2 /= C;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int c = reg_col(i, lane, W);
+      if (c >= cs) continue;
+      P out;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const float d = to_f32(dy[i].v[k]), xh = (to_f32(xs[i].v[k]) - m) * rs;
+        float v = rs * (d * to_f32(w[i].v[k]) - c1 - xh * c2);
+        if constexpr (HasDsum) v += to_f32(ds[i].v[k]);
+        out.v[k] = from_f32<T>(v);
+        dw[i][k] += d * xh;
+        db[i][k] += d;
+      }
+      *reinterpret_cast<P*>(dx + row * C + c0 + c) = out;
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      dy[i] = ndy[i], xs[i] = nxs[i];
+      if constexpr (HasDsum) ds[i] = nds[i];
+    }
+    m = nm;
+    rs = nrs;
+  }
+  float* mine = shared + group * 2 * C + c0;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int c = reg_col(i, lane, W);
+    if (c >= cs) continue;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      mine[c + k] = dw[i][k];
+      mine[C + c + k] = db[i][k];
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // the groups' slices, in order
+    float total = 0.0f;
+    for (int k = 0; k < groups; ++k) total += shared[k * 2 * C + c];
     workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
   }
 }
@@ -377,6 +502,30 @@ void forward(T* out, T* sum_out, float* mean, float* rstd, const T* x, const R* 
   check_launch("layernorm_forward", shape_text(s));
 }
 
+// The register-sum kernel's shape for rows of C columns: `split` warps a row, each lane V vectors
+// of W elements; w == 0 where none fits (the shared-slice kernels run). The smallest split
+// that fits; bf16 also tries 8-byte vectors, preferring a W whose vectors fill every lane
+// (shakespeare-char's 384 in bf16: 3 x 128 columns in 8-byte vectors, not 2 x 256 with half the
+// lanes idle in the second: 15.3 vs 17.4 us on the H200, side by side).
+struct RegSumShape {
+  int w = 0, v = 0, split = 0;
+};
+template <typename T> RegSumShape regsum_shape(int64_t C, int warps) {
+  constexpr int Wf = 16 / sizeof(T);
+  constexpr int Ws[2] = {Wf, sizeof(T) == 2 ? Wf / 2 : Wf};
+  for (int split : {1, 2}) {
+    if (warps % split != 0 || C % split != 0) continue;
+    const int64_t cs = C / split;
+    for (bool full_lanes : {true, false})
+      for (int w : Ws) {
+        const int64_t v = ceil_div(cs, int64_t(32) * w);
+        if (cs % w == 0 && (!full_lanes || cs % (32 * w) == 0) && v * w <= kRegSumMaxElems)
+          return {w, int(v), split};
+      }
+  }
+  return {};
+}
+
 template <typename T>
 void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, const T* dsum,
               const T* src, const T* weight, const float* mean, const float* rstd,
@@ -384,39 +533,55 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
   constexpr int W = 16 / sizeof(T);
   const int warps = ln_bwd_warps(s.C);
   const int blocks = int(ln_bwd_blocks(s.N, s.C));
-  const size_t smem = size_t(warps) * 2 * s.C * sizeof(float);
   const bool vec = s.C % W == 0 && aligned16(dx) && aligned16(dout) && aligned16(src) &&
                    aligned16(weight) && (!dsum || aligned16(dsum));
-  // bf16 rows whose width is an odd number of 256-column strides (shakespeare-char's 384) go
-  // in 8-byte vectors: 3 x 128 keeps every lane busy where 2 x 256 idles half of them in the
-  // second (15.3 vs 17.4 us at (16384, 384) on the H200, side by side in one bench)
-  constexpr int Wh = W / 2;  // float: 2, too narrow for the kernel's float4 partial sums
-  bool half = false;
-  if constexpr (Wh % 4 == 0)
-    half = vec && s.C % (32 * W) != 0 && s.C % (32 * Wh) == 0 && s.C / (32 * Wh) <= kRegMaxV;
-  const int V = int(ceil_div(s.C, 32 * (half ? Wh : W)));
-  auto launch = [&](auto kernel) {
-    kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight, mean,
-                                                 rstd, s.N, int(s.C));
-  };
-  if (half) {
-    if constexpr (Wh % 4 == 0) {
-      if (V == 1) launch(layernorm_backward_reg_kernel<T, Wh, 1>);
-      else if (V == 2) launch(layernorm_backward_reg_kernel<T, Wh, 2>);
-      else if (V == 3) launch(layernorm_backward_reg_kernel<T, Wh, 3>);
-      else launch(layernorm_backward_reg_kernel<T, Wh, 4>);
+  const RegSumShape rs = vec ? regsum_shape<T>(s.C, warps) : RegSumShape{};
+  if (rs.w != 0) {
+    const int groups = warps / rs.split;
+    const size_t smem = (size_t(groups) * 2 * s.C + (rs.split > 1 ? 4 * warps : 0)) * 4;
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight,
+                                                   mean, rstd, s.N, int(s.C));
+    };
+    // every (W, V, Split, dsum) the shape rule can return, and no more (compile time)
+    auto by_dsum = [&](auto w, auto v, auto split) {
+      constexpr int Wc = decltype(w)::value, Vc = decltype(v)::value;
+      constexpr int Sc = decltype(split)::value;
+      if constexpr (Vc * Wc <= kRegSumMaxElems) {
+        if (dsum) launch(layernorm_backward_regsum_kernel<T, Wc, Vc, Sc, true>);
+        else launch(layernorm_backward_regsum_kernel<T, Wc, Vc, Sc, false>);
+      }
+    };
+    auto by_split = [&](auto w, auto v) {
+      if (rs.split == 1) by_dsum(w, v, std::integral_constant<int, 1>{});
+      else by_dsum(w, v, std::integral_constant<int, 2>{});
+    };
+    auto by_v = [&](auto w) {
+      if (rs.v == 1) by_split(w, std::integral_constant<int, 1>{});
+      else if (rs.v == 2) by_split(w, std::integral_constant<int, 2>{});
+      else if (rs.v == 3) by_split(w, std::integral_constant<int, 3>{});
+      else by_split(w, std::integral_constant<int, 4>{});
+    };
+    if (rs.w == W) by_v(std::integral_constant<int, W>{});
+    else if constexpr (sizeof(T) == 2) by_v(std::integral_constant<int, W / 2>{});
+  } else {
+    const size_t smem = size_t(warps) * 2 * s.C * sizeof(float);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight, mean,
+                                                   rstd, s.N, int(s.C));
+    };
+    const int V = int(ceil_div(s.C, 32 * W));
+    if (vec && V <= kRegMaxV) {
+      if (V == 1) launch(layernorm_backward_reg_kernel<T, W, 1>);
+      else if (V == 2) launch(layernorm_backward_reg_kernel<T, W, 2>);
+      else if (V == 3) launch(layernorm_backward_reg_kernel<T, W, 3>);
+      else launch(layernorm_backward_reg_kernel<T, W, 4>);
+    } else if (vec) {
+      launch(layernorm_backward_warp_kernel<T, W>);
+    } else {
+      launch(layernorm_backward_warp_kernel<T, 1>);
     }
-  } else if (vec && V <= kRegMaxV) {
-    if (V == 1) launch(layernorm_backward_reg_kernel<T, W, 1>);
-    else if (V == 2) launch(layernorm_backward_reg_kernel<T, W, 2>);
-    else if (V == 3) launch(layernorm_backward_reg_kernel<T, W, 3>);
-    else launch(layernorm_backward_reg_kernel<T, W, 4>);
-  } else if (vec)
-    layernorm_backward_warp_kernel<T, W><<<blocks, 32 * warps, smem, stream>>>(
-        dx, workspace, dout, dsum, src, weight, mean, rstd, s.N, int(s.C));
-  else
-    layernorm_backward_warp_kernel<T, 1><<<blocks, 32 * warps, smem, stream>>>(
-        dx, workspace, dout, dsum, src, weight, mean, rstd, s.N, int(s.C));
+  }
   check_launch("layernorm_backward", shape_text(s));
   layernorm_param_grad_reduce_kernel<T>
       <<<ceil_div(2 * s.C, kReduceCols), kReduceCols * kReduceLanes, 0, stream>>>(

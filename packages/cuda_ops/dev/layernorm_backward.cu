@@ -1,7 +1,15 @@
 // dev/layernorm_backward.cu: the LayerNorm backward kernels that were tried, side by side in one
 // binary (llm.c dev/cuda style), on the rows of shakespeare-char (16384 x 384) and gpt2-124m
-// (16384 x 768) in bf16. The kernel in the tree is csrc/layernorm.cu's, included below; the
-// others are kept here with the times that retired them (README "Native kernels").
+// (16384 x 768) in bf16. The kernels in the tree are csrc/layernorm.cu's, included below (the
+// launcher's choice, and the other kernels there instantiated by hand); the float-partials one
+// is kept here with the times that retired it (README "Native kernels").
+// History of the register-sum kernel (now csrc's layernorm_backward_regsum_kernel): as a dev
+// variant without the dsum operand it took 14.7 us at 384 on the H200 and, with the next row
+// requested early, 16.3 us on the H100 against 21.7 for the shared slices; put in the tree with
+// dsum as a run-time pointer (769accd) it ran no faster than the slices (its SASS: 1,152 vs 912
+// instructions, 37 vs 19 global loads: the loop was compiled for both cases). It now takes dsum
+// as a template flag, and at 768 two warps share a row (Split = 2) instead of one warp holding
+// 24 columns a lane (43.8 vs 35.8 us for the slices on the H100).
 //
 //   nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc \
 //       packages/cuda_ops/dev/layernorm_backward.cu -o /tmp/ln_bwd && /tmp/ln_bwd
@@ -94,105 +102,6 @@ __global__ void float_partials(T* __restrict__ dx, float* __restrict__ workspace
     workspace[int64_t(blockIdx.x) * 2 * C + c] = block_sums[c];
 }
 
-// Packed inputs (as in the tree) but the partial sums in float registers, written to per-warp
-// shared slices once at the end: 14.7 us at 384 (96 registers), 32.8 us at 768 (171) on the H200.
-// Prefetch: the next row's dy, x, mean and rstd are requested before this row is computed. On
-// the H100 (2026-12-06, benchmarks/profiles/layernorm-backward-h100-20261206*) that took 16.3 us
-// at 384 and 43.8 at 768 here, against 21.7 / 35.8 for the tree's kernel. Put in the tree for
-// rows up to 384 (with the dsum operand the tree's launcher passes) it took 21.7 us and
-// `gptstack bench ops` did not move, so it was reverted (769accd has it). Its SASS against this
-// kernel's (cuobjdump, sm_90a): 1,152 vs 912 instructions, 37 vs 19 global loads, 146 vs 54 byte
-// permutes: the run-time dsum operand doubles the load and unpack code of the loop. An instance
-// per "dsum or not" (a template flag) is the next thing to try.
-template <typename T, int W, int V, bool Prefetch>
-__global__ void __launch_bounds__(256)
-    register_partials(T* __restrict__ dx, float* __restrict__ workspace,
-                      const T* __restrict__ dout, const T* __restrict__ src,
-                      const T* __restrict__ weight, const float* __restrict__ mean,
-                      const float* __restrict__ rstd, int64_t N, int C) {
-  extern __shared__ float slices[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  float dw[V][W] = {}, db[V][W] = {};
-  Vec<T, W> pw[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i)
-    if (col(i, lane, W) < C) pw[i] = *reinterpret_cast<const Vec<T, W>*>(weight + col(i, lane, W));
-  const int64_t stride = int64_t(gridDim.x) * warps;
-  Vec<T, W> pdy[V], px[V];
-  float m = 0.f, rs = 0.f;
-  auto load = [&](int64_t r, Vec<T, W> (&a)[V], Vec<T, W> (&b)[V], float& mr, float& rr) {
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = col(i, lane, W);
-      if (c >= C) continue;
-      a[i] = *reinterpret_cast<const Vec<T, W>*>(dout + r * C + c);
-      b[i] = *reinterpret_cast<const Vec<T, W>*>(src + r * C + c);
-    }
-    mr = mean[r];
-    rr = rstd[r];
-  };
-  int64_t row = int64_t(blockIdx.x) * warps + warp;
-  if (Prefetch && row < N) load(row, pdy, px, m, rs);
-  for (; row < N; row += stride) {
-    Vec<T, W> ndy[V], nx[V];
-    float nm = 0.f, nrs = 0.f;
-    if constexpr (Prefetch) {
-      if (row + stride < N) load(row + stride, ndy, nx, nm, nrs);
-    } else {
-      load(row, pdy, px, m, rs);
-    }
-    float c1 = 0.f, c2 = 0.f;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (col(i, lane, W) >= C) continue;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float g = to_f32(pdy[i].v[k]) * to_f32(pw[i].v[k]);
-        c1 += g;
-        c2 += g * ((to_f32(px[i].v[k]) - m) * rs);
-      }
-    }
-    c1 = warp_sum(c1) / C;
-    c2 = warp_sum(c2) / C;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = col(i, lane, W);
-      if (c >= C) continue;
-      Vec<T, W> o;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const float d = to_f32(pdy[i].v[k]), xh = (to_f32(px[i].v[k]) - m) * rs;
-        o.v[k] = from_f32<T>(rs * (d * to_f32(pw[i].v[k]) - c1 - xh * c2));
-        dw[i][k] += d * xh;
-        db[i][k] += d;
-      }
-      *reinterpret_cast<Vec<T, W>*>(dx + row * C + c) = o;
-    }
-    if constexpr (Prefetch) {
-#pragma unroll
-      for (int i = 0; i < V; ++i) pdy[i] = ndy[i], px[i] = nx[i];
-      m = nm;
-      rs = nrs;
-    }
-  }
-  float* mine = slices + warp * 2 * C;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int c = col(i, lane, W);
-    if (c >= C) continue;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      mine[c + k] = dw[i][k];
-      mine[C + c + k] = db[i][k];
-    }
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-    float total = 0.0f;
-    for (int w = 0; w < warps; ++w) total += slices[w * 2 * C + c];
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
-  }
-}
 }  // namespace dev
 
 using bf = __nv_bfloat16;
@@ -227,9 +136,9 @@ int main() {
       gs::layernorm_forward_cuda(y, nullptr, mean, rstd, x, nullptr, gs::DType::bf16, w, b, s,
                                  1e-5f, gs::DType::bf16, 0);
     });
-    auto report = [&](const char* name, float us) {
-      std::printf("  %-44s %7.2f us  %3.0f %% of copy bandwidth\n", name, us,
-                  100 * bwd_bytes / (us * 1e3) / copy_gbs);
+    auto report = [&](const char* name, float us, double bytes = 0) {
+      std::printf("  %-50s %7.2f us  %3.0f %% of copy bandwidth\n", name, us,
+                  100 * (bytes > 0 ? bytes : bwd_bytes) / (us * 1e3) / copy_gbs);
     };
     std::printf("(%lld, %d) bf16: forward %.2f us (%.0f %% of copy)\n", (long long)N, C, fwd,
                 100 * 2.0 * n * 2 / (fwd * 1e3) / copy_gbs);
@@ -249,45 +158,65 @@ int main() {
       for (int i = 0; i < C; ++i)
         ew = std::max(ew, std::fabs(__bfloat162float(got_w[i]) - __bfloat162float(want_w[i])) /
                               (1e-3f + std::fabs(__bfloat162float(want_w[i]))));
-      std::printf("  %-44s max |dx - tree's| %.3g, dweight rel. %.3g\n", "", e, ew);
+      std::printf("  %-50s max |dx - tree's| %.3g, dweight rel. %.3g\n", "", e, ew);
       if (e > 0.05f || ew > 0.05f) std::exit(2);  // a variant that computes something else
     };
-    // the tree's kernel on 2x and 4x its grid (4 and 2 rows a warp)
-    auto tree_grid = [&](const char* name, auto kernel, int grid) {
-      const size_t smem = size_t(warps) * 2 * C * 4;
+    // csrc's kernels by hand, on the tree's grid (or a multiple), with or without dsum
+    bf* dsum = nullptr;
+    CHECK(cudaMalloc(&dsum, n * sizeof(bf)));
+    CHECK(cudaMemcpy(dsum, hdy.data(), n * 2, cudaMemcpyHostToDevice));  // any values
+    auto by_hand = [&](const char* name, auto kernel, int grid, size_t smem, const bf* ds) {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       report(name, median_us([&] {
-               kernel<<<grid, 32 * warps, smem>>>(dx2, ws, dy, nullptr, x, w, mean, rstd, N, C);
+               kernel<<<grid, 32 * warps, smem>>>(dx2, ws, dy, ds, x, w, mean, rstd, N, C);
                gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, grid, C);
              }));
       check();
     };
+    const size_t slices = size_t(warps) * 2 * C * 4, pairs = slices / 2 + 4 * warps * 4;
     if (C == 384) {
-      tree_grid("tree's kernel, 2x grid", gs::layernorm_backward_reg_kernel<bf, 4, 3>, 2 * blocks);
-      tree_grid("tree's kernel, 4x grid", gs::layernorm_backward_reg_kernel<bf, 4, 3>, 4 * blocks);
+      by_hand("shared slices (the default before 2026-12-06)",
+              gs::layernorm_backward_reg_kernel<bf, 4, 3>, blocks, slices, nullptr);
+      by_hand("shared slices, 2x grid", gs::layernorm_backward_reg_kernel<bf, 4, 3>, 2 * blocks,
+              slices, nullptr);
+      by_hand("register sums, 2 warps a row, W=4 (V=2 of 1.5)",
+              gs::layernorm_backward_regsum_kernel<bf, 4, 2, 2, false>, blocks, pairs, nullptr);
     } else {
-      tree_grid("tree's kernel, 2x grid", gs::layernorm_backward_reg_kernel<bf, 8, 3>, 2 * blocks);
-      tree_grid("tree's kernel, 4x grid", gs::layernorm_backward_reg_kernel<bf, 8, 3>, 4 * blocks);
+      by_hand("shared slices (the default before 2026-12-06)",
+              gs::layernorm_backward_reg_kernel<bf, 8, 3>, blocks, slices, nullptr);
+      by_hand("shared slices, 2x grid", gs::layernorm_backward_reg_kernel<bf, 8, 3>, 2 * blocks,
+              slices, nullptr);
+      by_hand("register sums, 1 warp a row (W=8, V=3)",
+              gs::layernorm_backward_regsum_kernel<bf, 8, 3, 1, false>, blocks, slices, nullptr);
+      by_hand("register sums, 2 warps a row, W=8 (V=2 of 1.5)",
+              gs::layernorm_backward_regsum_kernel<bf, 8, 2, 2, false>, blocks, pairs, nullptr);
     }
-    auto variant = [&](const char* name, auto kernel, size_t smem) {
-      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      const float us = median_us([&] {
-        kernel<<<blocks, 32 * warps, smem>>>(dx2, ws, dy, x, w, mean, rstd, N, C);
-        gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
-      });
-      report(name, us);
+    auto old_float = [&](const char* name, auto kernel) {
+      const size_t row_sums = size_t(2) * C * 4;
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(row_sums)));
+      report(name, median_us([&] {
+               kernel<<<blocks, 32 * warps, row_sums>>>(dx2, ws, dy, x, w, mean, rstd, N, C);
+               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
+             }));
       check();
     };
-    const size_t row_sums = size_t(2) * C * 4, slices = size_t(warps) * row_sums;
-    if (C == 384) {
-      variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 2>, row_sums);
-      variant("packed, float register partials, W=4", dev::register_partials<bf, 4, 3, false>, slices);
-      variant("register partials + prefetch, W=4", dev::register_partials<bf, 4, 3, true>, slices);
-    } else {
-      variant("float partials, W=8 (before)", dev::float_partials<bf, 8, 3>, row_sums);
-      variant("packed, float register partials, W=8", dev::register_partials<bf, 8, 3, false>, slices);
-      variant("register partials + prefetch, W=8", dev::register_partials<bf, 8, 3, true>, slices);
-    }
+    if (C == 384) old_float("float partials, W=8 (before 2026-12-03)", dev::float_partials<bf, 8, 2>);
+    else old_float("float partials, W=8 (before 2026-12-03)", dev::float_partials<bf, 8, 3>);
+    // with the residual stream's gradient (add_layernorm's backward): the launcher against the
+    // shared slices (no check: the reference above has no dsum)
+    report("with dsum: backward in the tree", median_us([&] {
+             gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, dsum, x, w, mean, rstd, s,
+                                         gs::DType::bf16, 0);
+           }), 4.0 * n * sizeof(bf));
+    auto slices_dsum = [&](auto kernel) {
+      report("with dsum: shared slices", median_us([&] {
+               kernel<<<blocks, 32 * warps, slices>>>(dx2, ws, dy, dsum, x, w, mean, rstd, N, C);
+               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
+             }), 4.0 * n * sizeof(bf));
+    };
+    if (C == 384) slices_dsum(gs::layernorm_backward_reg_kernel<bf, 4, 3>);
+    else slices_dsum(gs::layernorm_backward_reg_kernel<bf, 8, 3>);
+    CHECK(cudaFree(dsum));
   }
   return 0;
 }
