@@ -30,8 +30,6 @@
 #              `nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc` (dev-*.txt)
 #   ops        `gptstack bench ops` of LayerNorm and GELU forward+backward against eager and
 #              torch.compile at shakespeare-char's and gpt2-124m's sizes (ops-*.json)
-#   launch     benchmarks/launch_ab.py: LayerNorm forward+backward with programmatic launches
-#              against ordinary ones (launch-ab-*.json)
 # The steps run in the order above whatever the order of STAGES. SPEED_CONFIGS and
 # PROFILE_CONFIGS replace the two A/B lists, TESTS the test files; the JSON results leave as one
 # results.tgz beside call.log and pytest.log (the device tool returns a few files only).
@@ -125,8 +123,5 @@ if want ops; then
 timeout 240 $G bench ops --device cuda --budget-s 1 --preset shakespeare-char --preset gpt2-124m \
   --ops layernorm_fwd_bwd,add_layernorm_fwd_bwd,gelu_tanh,gelu_tanh_fwd_bwd --out "$OUT/r" \
   --no-progress 2>&1 | tail -n 30
-fi
-if want launch; then
-timeout 120 python3 benchmarks/launch_ab.py --out "$OUT/r" 2>&1 | tail -n 8
 fi
 stamp "done"

@@ -44,10 +44,6 @@
 // dbias are deterministic, no atomics).
 // Memory per row: forward reads x (+ r) and writes y (+ s); backward reads dy, s (+ dsum),
 // writes dx; the parameter traffic (blocks x 2C floats) is small next to it.
-// Every kernel here is launched as a programmatic dependent (cuda_launch.h) and lets the next
-// one launch at its start: a backward loads the weight before it waits for the kernel before
-// it, and the parameter reduce is resident and waiting when the backward's last block ends
-// (benchmarks/launch_ab.py measures it against ordinary launches).
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c layernorm.cu -I.
 #include <type_traits>
@@ -89,8 +85,6 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
                                  const T* __restrict__ x, const R* __restrict__ res,
                                  const T* __restrict__ weight, const T* __restrict__ bias,
                                  int64_t N, int C, float eps) {
-  pdl_launch_dependents();
-  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kFwdWarps + threadIdx.x / 32;
   if (row >= N) return;
@@ -150,7 +144,6 @@ __global__ void __launch_bounds__(256)
                                   int64_t N, int C) {
   static_assert(W % 4 == 0, "the partial sums move as float4");
   extern __shared__ float shared[];  // [warps][2C]: each warp's dweight, then dbias
-  pdl_launch_dependents();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float* mine = shared + warp * 2 * C;
   using P = Vec<T, W>;
@@ -166,7 +159,6 @@ __global__ void __launch_bounds__(256)
       *reinterpret_cast<float4*>(mine + C + c + k) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  pdl_wait();  // the weight is a parameter; dout, src, mean, rstd come from earlier kernels
   for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < N;
        row += int64_t(gridDim.x) * warps) {
     P dy[V], xs[V];
@@ -242,7 +234,6 @@ __global__ void __launch_bounds__(256)
   // [groups][2C]: each group's dweight, then dbias; with Split > 1 then [2][groups][Split][2]:
   // each warp's share of (c1, c2), double-buffered by row parity
   extern __shared__ float shared[];
-  pdl_launch_dependents();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int groups = blockDim.x / 32 / Split, group = warp / Split, part = warp % Split;
   const int cs = C / Split, c0 = part * cs;  // this warp's columns: [c0, c0 + cs)
@@ -253,7 +244,6 @@ __global__ void __launch_bounds__(256)
   for (int i = 0; i < V; ++i)
     if (reg_col(i, lane, W) < cs) w[i] = *reinterpret_cast<const P*>(weight + c0 + reg_col(i, lane, W));
   const int64_t stride = int64_t(gridDim.x) * groups;
-  pdl_wait();  // the weight is a parameter; the rows come from earlier kernels
   P dy[V], xs[V], ds[V];
   float m = 0.0f, rs = 0.0f;
   auto load_row = [&](int64_t r, P (&dyr)[V], P (&xr)[V], P (&dr)[V], float& mr, float& rr) {
@@ -349,8 +339,6 @@ __global__ void layernorm_forward_warp_kernel(T* __restrict__ out, T* sum_out,
                                               const T* __restrict__ weight,
                                               const T* __restrict__ bias, int64_t N, int C,
                                               float eps) {
-  pdl_launch_dependents();
-  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kFwdWarps + threadIdx.x / 32;
   if (row >= N) return;
@@ -410,12 +398,10 @@ __global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, float* __rest
                                                const float* __restrict__ mean,
                                                const float* __restrict__ rstd, int64_t N, int C) {
   extern __shared__ float shared[];  // [warps][2C]: this block's dweight, dbias per warp
-  pdl_launch_dependents();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float* mine = shared + warp * 2 * C;
   for (int c = lane; c < 2 * C; c += 32) mine[c] = 0.0f;
   __syncwarp();
-  pdl_wait();
   float dyb[W], sb[W], wb[W], dsb[W], dxb[W];
   for (int64_t row = int64_t(blockIdx.x) * warps + warp; row < N;
        row += int64_t(gridDim.x) * warps) {
@@ -465,7 +451,6 @@ __global__ void __launch_bounds__(kReduceCols * kReduceLanes)
     layernorm_param_grad_reduce_kernel(T* __restrict__ dweight, T* __restrict__ dbias,
                                        const float* __restrict__ workspace, int blocks, int C) {
   __shared__ float part[kReduceLanes][kReduceCols + 1];
-  pdl_wait();  // launched while the backward runs (it triggers at its start): wait for its sums
   const int tx = threadIdx.x % kReduceCols, ty = threadIdx.x / kReduceCols;
   const int c = blockIdx.x * kReduceCols + tx;
   float total = 0.0f;
@@ -499,20 +484,21 @@ void forward(T* out, T* sum_out, float* mean, float* rstd, const T* x, const R* 
                    reinterpret_cast<uintptr_t>(res) % (sizeof(R) * W) == 0));
   const unsigned blocks = ceil_div(s.N, kFwdWarps);
   const int V = int(ceil_div(s.C, 32 * W));
-  auto launch = [&](auto kernel) {
-    launch_programmatic(kernel, blocks, 32 * kFwdWarps, 0, stream, out, sum_out, mean, rstd, x,
-                        res, weight, bias, s.N, int(s.C), eps);
-  };
   if (vec && V <= kRegMaxV) {
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, 32 * kFwdWarps, 0, stream>>>(out, sum_out, mean, rstd, x, res, weight,
+                                                    bias, s.N, int(s.C), eps);
+    };
     if (V == 1) launch(layernorm_forward_reg_kernel<T, R, W, 1>);
     else if (V == 2) launch(layernorm_forward_reg_kernel<T, R, W, 2>);
     else if (V == 3) launch(layernorm_forward_reg_kernel<T, R, W, 3>);
     else launch(layernorm_forward_reg_kernel<T, R, W, 4>);
-  } else if (vec) {
-    launch(layernorm_forward_warp_kernel<T, R, W>);
-  } else {
-    launch(layernorm_forward_warp_kernel<T, R, 1>);
-  }
+  } else if (vec)
+    layernorm_forward_warp_kernel<T, R, W><<<blocks, 32 * kFwdWarps, 0, stream>>>(
+        out, sum_out, mean, rstd, x, res, weight, bias, s.N, int(s.C), eps);
+  else
+    layernorm_forward_warp_kernel<T, R, 1><<<blocks, 32 * kFwdWarps, 0, stream>>>(
+        out, sum_out, mean, rstd, x, res, weight, bias, s.N, int(s.C), eps);
   check_launch("layernorm_forward", shape_text(s));
 }
 
@@ -554,8 +540,8 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
     const int groups = warps / rs.split;
     const size_t smem = (size_t(groups) * 2 * s.C + (rs.split > 1 ? 4 * warps : 0)) * 4;
     auto launch = [&](auto kernel) {
-      launch_programmatic(kernel, blocks, 32 * warps, smem, stream, dx, workspace, dout, dsum,
-                          src, weight, mean, rstd, s.N, int(s.C));
+      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight,
+                                                   mean, rstd, s.N, int(s.C));
     };
     // every (W, V, Split, dsum) the shape rule can return, and no more (compile time)
     auto by_dsum = [&](auto w, auto v, auto split) {
@@ -581,8 +567,8 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
   } else {
     const size_t smem = size_t(warps) * 2 * s.C * sizeof(float);
     auto launch = [&](auto kernel) {
-      launch_programmatic(kernel, blocks, 32 * warps, smem, stream, dx, workspace, dout, dsum,
-                          src, weight, mean, rstd, s.N, int(s.C));
+      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight, mean,
+                                                   rstd, s.N, int(s.C));
     };
     const int V = int(ceil_div(s.C, 32 * W));
     if (vec && V <= kRegMaxV) {
@@ -597,9 +583,9 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
     }
   }
   check_launch("layernorm_backward", shape_text(s));
-  launch_programmatic(layernorm_param_grad_reduce_kernel<T>, ceil_div(2 * s.C, kReduceCols),
-                      kReduceCols * kReduceLanes, 0, stream, dweight, dbias,
-                      static_cast<const float*>(workspace), blocks, int(s.C));
+  layernorm_param_grad_reduce_kernel<T>
+      <<<ceil_div(2 * s.C, kReduceCols), kReduceCols * kReduceLanes, 0, stream>>>(
+      dweight, dbias, workspace, blocks, int(s.C));
   check_launch("layernorm_backward (parameter reduce)", shape_text(s));
 }
 

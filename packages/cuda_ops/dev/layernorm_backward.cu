@@ -26,12 +26,6 @@
 #include <random>
 #include <vector>
 
-// common.cpp's switch: the launcher's kernels launch as the hand-launched ones do, so this
-// compares kernels (benchmarks/launch_ab.py compares the launches)
-namespace gs {
-bool programmatic_launch_enabled() { return false; }
-}  // namespace gs
-
 namespace dev {
 using gs::from_f32;
 using gs::to_f32;
