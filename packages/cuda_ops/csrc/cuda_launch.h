@@ -67,18 +67,6 @@ inline bool programmatic_launch_here() {
   return programmatic_launch_enabled() && major[device] >= 9;
 }
 
-// The current device's multiprocessor count, looked up once per device (grids of a few blocks
-// an SM).
-inline int multiprocessors_here() {
-  static int count[64] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device >= 64) return 132;
-  if (count[device] == 0)
-    cudaDeviceGetAttribute(&count[device], cudaDevAttrMultiProcessorCount, device);
-  return count[device] > 0 ? count[device] : 132;
-}
-
 template <typename... P, typename... A>
 void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                          cudaStream_t stream, const A&... args) {

@@ -2,11 +2,10 @@
 // layernorm.h; CPU reference: forward_row_scalar / backward_row_scalar in layernorm.cpp.
 //
 // Versions (llm.c dev/cuda/layernorm_*.cu style; the launcher picks one, tests cover each):
-//   forward  layernorm_forward_reg_kernel<W, V, Stride>: one warp per row held in registers (V
-//            vectors of W elements per lane, C <= 32 * W * V, V <= 4: every preset's width):
-//            one read of x (+ r), one write of y (+ s); mean, then the centred sum of squares,
-//            from the registers; warps walk rows, the next row requested before this one is
-//            normalized. The default wherever rows are 16-byte aligned and C % W == 0.
+//   forward  layernorm_forward_reg_kernel<W, V>: one warp per row held in registers (V vectors
+//            of W elements per lane, C <= 32 * W * V, V <= 4: every preset's width): one read
+//            of x (+ r), one write of y (+ s); mean, then the centred sum of squares, from the
+//            registers. The default wherever rows are 16-byte aligned and C % W == 0.
 //   backward layernorm_backward_reg_kernel<W, V>: one warp per row, warps stride over rows;
 //            dy, s and the weight are read once into registers and stay packed (bf16: half
 //            the registers of floats); each lane adds its columns' dweight and dbias into
@@ -40,9 +39,9 @@
 //            instead of 24, whose registers halved the resident blocks). `dsum` is a template
 //            flag: as a run-time pointer (769accd) it doubled the loop's loads and unpacks in
 //            the SASS (1,152 vs 912 instructions) and the kernel ran no faster than the slices.
-// All backward versions end with layernorm_param_grad_reduce_kernel: 32 threads per group of 4
-// columns sum every 32nd block's partials, then one sums the 32 (the same order every run, so
-// dweight and dbias are deterministic, no atomics).
+// All backward versions end with layernorm_param_grad_reduce_kernel: 8 threads per column sum
+// every 8th block's partials, then one sums the 8 (the same order every run, so dweight and
+// dbias are deterministic, no atomics).
 // Memory per row: forward reads x (+ r) and writes y (+ s); backward reads dy, s (+ dsum),
 // writes dx; the parameter traffic (blocks x 2C floats) is small next to it.
 //
@@ -55,8 +54,7 @@
 namespace gs {
 namespace {
 
-constexpr int kFwdWarps = 8;  // warps per forward block
-constexpr int kFwdBlocksPerSM = 4;  // the strided forward's grid (dev/layernorm_backward.cu)
+constexpr int kFwdWarps = 8;  // rows per forward block
 
 template <typename T, int W> struct alignas(sizeof(T) * W) Vec {
   T v[W];
@@ -80,81 +78,60 @@ constexpr int kRegMaxV = 4;  // vectors per lane the register kernels hold (C <=
 // (the last vector of a width that is not a multiple of 32 * W) are skipped.
 __device__ __forceinline__ int reg_col(int i, int lane, int W) { return (i * 32 + lane) * W; }
 
-// Stride: warps walk rows gridDim.x * kFwdWarps apart and request the next row's x (and r)
-// as soon as this row's are in registers, so a warp's loads stay in flight while it reduces,
-// normalizes and stores (the grid: a few blocks an SM). Without it: one row a warp, a block
-// per kFwdWarps rows (before 2026-12-06; ncu at (16384, 384) on the H100: 11.3 us, 34 % of
-// DRAM peak, the warps mostly waiting on their one load).
-template <typename T, typename R, int W, int V, bool Stride>
+template <typename T, typename R, int W, int V>
 __global__ void __launch_bounds__(kFwdWarps * 32)
     layernorm_forward_reg_kernel(T* __restrict__ out, T* __restrict__ sum_out,
                                  float* __restrict__ mean, float* __restrict__ rstd,
                                  const T* __restrict__ x, const R* __restrict__ res,
                                  const T* __restrict__ weight, const T* __restrict__ bias,
                                  int64_t N, int C, float eps) {
-  using P = Vec<T, W>;
-  using PR = Vec<R, W>;
   const int lane = threadIdx.x % 32;
-  int64_t row = int64_t(blockIdx.x) * kFwdWarps + threadIdx.x / 32;
-  const int64_t stride = Stride ? int64_t(gridDim.x) * kFwdWarps : N;
-  P xn[V];  // the next row's inputs, packed
-  PR rn[V];
-  auto load_row = [&](int64_t r) {
+  const int64_t row = int64_t(blockIdx.x) * kFwdWarps + threadIdx.x / 32;
+  if (row >= N) return;
+  float v[V][W];
+  float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = reg_col(i, lane, W);
-      if (c >= C) continue;
-      xn[i] = *reinterpret_cast<const P*>(x + r * C + c);
-      if (res) rn[i] = *reinterpret_cast<const PR*>(res + r * C + c);
-    }
-  };
-  if (row < N) load_row(row);
-  for (; row < N; row += stride) {
-    float v[V][W];
-    float sum = 0.0f;
+  for (int i = 0; i < V; ++i) {
+    const int c = reg_col(i, lane, W);
+    if (c >= C) continue;
+    load_vec<T, W>(v[i], x + row * C + c);
+    if (res) {
+      float rb[W];
+      load_vec<R, W>(rb, res + row * C + c);
+      Vec<T, W> packed;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = reg_col(i, lane, W);
-      if (c >= C) continue;
-#pragma unroll
-      for (int k = 0; k < W; ++k) v[i][k] = to_f32(xn[i].v[k]);
-      if (res) {
-        P packed;
-#pragma unroll
-        for (int k = 0; k < W; ++k) {
-          packed.v[k] = from_f32<T>(v[i][k] + to_f32(rn[i].v[k]));
-          v[i][k] = to_f32(packed.v[k]);  // the rounded sum, as stored and as backward reads it
-        }
-        *reinterpret_cast<P*>(sum_out + row * C + c) = packed;
+      for (int k = 0; k < W; ++k) {
+        packed.v[k] = from_f32<T>(v[i][k] + rb[k]);
+        v[i][k] = to_f32(packed.v[k]);  // the rounded sum, as stored and as backward reads it
       }
-#pragma unroll
-      for (int k = 0; k < W; ++k) sum += v[i][k];
+      *reinterpret_cast<Vec<T, W>*>(sum_out + row * C + c) = packed;
     }
-    if (Stride && row + stride < N) load_row(row + stride);
-    const float m = warp_sum(sum) / C;
-    float var = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (reg_col(i, lane, W) >= C) continue;
+    for (int k = 0; k < W; ++k) sum += v[i][k];
+  }
+  const float m = warp_sum(sum) / C;
+  float var = 0.0f;
 #pragma unroll
-      for (int k = 0; k < W; ++k) var += (v[i][k] - m) * (v[i][k] - m);
-    }
-    const float rs = rsqrtf(warp_sum(var) / C + eps);
+  for (int i = 0; i < V; ++i) {
+    if (reg_col(i, lane, W) >= C) continue;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int c = reg_col(i, lane, W);
-      if (c >= C) continue;
-      float wb[W], bb[W];
-      load_vec<T, W>(wb, weight + c);
-      if (bias) load_vec<T, W>(bb, bias + c);
+    for (int k = 0; k < W; ++k) var += (v[i][k] - m) * (v[i][k] - m);
+  }
+  const float rs = rsqrtf(warp_sum(var) / C + eps);
 #pragma unroll
-      for (int k = 0; k < W; ++k) v[i][k] = (v[i][k] - m) * rs * wb[k] + (bias ? bb[k] : 0.0f);
-      store_vec<T, W>(out + row * C + c, v[i]);
-    }
-    if (lane == 0) {
-      mean[row] = m;
-      rstd[row] = rs;
-    }
+  for (int i = 0; i < V; ++i) {
+    const int c = reg_col(i, lane, W);
+    if (c >= C) continue;
+    float wb[W], bb[W];
+    load_vec<T, W>(wb, weight + c);
+    if (bias) load_vec<T, W>(bb, bias + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[i][k] = (v[i][k] - m) * rs * wb[k] + (bias ? bb[k] : 0.0f);
+    store_vec<T, W>(out + row * C + c, v[i]);
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
   }
 }
 
@@ -467,63 +444,28 @@ __global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, float* __rest
   }
 }
 
-// The parameter reduce: column group tx of a block owns Cols consecutive columns of the 2C
-// (dweight, then dbias), lane ty sums blocks ty, ty + 32, ... (float4 loads when 2C % 4 == 0:
-// every load of a lane independent of the others, 8 at shakespeare-char's 256 blocks), then
-// one thread per column group adds the 32 lanes in order. The same order every run, so
-// dweight and dbias are deterministic without atomics. It replaced 8 lanes of one float each
-// (32 dependent-latency loads a thread at 256 blocks: 6.1 us under ncu at (16384, 384) on the
-// H100, benchmarks/profiles/ncu-layernorm-h100-20261206-ec188c9.txt).
-constexpr int kReduceGroups = 8, kReduceLanes = 32;
-template <typename T, int Cols>
-__global__ void __launch_bounds__(kReduceGroups * kReduceLanes)
+constexpr int kReduceCols = 32, kReduceLanes = 8;  // reduce block: 32 columns x 8 threads
+
+template <typename T>
+__global__ void __launch_bounds__(kReduceCols * kReduceLanes)
     layernorm_param_grad_reduce_kernel(T* __restrict__ dweight, T* __restrict__ dbias,
                                        const float* __restrict__ workspace, int blocks, int C) {
-  __shared__ float part[kReduceLanes][kReduceGroups * Cols + 1];
-  const int tx = threadIdx.x % kReduceGroups, ty = threadIdx.x / kReduceGroups;
-  const int c = (blockIdx.x * kReduceGroups + tx) * Cols;  // this thread's first column
-  float total[Cols] = {};
-  if (c < 2 * C) {
-#pragma unroll 4
-    for (int b = ty; b < blocks; b += kReduceLanes) {
-      const float* p = workspace + int64_t(b) * 2 * C + c;
-      if constexpr (Cols == 4) {
-        const float4 v = *reinterpret_cast<const float4*>(p);
-        total[0] += v.x, total[1] += v.y, total[2] += v.z, total[3] += v.w;
-      } else {
-        total[0] += p[0];
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < Cols; ++k) part[ty][tx * Cols + k] = total[k];
+  __shared__ float part[kReduceLanes][kReduceCols + 1];
+  const int tx = threadIdx.x % kReduceCols, ty = threadIdx.x / kReduceCols;
+  const int c = blockIdx.x * kReduceCols + tx;
+  float total = 0.0f;
+  if (c < 2 * C)
+    for (int b = ty; b < blocks; b += kReduceLanes) total += workspace[int64_t(b) * 2 * C + c];
+  part[ty][tx] = total;
   __syncthreads();
   if (ty != 0 || c >= 2 * C) return;
+  total = 0.0f;
 #pragma unroll
-  for (int k = 0; k < Cols; ++k) {
-    float sum = 0.0f;
-    for (int j = 0; j < kReduceLanes; ++j) sum += part[j][tx * Cols + k];
-    const int col = c + k;
-    if (col < C)
-      dweight[col] = from_f32<T>(sum);
-    else if (col < 2 * C)
-      dbias[col - C] = from_f32<T>(sum);
-  }
-}
-
-// dweight, dbias from the backward's (blocks, 2C) float partials
-template <typename T>
-void param_grad_reduce(T* dweight, T* dbias, const float* workspace, int blocks, int C,
-                       cudaStream_t stream) {
-  const bool vec = C % 2 == 0 && reinterpret_cast<uintptr_t>(workspace) % 16 == 0;
-  const int cols = vec ? 4 : 1;
-  const unsigned grid = ceil_div(2 * int64_t(C), kReduceGroups * cols);
-  if (vec)
-    layernorm_param_grad_reduce_kernel<T, 4><<<grid, kReduceGroups * kReduceLanes, 0, stream>>>(
-        dweight, dbias, workspace, blocks, C);
+  for (int j = 0; j < kReduceLanes; ++j) total += part[j][tx];
+  if (c < C)
+    dweight[c] = from_f32<T>(total);
   else
-    layernorm_param_grad_reduce_kernel<T, 1><<<grid, kReduceGroups * kReduceLanes, 0, stream>>>(
-        dweight, dbias, workspace, blocks, C);
+    dbias[c - C] = from_f32<T>(total);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -543,17 +485,14 @@ void forward(T* out, T* sum_out, float* mean, float* rstd, const T* x, const R* 
   const unsigned blocks = ceil_div(s.N, kFwdWarps);
   const int V = int(ceil_div(s.C, 32 * W));
   if (vec && V <= kRegMaxV) {
-    // a few blocks an SM, each warp walking rows (the kernel's Stride)
-    const unsigned grid =
-        std::min<unsigned>(blocks, unsigned(multiprocessors_here()) * kFwdBlocksPerSM);
-    auto strided = [&](auto kernel) {
-      kernel<<<grid, 32 * kFwdWarps, 0, stream>>>(out, sum_out, mean, rstd, x, res, weight,
-                                                  bias, s.N, int(s.C), eps);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, 32 * kFwdWarps, 0, stream>>>(out, sum_out, mean, rstd, x, res, weight,
+                                                    bias, s.N, int(s.C), eps);
     };
-    if (V == 1) strided(layernorm_forward_reg_kernel<T, R, W, 1, true>);
-    else if (V == 2) strided(layernorm_forward_reg_kernel<T, R, W, 2, true>);
-    else if (V == 3) strided(layernorm_forward_reg_kernel<T, R, W, 3, true>);
-    else strided(layernorm_forward_reg_kernel<T, R, W, 4, true>);
+    if (V == 1) launch(layernorm_forward_reg_kernel<T, R, W, 1>);
+    else if (V == 2) launch(layernorm_forward_reg_kernel<T, R, W, 2>);
+    else if (V == 3) launch(layernorm_forward_reg_kernel<T, R, W, 3>);
+    else launch(layernorm_forward_reg_kernel<T, R, W, 4>);
   } else if (vec)
     layernorm_forward_warp_kernel<T, R, W><<<blocks, 32 * kFwdWarps, 0, stream>>>(
         out, sum_out, mean, rstd, x, res, weight, bias, s.N, int(s.C), eps);
@@ -644,7 +583,9 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
     }
   }
   check_launch("layernorm_backward", shape_text(s));
-  param_grad_reduce<T>(dweight, dbias, workspace, blocks, int(s.C), stream);
+  layernorm_param_grad_reduce_kernel<T>
+      <<<ceil_div(2 * s.C, kReduceCols), kReduceCols * kReduceLanes, 0, stream>>>(
+      dweight, dbias, workspace, blocks, int(s.C));
   check_launch("layernorm_backward (parameter reduce)", shape_text(s));
 }
 

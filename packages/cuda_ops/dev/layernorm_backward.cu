@@ -102,29 +102,6 @@ __global__ void float_partials(T* __restrict__ dx, float* __restrict__ workspace
     workspace[int64_t(blockIdx.x) * 2 * C + c] = block_sums[c];
 }
 
-// The parameter reduce before 2026-12-06: 32 columns x 8 lanes a block, one float a load,
-// 32 loads a lane at 256 blocks (6.1 us under ncu at (16384, 384) on the H100).
-template <typename T>
-__global__ void __launch_bounds__(256)
-    reduce_before(T* __restrict__ dweight, T* __restrict__ dbias,
-                  const float* __restrict__ workspace, int blocks, int C) {
-  __shared__ float part[8][33];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  const int c = blockIdx.x * 32 + tx;
-  float total = 0.0f;
-  if (c < 2 * C)
-    for (int b = ty; b < blocks; b += 8) total += workspace[int64_t(b) * 2 * C + c];
-  part[ty][tx] = total;
-  __syncthreads();
-  if (ty != 0 || c >= 2 * C) return;
-  total = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) total += part[j][tx];
-  if (c < C)
-    dweight[c] = from_f32<T>(total);
-  else
-    dbias[c - C] = from_f32<T>(total);
-}
 }  // namespace dev
 
 using bf = __nv_bfloat16;
@@ -165,42 +142,10 @@ int main() {
     };
     std::printf("(%lld, %d) bf16: forward %.2f us (%.0f %% of copy)\n", (long long)N, C, fwd,
                 100 * 2.0 * n * 2 / (fwd * 1e3) / copy_gbs);
-    // the forward's kernel by hand: one row a warp (before 2026-12-06), or strided on a grid of
-    // k blocks an SM (the tree: gs::kFwdBlocksPerSM)
-    int sms = 0;
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    auto fwd_by_hand = [&](const char* name, auto kernel, int grid) {
-      const float us = median_us([&] {
-        kernel<<<grid, 32 * gs::kFwdWarps>>>(y, nullptr, mean, rstd, x, (const bf*)nullptr, w, b,
-                                             N, C, 1e-5f);
-      });
-      std::printf("  forward, %-41s %7.2f us  %3.0f %% of copy bandwidth\n", name, us,
-                  100 * 2.0 * n * 2 / (us * 1e3) / copy_gbs);
-    };
-    auto forwards = [&](auto one_row, auto strided) {
-      fwd_by_hand("one row a warp (before 2026-12-06)", one_row, int(N / gs::kFwdWarps));
-      for (int k : {2, 4, 8, 16}) {
-        char label[64];
-        std::snprintf(label, sizeof label, "strided, %d blocks an SM", k);
-        fwd_by_hand(label, strided, k * sms);
-      }
-    };
-    if (C == 384)
-      forwards(gs::layernorm_forward_reg_kernel<bf, bf, 8, 2, false>,
-               gs::layernorm_forward_reg_kernel<bf, bf, 8, 2, true>);
-    else
-      forwards(gs::layernorm_forward_reg_kernel<bf, bf, 8, 3, false>,
-               gs::layernorm_forward_reg_kernel<bf, bf, 8, 3, true>);
     report("backward in the tree (csrc/layernorm.cu)", median_us([&] {
              gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, nullptr, x, w, mean, rstd, s,
                                          gs::DType::bf16, 0);
            }));
-    const float red = median_us([&] { gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0); });
-    const float red0 = median_us([&] {
-      dev::reduce_before<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
-    });
-    std::printf("  parameter reduce alone: the tree's %.2f us, before 2026-12-06 %.2f us\n", red,
-                red0);
     std::vector<bf> want(n), got(n), want_w(C), got_w(C);
     CHECK(cudaMemcpy(want.data(), dx, n * 2, cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(want_w.data(), dw, C * 2, cudaMemcpyDeviceToHost));
@@ -224,7 +169,7 @@ int main() {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       report(name, median_us([&] {
                kernel<<<grid, 32 * warps, smem>>>(dx2, ws, dy, ds, x, w, mean, rstd, N, C);
-               gs::param_grad_reduce<bf>(dw2, db2, ws, grid, C, 0);
+               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, grid, C);
              }));
       check();
     };
@@ -251,7 +196,7 @@ int main() {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(row_sums)));
       report(name, median_us([&] {
                kernel<<<blocks, 32 * warps, row_sums>>>(dx2, ws, dy, x, w, mean, rstd, N, C);
-               gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
+               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
              }));
       check();
     };
@@ -266,7 +211,7 @@ int main() {
     auto slices_dsum = [&](auto kernel) {
       report("with dsum: shared slices", median_us([&] {
                kernel<<<blocks, 32 * warps, slices>>>(dx2, ws, dy, dsum, x, w, mean, rstd, N, C);
-               gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
+               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
              }), 4.0 * n * sizeof(bf));
     };
     if (C == 384) slices_dsum(gs::layernorm_backward_reg_kernel<bf, 4, 3>);
