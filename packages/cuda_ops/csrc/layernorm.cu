@@ -6,7 +6,9 @@
 //            of W elements per lane, C <= 32 * W * V, V <= 4: every preset's width): one read
 //            of x (+ r), one write of y (+ s); mean, then the centred sum of squares, from the
 //            registers. The default wherever rows are 16-byte aligned and C % W == 0.
-//   backward layernorm_backward_reg_kernel<W, V>: one warp per row, warps stride over rows;
+//   backward layernorm_backward_reg_kernel<W, V> (now only where regsum_shape finds no shape: an
+//            odd count of warps a block with rows too wide for one warp, bf16 C of 776-872):
+//            one warp per row, warps stride over rows;
 //            dy, s and the weight are read once into registers and stay packed (bf16: half
 //            the registers of floats); each lane adds its columns' dweight and dbias into
 //            the warp's own slice of shared memory, float4 by float4 (no bank conflicts), and
@@ -39,6 +41,12 @@
 //            instead of 24, whose registers halved the resident blocks). `dsum` is a template
 //            flag: as a run-time pointer (769accd) it doubled the loop's loads and unpacks in
 //            the SASS (1,152 vs 912 instructions) and the kernel ran no faster than the slices.
+//            Side by side on the H100 (2026-12-06, dev/layernorm_backward.cu, bf16): 15.9 vs
+//            19.4 us at (16384, 384), 25.0 vs 32.9 us with dsum; 34.7 vs 35.4 / 42.0 vs 48.1 us
+//            at (16384, 768). Tried and slower there: a forward whose warps walk rows with the
+//            next row requested early, and a parameter reduce of float4 columns over 32 lanes
+//            (benchmarks/profiles/*89fae37*); launching these kernels as programmatic
+//            dependents (benchmarks/results/launch-ab-h100-20261206.json).
 // All backward versions end with layernorm_param_grad_reduce_kernel: 8 threads per column sum
 // every 8th block's partials, then one sums the 8 (the same order every run, so dweight and
 // dbias are deterministic, no atomics).

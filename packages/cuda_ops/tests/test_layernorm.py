@@ -196,10 +196,10 @@ def test_extension_checks_its_arguments():
 # --- CUDA --------------------------------------------------------------------------------------
 # the backward's register-sum kernel (layernorm.cu's regsum_shape): one warp a row at 64 and
 # 192 (lanes left idle), 384 (bf16: 8-byte vectors), 512; two warps a row at 768 and 1024
-# (many rows a warp pair: (16, 64, 768)); the three-pass fallback at 7, 257 (scalar), 1536,
-# 3000, 6144 (vectors); more rows than
-# 512 blocks x 8 warps x 8 rows (33 x 1024 x 64). The forward holds rows up to 32 * W * 4 in
-# registers (bf16 W = 8, float32 W = 4).
+# (many rows a warp pair: (16, 64, 768)); the shared-slice kernel at bf16 800 (7 warps a
+# block: no pairs); the three-pass fallback at 7, 257 (scalar), 1536, 3000, 6144 (vectors);
+# more rows than 512 blocks x 8 warps x 8 rows (33 x 1024 x 64). The forward holds rows up to
+# 32 * W * 4 in registers (bf16 W = 8, float32 W = 4).
 CUDA_SHAPES = [
     (1, 1, 7),
     (3, 257),
@@ -209,6 +209,7 @@ CUDA_SHAPES = [
     (3, 5, 512),
     (16, 64, 768),
     (9, 1024),
+    (2, 3, 800),
     (4, 2, 1536),
     (33, 1024, 64),
     (2, 3, 3000),
