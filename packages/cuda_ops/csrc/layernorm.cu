@@ -492,11 +492,22 @@ void forward(T* out, T* sum_out, float* mean, float* rstd, const T* x, const R* 
                    reinterpret_cast<uintptr_t>(res) % (sizeof(R) * W) == 0));
   const unsigned blocks = ceil_div(s.N, kFwdWarps);
   const int V = int(ceil_div(s.C, 32 * W));
-  if (vec && V <= kRegMaxV) {
-    auto launch = [&](auto kernel) {
-      kernel<<<blocks, 32 * kFwdWarps, 0, stream>>>(out, sum_out, mean, rstd, x, res, weight,
-                                                    bias, s.N, int(s.C), eps);
-    };
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, 32 * kFwdWarps, 0, stream>>>(out, sum_out, mean, rstd, x, res, weight, bias,
+                                                  s.N, int(s.C), eps);
+  };
+  // bf16 rows of an odd number of 256-column strides (shakespeare-char's 384): 8-byte vectors
+  // that keep every lane busy (3 x 128), as the backward does, not 2 x 256 with half the lanes
+  // idle in the second
+  constexpr int Wh = W / 2;
+  if (sizeof(T) == 2 && vec && s.C % (32 * W) != 0 && s.C % (32 * Wh) == 0 &&
+      s.C / (32 * Wh) <= kRegMaxV) {
+    const int Vh = int(s.C / (32 * Wh));
+    if (Vh == 1) launch(layernorm_forward_reg_kernel<T, R, Wh, 1>);
+    else if (Vh == 2) launch(layernorm_forward_reg_kernel<T, R, Wh, 2>);
+    else if (Vh == 3) launch(layernorm_forward_reg_kernel<T, R, Wh, 3>);
+    else launch(layernorm_forward_reg_kernel<T, R, Wh, 4>);
+  } else if (vec && V <= kRegMaxV) {
     if (V == 1) launch(layernorm_forward_reg_kernel<T, R, W, 1>);
     else if (V == 2) launch(layernorm_forward_reg_kernel<T, R, W, 2>);
     else if (V == 3) launch(layernorm_forward_reg_kernel<T, R, W, 3>);

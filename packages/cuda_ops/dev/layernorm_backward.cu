@@ -142,6 +142,13 @@ int main() {
     };
     std::printf("(%lld, %d) bf16: forward %.2f us (%.0f %% of copy)\n", (long long)N, C, fwd,
                 100 * 2.0 * n * 2 / (fwd * 1e3) / copy_gbs);
+    if (C == 384) {  // the forward before 2026-12-06: 16-byte vectors, half the lanes idle in the second
+      const float fwd16 = median_us([&] {
+        gs::layernorm_forward_reg_kernel<bf, bf, 8, 2><<<N / 8, 256>>>(
+            y, nullptr, mean, rstd, x, (const bf*)nullptr, w, b, N, C, 1e-5f);
+      });
+      std::printf("  forward in 16-byte vectors (2 x 256, before 2026-12-06) %.2f us\n", fwd16);
+    }
     report("backward in the tree (csrc/layernorm.cu)", median_us([&] {
              gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, nullptr, x, w, mean, rstd, s,
                                          gs::DType::bf16, 0);
