@@ -49,9 +49,9 @@
 //            next row requested early, and a parameter reduce of float4 columns over 32 lanes
 //            (benchmarks/profiles/*89fae37*); launching these kernels as programmatic
 //            dependents (benchmarks/results/launch-ab-h100-20261206.json).
-// All backward versions end with layernorm_param_grad_reduce_kernel: 8 threads per column sum
-// every 8th block's partials, then one sums the 8 (the same order every run, so dweight and
-// dbias are deterministic, no atomics).
+// All backward versions end with layernorm_param_grad_reduce_kernel: 32 threads per group of 4
+// columns sum every 32nd block's partials, then one sums the 32 (the same order every run, so
+// dweight and dbias are deterministic, no atomics).
 // Memory per row: forward reads x (+ r) and writes y (+ s); backward reads dy, s (+ dsum),
 // writes dx; the parameter traffic (blocks x 2C floats) is small next to it.
 //
@@ -454,28 +454,63 @@ __global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, float* __rest
   }
 }
 
-constexpr int kReduceCols = 32, kReduceLanes = 8;  // reduce block: 32 columns x 8 threads
-
-template <typename T>
-__global__ void __launch_bounds__(kReduceCols * kReduceLanes)
+// The parameter reduce: column group tx of a block owns Cols consecutive columns of the 2C
+// (dweight, then dbias), lane ty sums blocks ty, ty + 32, ... (float4 loads when 2C % 4 == 0:
+// every load of a lane independent of the others, 8 at shakespeare-char's 256 blocks), then
+// one thread per column group adds the 32 lanes in order. The same order every run, so
+// dweight and dbias are deterministic without atomics. It replaced 8 lanes of one float each
+// (32 loads a lane at 256 blocks): 4.8 vs 6.1 us under ncu at (16384, 384) on the H100
+// (benchmarks/profiles/ncu-layernorm-h100-20261206-*.txt).
+constexpr int kReduceGroups = 8, kReduceLanes = 32;
+template <typename T, int Cols>
+__global__ void __launch_bounds__(kReduceGroups * kReduceLanes)
     layernorm_param_grad_reduce_kernel(T* __restrict__ dweight, T* __restrict__ dbias,
                                        const float* __restrict__ workspace, int blocks, int C) {
-  __shared__ float part[kReduceLanes][kReduceCols + 1];
-  const int tx = threadIdx.x % kReduceCols, ty = threadIdx.x / kReduceCols;
-  const int c = blockIdx.x * kReduceCols + tx;
-  float total = 0.0f;
-  if (c < 2 * C)
-    for (int b = ty; b < blocks; b += kReduceLanes) total += workspace[int64_t(b) * 2 * C + c];
-  part[ty][tx] = total;
+  __shared__ float part[kReduceLanes][kReduceGroups * Cols + 1];
+  const int tx = threadIdx.x % kReduceGroups, ty = threadIdx.x / kReduceGroups;
+  const int c = (blockIdx.x * kReduceGroups + tx) * Cols;  // this thread's first column
+  float total[Cols] = {};
+  if (c < 2 * C) {
+#pragma unroll 4
+    for (int b = ty; b < blocks; b += kReduceLanes) {
+      const float* p = workspace + int64_t(b) * 2 * C + c;
+      if constexpr (Cols == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        total[0] += v.x, total[1] += v.y, total[2] += v.z, total[3] += v.w;
+      } else {
+        total[0] += p[0];
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < Cols; ++k) part[ty][tx * Cols + k] = total[k];
   __syncthreads();
   if (ty != 0 || c >= 2 * C) return;
-  total = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kReduceLanes; ++j) total += part[j][tx];
-  if (c < C)
-    dweight[c] = from_f32<T>(total);
+  for (int k = 0; k < Cols; ++k) {
+    float sum = 0.0f;
+    for (int j = 0; j < kReduceLanes; ++j) sum += part[j][tx * Cols + k];
+    const int col = c + k;
+    if (col < C)
+      dweight[col] = from_f32<T>(sum);
+    else if (col < 2 * C)
+      dbias[col - C] = from_f32<T>(sum);
+  }
+}
+
+// dweight, dbias from the backward's (blocks, 2C) float partials
+template <typename T>
+void param_grad_reduce(T* dweight, T* dbias, const float* workspace, int blocks, int C,
+                       cudaStream_t stream) {
+  const bool vec = C % 2 == 0 && reinterpret_cast<uintptr_t>(workspace) % 16 == 0;
+  const int cols = vec ? 4 : 1;
+  const unsigned grid = ceil_div(2 * int64_t(C), kReduceGroups * cols);
+  if (vec)
+    layernorm_param_grad_reduce_kernel<T, 4><<<grid, kReduceGroups * kReduceLanes, 0, stream>>>(
+        dweight, dbias, workspace, blocks, C);
   else
-    dbias[c - C] = from_f32<T>(total);
+    layernorm_param_grad_reduce_kernel<T, 1><<<grid, kReduceGroups * kReduceLanes, 0, stream>>>(
+        dweight, dbias, workspace, blocks, C);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -604,9 +639,7 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
     }
   }
   check_launch("layernorm_backward", shape_text(s));
-  layernorm_param_grad_reduce_kernel<T>
-      <<<ceil_div(2 * s.C, kReduceCols), kReduceCols * kReduceLanes, 0, stream>>>(
-      dweight, dbias, workspace, blocks, int(s.C));
+  param_grad_reduce<T>(dweight, dbias, workspace, blocks, int(s.C), stream);
   check_launch("layernorm_backward (parameter reduce)", shape_text(s));
 }
 

@@ -102,6 +102,30 @@ __global__ void float_partials(T* __restrict__ dx, float* __restrict__ workspace
     workspace[int64_t(blockIdx.x) * 2 * C + c] = block_sums[c];
 }
 
+// The parameter reduce before 2026-12-06: 32 columns x 8 lanes a block, one float a load,
+// 32 loads a lane at 256 blocks (6.1 us under ncu at (16384, 384) on the H100;
+// 4.8 for the tree's).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    reduce_before(T* __restrict__ dweight, T* __restrict__ dbias,
+                  const float* __restrict__ workspace, int blocks, int C) {
+  __shared__ float part[8][33];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int c = blockIdx.x * 32 + tx;
+  float total = 0.0f;
+  if (c < 2 * C)
+    for (int b = ty; b < blocks; b += 8) total += workspace[int64_t(b) * 2 * C + c];
+  part[ty][tx] = total;
+  __syncthreads();
+  if (ty != 0 || c >= 2 * C) return;
+  total = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) total += part[j][tx];
+  if (c < C)
+    dweight[c] = from_f32<T>(total);
+  else
+    dbias[c - C] = from_f32<T>(total);
+}
 }  // namespace dev
 
 using bf = __nv_bfloat16;
@@ -176,11 +200,31 @@ int main() {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       report(name, median_us([&] {
                kernel<<<grid, 32 * warps, smem>>>(dx2, ws, dy, ds, x, w, mean, rstd, N, C);
-               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, grid, C);
+               gs::param_grad_reduce<bf>(dw2, db2, ws, grid, C, 0);
              }));
       check();
     };
     const size_t slices = size_t(warps) * 2 * C * 4, pairs = slices / 2 + 4 * warps * 4;
+    // the parameter reduce: the tree's backward kernel followed by the tree's reduce or the one
+    // before 2026-12-06 (a reduce alone is too short to time back to back: the host's launches
+    // would be timed)
+    auto with_reduce = [&](const char* name, auto kernel, size_t smem, bool before) {
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      report(name, median_us([&] {
+               kernel<<<blocks, 32 * warps, smem>>>(dx2, ws, dy, nullptr, x, w, mean, rstd, N, C);
+               if (before) dev::reduce_before<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
+               else gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
+             }));
+      check();
+    };
+    auto reduces = [&](auto kernel, size_t smem) {
+      with_reduce("the tree's backward + the tree's reduce", kernel, smem, false);
+      with_reduce("the tree's backward + the reduce before 2026-12-06", kernel, smem, true);
+      with_reduce("the tree's backward + the tree's reduce (again)", kernel, smem, false);
+      with_reduce("the tree's backward + the reduce before (again)", kernel, smem, true);
+    };
+    if (C == 384) reduces(gs::layernorm_backward_regsum_kernel<bf, 4, 3, 1, false>, slices);
+    else reduces(gs::layernorm_backward_regsum_kernel<bf, 4, 3, 2, false>, pairs);
     if (C == 384) {
       by_hand("shared slices (the default before 2026-12-06)",
               gs::layernorm_backward_reg_kernel<bf, 4, 3>, blocks, slices, nullptr);
@@ -203,7 +247,7 @@ int main() {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(row_sums)));
       report(name, median_us([&] {
                kernel<<<blocks, 32 * warps, row_sums>>>(dx2, ws, dy, x, w, mean, rstd, N, C);
-               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
+               gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
              }));
       check();
     };
@@ -218,7 +262,7 @@ int main() {
     auto slices_dsum = [&](auto kernel) {
       report("with dsum: shared slices", median_us([&] {
                kernel<<<blocks, 32 * warps, slices>>>(dx2, ws, dy, dsum, x, w, mean, rstd, N, C);
-               gs::layernorm_param_grad_reduce_kernel<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
+               gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
              }), 4.0 * n * sizeof(bf));
     };
     if (C == 384) slices_dsum(gs::layernorm_backward_reg_kernel<bf, 4, 3>);
