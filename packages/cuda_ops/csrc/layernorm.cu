@@ -46,9 +46,8 @@
 //            Side by side on the H100 (2026-12-06, dev/layernorm_backward.cu, bf16): 15.9 vs
 //            19.4 us at (16384, 384), 25.0 vs 32.9 us with dsum; 34.7 vs 35.4 / 42.0 vs 48.1 us
 //            at (16384, 768). Tried and slower there: a forward whose warps walk rows with the
-//            next row requested early, and a parameter reduce of float4 columns over 32 lanes
-//            (benchmarks/profiles/*89fae37*); launching these kernels as programmatic
-//            dependents (benchmarks/results/launch-ab-h100-20261206.json).
+//            next row requested early (benchmarks/profiles/*89fae37*); launching these kernels
+//            as programmatic dependents (benchmarks/results/launch-ab-h100-20261206.json).
 // All backward versions end with layernorm_param_grad_reduce_kernel: 32 threads per group of 4
 // columns sum every 32nd block's partials, then one sums the 32 (the same order every run, so
 // dweight and dbias are deterministic, no atomics).
