@@ -166,13 +166,38 @@ int main() {
     };
     std::printf("(%lld, %d) bf16: forward %.2f us (%.0f %% of copy)\n", (long long)N, C, fwd,
                 100 * 2.0 * n * 2 / (fwd * 1e3) / copy_gbs);
-    if (C == 384) {  // the forward before 2026-12-06: 16-byte vectors, half the lanes idle in the second
-      const float fwd16 = median_us([&] {
-        gs::layernorm_forward_reg_kernel<bf, bf, 8, 2><<<N / 8, 256>>>(
-            y, nullptr, mean, rstd, x, (const bf*)nullptr, w, b, N, C, 1e-5f);
-      });
-      std::printf("  forward in 16-byte vectors (2 x 256, before 2026-12-06) %.2f us\n", fwd16);
+    // The forward's kernel by hand, each call on the next of kSets copies of x and y (100 MB
+    // and more: twice the L2), so that its loads come from DRAM as in a model (one x and y stay
+    // in the 50 MB L2 between back-to-back calls: the line above); at 384 also the 16-byte
+    // vectors before 2026-12-06 (2 x 256, half the lanes idle in the second). On the H100 a
+    // warp normalizing 2 or 4 rows with every row requested first was slower (13.3 / 15.5 vs
+    // 12.4 us at 384, 22.9 / 23.8 vs 21.3 at 768: benchmarks/profiles/*ff02453-forward-rows*).
+    constexpr int kSets = 4;
+    std::vector<bf*> xs(kSets), ys(kSets);
+    for (int k = 0; k < kSets; ++k) {
+      CHECK(cudaMalloc(&xs[k], n * sizeof(bf)));
+      CHECK(cudaMalloc(&ys[k], n * sizeof(bf)));
+      CHECK(cudaMemcpy(xs[k], hx.data(), n * 2, cudaMemcpyHostToDevice));
     }
+    auto fwd_by_hand = [&](const char* name, auto kernel, int rows) {
+      int k = 0;
+      const float us = median_us([&] {
+        kernel<<<int((N + 8 * rows - 1) / (8 * rows)), 32 * gs::kFwdWarps>>>(
+            ys[k], nullptr, mean, rstd, xs[k], (const bf*)nullptr, w, b, N, C, 1e-5f);
+        k = (k + 1) % kSets;
+      });
+      std::printf("  forward from DRAM, %-31s %7.2f us  %3.0f %% of copy bandwidth\n", name, us,
+                  100 * 2.0 * n * 2 / (us * 1e3) / copy_gbs);
+    };
+    for (int round = 0; round < 2; ++round) {
+      if (C == 384) {
+        fwd_by_hand("16-byte vectors (before)", gs::layernorm_forward_reg_kernel<bf, bf, 8, 2>, 1);
+        fwd_by_hand("8-byte vectors (the tree)", gs::layernorm_forward_reg_kernel<bf, bf, 4, 3>, 1);
+      } else {
+        fwd_by_hand("16-byte vectors (the tree)", gs::layernorm_forward_reg_kernel<bf, bf, 8, 3>, 1);
+      }
+    }
+    for (int k = 0; k < kSets; ++k) cudaFree(xs[k]), cudaFree(ys[k]);
     report("backward in the tree (csrc/layernorm.cu)", median_us([&] {
              gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, nullptr, x, w, mean, rstd, s,
                                          gs::DType::bf16, 0);
