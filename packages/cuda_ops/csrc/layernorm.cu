@@ -250,8 +250,10 @@ __global__ void __launch_bounds__(256)
   P w[V];
   float dw[V][W] = {}, db[V][W] = {};
 #pragma unroll
-  for (int i = 0; i < V; ++i)
-    if (reg_col(i, lane, W) < cs) w[i] = *reinterpret_cast<const P*>(weight + c0 + reg_col(i, lane, W));
+  for (int i = 0; i < V; ++i) {
+    const int c = reg_col(i, lane, W);
+    if (c < cs) w[i] = *reinterpret_cast<const P*>(weight + c0 + c);
+  }
   const int64_t stride = int64_t(gridDim.x) * groups;
   P dy[V], xs[V], ds[V];
   float m = 0.0f, rs = 0.0f;
