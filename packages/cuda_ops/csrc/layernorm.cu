@@ -5,9 +5,9 @@
 //   forward  layernorm_forward_reg_kernel<W, V>: one warp per row held in registers (V vectors
 //            of W elements per lane, C <= 32 * W * V, V <= 4: every preset's width): one read
 //            of x (+ r), one write of y (+ s); mean, then the centred sum of squares, from the
-//            registers. The default wherever rows are 16-byte aligned and C % W == 0; bf16
-//            rows of an odd number of 256-column strides in 8-byte vectors (384: 3 x 128, every
-//            lane busy; 7.81 vs 8.25 us on the H100, dev/layernorm_backward.cu, 2026-12-06).
+//            registers. The default wherever rows are 16-byte aligned and C % W == 0. (bf16 rows
+//            of 384 in 8-byte vectors, every lane busy, as the backward does: faster with x in
+//            L2, 1.8 % slower from DRAM on the H100, dev/layernorm_backward.cu: not kept.)
 //   backward layernorm_backward_reg_kernel<W, V> (now only where regsum_shape finds no shape: an
 //            odd count of warps a block with rows too wide for one warp, bf16 C of 776-872):
 //            one warp per row, warps stride over rows;
@@ -534,18 +534,7 @@ void forward(T* out, T* sum_out, float* mean, float* rstd, const T* x, const R* 
     kernel<<<blocks, 32 * kFwdWarps, 0, stream>>>(out, sum_out, mean, rstd, x, res, weight, bias,
                                                   s.N, int(s.C), eps);
   };
-  // bf16 rows of an odd number of 256-column strides (shakespeare-char's 384): 8-byte vectors
-  // that keep every lane busy (3 x 128), as the backward does, not 2 x 256 with half the lanes
-  // idle in the second
-  constexpr int Wh = W / 2;
-  if (sizeof(T) == 2 && vec && s.C % (32 * W) != 0 && s.C % (32 * Wh) == 0 &&
-      s.C / (32 * Wh) <= kRegMaxV) {
-    const int Vh = int(s.C / (32 * Wh));
-    if (Vh == 1) launch(layernorm_forward_reg_kernel<T, R, Wh, 1>);
-    else if (Vh == 2) launch(layernorm_forward_reg_kernel<T, R, Wh, 2>);
-    else if (Vh == 3) launch(layernorm_forward_reg_kernel<T, R, Wh, 3>);
-    else launch(layernorm_forward_reg_kernel<T, R, Wh, 4>);
-  } else if (vec && V <= kRegMaxV) {
+  if (vec && V <= kRegMaxV) {
     if (V == 1) launch(layernorm_forward_reg_kernel<T, R, W, 1>);
     else if (V == 2) launch(layernorm_forward_reg_kernel<T, R, W, 2>);
     else if (V == 3) launch(layernorm_forward_reg_kernel<T, R, W, 3>);

@@ -168,8 +168,9 @@ int main() {
                 100 * 2.0 * n * 2 / (fwd * 1e3) / copy_gbs);
     // The forward's kernel by hand, each call on the next of kSets copies of x and y (100 MB
     // and more: twice the L2), so that its loads come from DRAM as in a model (one x and y stay
-    // in the 50 MB L2 between back-to-back calls: the line above); at 384 also the 16-byte
-    // vectors before 2026-12-06 (2 x 256, half the lanes idle in the second). On the H100 a
+    // in the 50 MB L2 between back-to-back calls: the line above); at 384 also 8-byte vectors
+    // (3 x 128, every lane busy, where the tree's 2 x 256 idles half the lanes in the second:
+    // faster from L2, 1.8 % slower from DRAM on the H100, so not the tree's). On the H100 a
     // warp normalizing 2 or 4 rows with every row requested first was slower (13.3 / 15.5 vs
     // 12.4 us at 384, 22.9 / 23.8 vs 21.3 at 768: benchmarks/profiles/*ff02453-forward-rows*).
     constexpr int kSets = 4;
@@ -191,8 +192,8 @@ int main() {
     };
     for (int round = 0; round < 2; ++round) {
       if (C == 384) {
-        fwd_by_hand("16-byte vectors (before)", gs::layernorm_forward_reg_kernel<bf, bf, 8, 2>, 1);
-        fwd_by_hand("8-byte vectors (the tree)", gs::layernorm_forward_reg_kernel<bf, bf, 4, 3>, 1);
+        fwd_by_hand("16-byte vectors (the tree)", gs::layernorm_forward_reg_kernel<bf, bf, 8, 2>, 1);
+        fwd_by_hand("8-byte vectors (3 x 128)", gs::layernorm_forward_reg_kernel<bf, bf, 4, 3>, 1);
       } else {
         fwd_by_hand("16-byte vectors (the tree)", gs::layernorm_forward_reg_kernel<bf, bf, 8, 3>, 1);
       }
