@@ -14,6 +14,7 @@
 
 #include "attention.h"
 #include "attention_mma.cuh"
+#include "attention_tiles.cuh"
 
 namespace gs::attn {
 
@@ -107,26 +108,20 @@ __device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)
   }
 }
 
-// O += P V: P's accumulators are the A fragments; V^T fragments by ldmatrix.trans
+// O += P V: P's accumulators are the A fragments (packed to bf16 here), V^T fragments by
+// ldmatrix.trans (attention_tiles.cuh's mma_regs_rows); key slices past row r0 + 15 left out
 template <int HS, int KT, int P>
 __device__ __forceinline__ void accumulate_pv(float (&o)[HS / 8][4], const float (&s)[KT / 8][4],
                                               const uint16_t* vs, int k0, int r0, int lane) {
-#pragma unroll
-  for (int kk = 0; kk < KT / 16; ++kk) {
-    if (k0 + 16 * kk > r0 + 15) continue;
-    const uint32_t pf[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                            pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                            pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                            pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-    for (int dp = 0; dp < HS / 16; ++dp) {
-      uint32_t vf[4];
-      ldmatrix_x4_trans(vf, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P + dp * 16 +
-                                (lane >> 4) * 8);
-      mma_bf16(o[2 * dp], pf, vf[0], vf[1]);
-      mma_bf16(o[2 * dp + 1], pf, vf[2], vf[3]);
-    }
-  }
+  mma_regs_rows<KT / 16, HS, P>(
+      o, vs, lane,
+      [&](uint32_t (&pf)[4], int kk) {
+        pf[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        pf[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        pf[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pf[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      },
+      [&](int kk) { return k0 + 16 * kk > r0 + 15; });
 }
 
 template <int HS, int NW, bool kDropout>
