@@ -144,6 +144,20 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
   }
 }
 
+// The end of every backward kernel: once all its warps are done, the block's `slices` shared
+// slices of 2C floats (dweight, then dbias) summed column by column, in slice order, into the
+// block's row of the workspace, which layernorm_param_grad_reduce_kernel reduces.
+__device__ __forceinline__ void block_partials_to_workspace(float* __restrict__ workspace,
+                                                            const float* shared, int slices,
+                                                            int C) {
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    float total = 0.0f;
+    for (int k = 0; k < slices; ++k) total += shared[k * 2 * C + c];
+    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
+  }
+}
+
 template <typename T, int W, int V>
 __global__ void __launch_bounds__(256)
     layernorm_backward_reg_kernel(T* __restrict__ dx, float* __restrict__ workspace,
@@ -221,12 +235,7 @@ __global__ void __launch_bounds__(256)
       *reinterpret_cast<P*>(dx + row * C + c) = out;
     }
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // the warps' slices, in warp order
-    float total = 0.0f;
-    for (int k = 0; k < warps; ++k) total += shared[k * 2 * C + c];
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
-  }
+  block_partials_to_workspace(workspace, shared, warps, C);
 }
 
 // The backward with register partial sums (header comment). Warp `warp` of the block is part
@@ -335,12 +344,7 @@ __global__ void __launch_bounds__(256)
       mine[C + c + k] = db[i][k];
     }
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // the groups' slices, in order
-    float total = 0.0f;
-    for (int k = 0; k < groups; ++k) total += shared[k * 2 * C + c];
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
-  }
+  block_partials_to_workspace(workspace, shared, groups, C);
 }
 
 template <typename T, typename R, int W>
@@ -447,12 +451,7 @@ __global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, float* __rest
       store_vec<T, W>(dx + row * C + c, dxb);
     }
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-    float total = 0.0f;
-    for (int w = 0; w < warps; ++w) total += shared[w * 2 * C + c];
-    workspace[int64_t(blockIdx.x) * 2 * C + c] = total;
-  }
+  block_partials_to_workspace(workspace, shared, warps, C);
 }
 
 // The parameter reduce: column group tx of a block owns Cols consecutive columns of the 2C
