@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace dev {
@@ -218,55 +219,50 @@ int main() {
       std::printf("  %-50s max |dx - tree's| %.3g, dweight rel. %.3g\n", "", e, ew);
       if (e > 0.05f || ew > 0.05f) std::exit(2);  // a variant that computes something else
     };
-    // csrc's kernels by hand, on the tree's grid (or a multiple), with or without dsum
+    // csrc's kernels by hand, on the tree's grid (or a multiple), followed by the tree's
+    // parameter reduce or the one before 2026-12-06 (a reduce alone is too short to time back
+    // to back: the host's launches would be timed); with dsum, no check (the reference above
+    // has none) and four tensors' bytes
     bf* dsum = nullptr;
     CHECK(cudaMalloc(&dsum, n * sizeof(bf)));
     CHECK(cudaMemcpy(dsum, hdy.data(), n * 2, cudaMemcpyHostToDevice));  // any values
-    auto by_hand = [&](const char* name, auto kernel, int grid, size_t smem, const bf* ds) {
+    auto by_hand = [&](const char* name, auto kernel, int grid, size_t smem,
+                       const bf* ds = nullptr, bool reduce_before = false) {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       report(name, median_us([&] {
                kernel<<<grid, 32 * warps, smem>>>(dx2, ws, dy, ds, x, w, mean, rstd, N, C);
-               gs::param_grad_reduce<bf>(dw2, db2, ws, grid, C, 0);
-             }));
-      check();
+               if (reduce_before)
+                 dev::reduce_before<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, grid, C);
+               else
+                 gs::param_grad_reduce<bf>(dw2, db2, ws, grid, C, 0);
+             }), ds ? 4.0 * n * sizeof(bf) : 0);
+      if (!ds) check();
     };
     const size_t slices = size_t(warps) * 2 * C * 4, pairs = slices / 2 + 4 * warps * 4;
-    // the parameter reduce: the tree's backward kernel followed by the tree's reduce or the one
-    // before 2026-12-06 (a reduce alone is too short to time back to back: the host's launches
-    // would be timed)
-    auto with_reduce = [&](const char* name, auto kernel, size_t smem, bool before) {
-      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      report(name, median_us([&] {
-               kernel<<<blocks, 32 * warps, smem>>>(dx2, ws, dy, nullptr, x, w, mean, rstd, N, C);
-               if (before) dev::reduce_before<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, blocks, C);
-               else gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
-             }));
-      check();
+    // the rows both widths have: `tree` is the launcher's register-sum instance, `shared` the
+    // shared-slice kernel it replaced
+    auto common_rows = [&](auto tree, size_t tree_smem, auto shared) {
+      for (const char* again : {"", " (again)"}) {
+        std::string name = std::string("the tree's backward + the tree's reduce") + again;
+        by_hand(name.c_str(), tree, blocks, tree_smem);
+        name = std::string("the tree's backward + the reduce before 2026-12-06") + again;
+        by_hand(name.c_str(), tree, blocks, tree_smem, nullptr, true);
+      }
+      by_hand("shared slices (the default before 2026-12-06)", shared, blocks, slices);
+      by_hand("shared slices, 2x grid", shared, 2 * blocks, slices);
     };
-    auto reduces = [&](auto kernel, size_t smem) {
-      with_reduce("the tree's backward + the tree's reduce", kernel, smem, false);
-      with_reduce("the tree's backward + the reduce before 2026-12-06", kernel, smem, true);
-      with_reduce("the tree's backward + the tree's reduce (again)", kernel, smem, false);
-      with_reduce("the tree's backward + the reduce before (again)", kernel, smem, true);
-    };
-    if (C == 384) reduces(gs::layernorm_backward_regsum_kernel<bf, 4, 3, 1, false>, slices);
-    else reduces(gs::layernorm_backward_regsum_kernel<bf, 4, 3, 2, false>, pairs);
     if (C == 384) {
-      by_hand("shared slices (the default before 2026-12-06)",
-              gs::layernorm_backward_reg_kernel<bf, 4, 3>, blocks, slices, nullptr);
-      by_hand("shared slices, 2x grid", gs::layernorm_backward_reg_kernel<bf, 4, 3>, 2 * blocks,
-              slices, nullptr);
+      common_rows(gs::layernorm_backward_regsum_kernel<bf, 4, 3, 1, false>, slices,
+                  gs::layernorm_backward_reg_kernel<bf, 4, 3>);
       by_hand("register sums, 2 warps a row, W=4 (V=2 of 1.5)",
-              gs::layernorm_backward_regsum_kernel<bf, 4, 2, 2, false>, blocks, pairs, nullptr);
+              gs::layernorm_backward_regsum_kernel<bf, 4, 2, 2, false>, blocks, pairs);
     } else {
-      by_hand("shared slices (the default before 2026-12-06)",
-              gs::layernorm_backward_reg_kernel<bf, 8, 3>, blocks, slices, nullptr);
-      by_hand("shared slices, 2x grid", gs::layernorm_backward_reg_kernel<bf, 8, 3>, 2 * blocks,
-              slices, nullptr);
+      common_rows(gs::layernorm_backward_regsum_kernel<bf, 4, 3, 2, false>, pairs,
+                  gs::layernorm_backward_reg_kernel<bf, 8, 3>);
       by_hand("register sums, 1 warp a row (W=8, V=3)",
-              gs::layernorm_backward_regsum_kernel<bf, 8, 3, 1, false>, blocks, slices, nullptr);
+              gs::layernorm_backward_regsum_kernel<bf, 8, 3, 1, false>, blocks, slices);
       by_hand("register sums, 2 warps a row, W=8 (V=2 of 1.5)",
-              gs::layernorm_backward_regsum_kernel<bf, 8, 2, 2, false>, blocks, pairs, nullptr);
+              gs::layernorm_backward_regsum_kernel<bf, 8, 2, 2, false>, blocks, pairs);
     }
     auto old_float = [&](const char* name, auto kernel) {
       const size_t row_sums = size_t(2) * C * 4;
@@ -280,19 +276,17 @@ int main() {
     if (C == 384) old_float("float partials, W=8 (before 2026-12-03)", dev::float_partials<bf, 8, 2>);
     else old_float("float partials, W=8 (before 2026-12-03)", dev::float_partials<bf, 8, 3>);
     // with the residual stream's gradient (add_layernorm's backward): the launcher against the
-    // shared slices (no check: the reference above has no dsum)
+    // shared slices
     report("with dsum: backward in the tree", median_us([&] {
              gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, dsum, x, w, mean, rstd, s,
                                          gs::DType::bf16, 0);
            }), 4.0 * n * sizeof(bf));
-    auto slices_dsum = [&](auto kernel) {
-      report("with dsum: shared slices", median_us([&] {
-               kernel<<<blocks, 32 * warps, slices>>>(dx2, ws, dy, dsum, x, w, mean, rstd, N, C);
-               gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
-             }), 4.0 * n * sizeof(bf));
-    };
-    if (C == 384) slices_dsum(gs::layernorm_backward_reg_kernel<bf, 4, 3>);
-    else slices_dsum(gs::layernorm_backward_reg_kernel<bf, 8, 3>);
+    if (C == 384)
+      by_hand("with dsum: shared slices", gs::layernorm_backward_reg_kernel<bf, 4, 3>, blocks,
+              slices, dsum);
+    else
+      by_hand("with dsum: shared slices", gs::layernorm_backward_reg_kernel<bf, 8, 3>, blocks,
+              slices, dsum);
     CHECK(cudaFree(dsum));
   }
   return 0;
