@@ -555,6 +555,11 @@ void forward(T* out, T* sum_out, float* mean, float* rstd, const T* x, const R* 
 struct RegSumShape {
   int w = 0, v = 0, split = 0;
 };
+// Its dynamic shared memory for a block of `warps` warps: a slice of 2C floats per row group,
+// then with split > 1 the (c1, c2) exchange slots, [2][groups][split][2] floats.
+inline size_t regsum_shared_bytes(int64_t C, int warps, int split) {
+  return (size_t(warps / split) * 2 * C + (split > 1 ? 4 * warps : 0)) * sizeof(float);
+}
 template <typename T> RegSumShape regsum_shape(int64_t C, int warps) {
   constexpr int Wf = 16 / sizeof(T);
   constexpr int Ws[2] = {Wf, sizeof(T) == 2 ? Wf / 2 : Wf};
@@ -582,8 +587,7 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, cons
                    aligned16(weight) && (!dsum || aligned16(dsum));
   const RegSumShape rs = vec ? regsum_shape<T>(s.C, warps) : RegSumShape{};
   if (rs.w != 0) {
-    const int groups = warps / rs.split;
-    const size_t smem = (size_t(groups) * 2 * s.C + (rs.split > 1 ? 4 * warps : 0)) * 4;
+    const size_t smem = regsum_shared_bytes(s.C, warps, rs.split);
     auto launch = [&](auto kernel) {
       kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight,
                                                    mean, rstd, s.N, int(s.C));

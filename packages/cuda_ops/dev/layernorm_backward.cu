@@ -238,7 +238,10 @@ int main() {
              }), ds ? 4.0 * n * sizeof(bf) : 0);
       if (!ds) check();
     };
-    const size_t slices = size_t(warps) * 2 * C * 4, pairs = slices / 2 + 4 * warps * 4;
+    // a slice per warp (the shared-slice kernel; the register sums one warp a row), or per
+    // pair of warps with the pairs' exchange slots
+    const size_t slices = gs::regsum_shared_bytes(C, warps, 1);
+    const size_t pairs = gs::regsum_shared_bytes(C, warps, 2);
     // the rows both widths have: `tree` is the launcher's register-sum instance, `shared` the
     // shared-slice kernel it replaced
     auto common_rows = [&](auto tree, size_t tree_smem, auto shared) {
