@@ -321,9 +321,9 @@ void layernorm_forward(nb::ndarray<> out, OptArray sum_out, nb::ndarray<> mean, 
 }
 
 void layernorm_backward(nb::ndarray<> dx, nb::ndarray<> dweight, nb::ndarray<> dbias,
-                        OptArray workspace, OptArray tickets, nb::ndarray<> dout, OptArray dsum,
-                        nb::ndarray<> src, nb::ndarray<> weight, nb::ndarray<> mean,
-                        nb::ndarray<> rstd, uintptr_t stream, int num_threads) {
+                        OptArray workspace, nb::ndarray<> dout, OptArray dsum, nb::ndarray<> src,
+                        nb::ndarray<> weight, nb::ndarray<> mean, nb::ndarray<> rstd,
+                        uintptr_t stream, int num_threads) {
   const char* op = "layernorm_backward";
   (void)stream;
   Tensor X = view(op, "src", src);
@@ -334,7 +334,7 @@ void layernorm_backward(nb::ndarray<> dx, nb::ndarray<> dweight, nb::ndarray<> d
   const DType stat = X.dtype == DType::f64 ? DType::f64 : DType::f32;
   Tensor DX = view(op, "dx", dx), DW = view(op, "dweight", dweight), DB = view(op, "dbias", dbias),
          DY = view(op, "dout", dout), W = view(op, "weight", weight), M = view(op, "mean", mean),
-         RS = view(op, "rstd", rstd), DS, WS, TK;
+         RS = view(op, "rstd", rstd), DS, WS;
   check_arg(op, X, "dx", DX, X.dtype, X.shape);
   check_arg(op, X, "dout", DY, X.dtype, X.shape);
   check_arg(op, X, "dweight", DW, X.dtype, {C});
@@ -354,11 +354,7 @@ void layernorm_backward(nb::ndarray<> dx, nb::ndarray<> dweight, nb::ndarray<> d
     if (!workspace) fail(op, "CUDA needs a float32 workspace of workspace_floats(N, C)");
     WS = view(op, "workspace", *workspace);
     check_arg(op, X, "workspace", WS, DType::f32, {ln_bwd_workspace_floats(N, C)});
-    if (!tickets) fail(op, "CUDA needs int64 tickets of layernorm_tickets elements, zeroed");
-    TK = view(op, "tickets", *tickets);
-    check_arg(op, X, "tickets", TK, DType::i64, {kLnBwdTickets});
-    GS_CUDA_CALL(layernorm_backward_cuda(DX.data, DW.data, DB.data, WS.ptr<float>(),
-                                         TK.ptr<int64_t>(), DY.data,
+    GS_CUDA_CALL(layernorm_backward_cuda(DX.data, DW.data, DB.data, WS.ptr<float>(), DY.data,
                                          dsum ? DS.data : nullptr, X.data, W.data,
                                          M.ptr<float>(), RS.ptr<float>(), {N, C}, X.dtype,
                                          stream));
@@ -383,14 +379,12 @@ void register_layernorm(nb::module_& m) {
         "LayerNorm over the last dim of x (N, C) [of s = x + residual, written to sum_out]: "
         "out, mean (N,), rstd (N,).");
   m.def("layernorm_backward", &layernorm_backward, "dx"_a, "dweight"_a, "dbias"_a,
-        "workspace"_a.none(), "tickets"_a.none(), "dout"_a, "dsum"_a.none(), "src"_a, "weight"_a,
-        "mean"_a, "rstd"_a, "stream"_a = 0, "num_threads"_a = 0,
-        nb::call_guard<nb::gil_scoped_release>(),
+        "workspace"_a.none(), "dout"_a, "dsum"_a.none(), "src"_a, "weight"_a, "mean"_a,
+        "rstd"_a, "stream"_a = 0, "num_threads"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Gradients of LayerNorm: dx (+ dsum, the residual stream's gradient), dweight, dbias "
         "(overwritten). src is what was normalized (x, or s = x + residual).");
   m.def("layernorm_workspace_floats", &ln_bwd_workspace_floats, "N"_a, "C"_a,
         "float32 elements of the workspace the CUDA backward needs for (N, C).");
-  m.attr("layernorm_tickets") = kLnBwdTickets;  // int64 counters the CUDA backward needs
 }
 
 }  // namespace gs

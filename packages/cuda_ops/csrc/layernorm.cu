@@ -48,9 +48,9 @@
 //            at (16384, 768). Tried and slower there: a forward whose warps walk rows with the
 //            next row requested early (benchmarks/profiles/*89fae37*); launching these kernels
 //            as programmatic dependents (benchmarks/results/launch-ab-h100-20261206.json).
-// All backward versions end in sum_partials: the blocks that finish last sum the blocks'
-// dweight and dbias partials, in a fixed order (deterministic; layernorm.h), in the same kernel.
-// It replaced a second kernel (below at sum_partials).
+// All backward versions end with layernorm_param_grad_reduce_kernel: 32 threads per group of 4
+// columns sum every 32nd block's partials, then one sums the 32 (the same order every run, so
+// dweight and dbias are deterministic, no atomics).
 // Memory per row: forward reads x (+ r) and writes y (+ s); backward reads dy, s (+ dsum),
 // writes dx; the parameter traffic (blocks x 2C floats) is small next to it.
 //
@@ -144,16 +144,9 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
   }
 }
 
-// Every backward kernel ends here: once all its warps are done, the block's `slices` shared
-// slices of 2C floats (dweight, then dbias) are summed column by column, in slice order, into
-// the block's row of the workspace; then the last block to finish of each group of
-// kLnBwdGroupBlocks sums its group's rows (in block order) into the group's first row, and the
-// last of those sums the groups' rows (in group order) into dweight and dbias (layernorm.h).
-// Without `tickets` (the dev bench) the rows stay in the workspace for a separate reduce.
-// The handover is the threadfence-reduction pattern: each thread's stores, a fence, then one
-// ticket a block; the block that draws the last ticket fences again and reads the rows through
-// L2 (__ldcg: another SM wrote them). Before 2026-12-06 (evening) a second kernel summed the
-// rows (32 lanes per group of 4 columns, each over every 32nd block's row).
+// The end of every backward kernel: once all its warps are done, the block's `slices` shared
+// slices of 2C floats (dweight, then dbias) summed column by column, in slice order, into the
+// block's row of the workspace, which layernorm_param_grad_reduce_kernel reduces.
 __device__ __forceinline__ void block_partials_to_workspace(float* __restrict__ workspace,
                                                             const float* shared, int slices,
                                                             int C) {
@@ -165,78 +158,15 @@ __device__ __forceinline__ void block_partials_to_workspace(float* __restrict__ 
   }
 }
 
-// out(c, sum over k < rows of in[k * stride + c]) for each of the `cols` columns, the rows added
-// in order; float4 loads where the rows are 16-byte aligned
-template <typename Out>
-__device__ __forceinline__ void sum_rows(const float* in, int64_t stride, int rows, int cols,
-                                         Out out) {
-  if (cols % 4 == 0 && stride % 4 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0) {
-    for (int c = threadIdx.x * 4; c < cols; c += blockDim.x * 4) {
-      float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-      for (int k = 0; k < rows; ++k) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(in + k * stride + c));
-        t.x += v.x, t.y += v.y, t.z += v.z, t.w += v.w;
-      }
-      out(c, t.x), out(c + 1, t.y), out(c + 2, t.z), out(c + 3, t.w);
-    }
-  } else {
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      float t = 0.0f;
-#pragma unroll 8
-      for (int k = 0; k < rows; ++k) t += __ldcg(in + k * stride + c);
-      out(c, t);
-    }
-  }
-}
-
-// true in the block that takes the last of `count` tickets of `ticket` (then reset to zero for
-// the next call), after this block's workspace stores are visible to it
-__device__ __forceinline__ bool last_to_finish(int64_t* ticket, int count) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(reinterpret_cast<unsigned long long*>(ticket), 1ull) ==
-           static_cast<unsigned long long>(count - 1);
-    if (last) *ticket = 0;  // every other block has taken its ticket
-  }
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
-template <typename T>
-__device__ __forceinline__ void sum_partials(T* __restrict__ dweight, T* __restrict__ dbias,
-                                             float* __restrict__ workspace,
-                                             int64_t* __restrict__ tickets, int C) {
-  if (!tickets) return;
-  const int blocks = gridDim.x, groups = (blocks + kLnBwdGroupBlocks - 1) / kLnBwdGroupBlocks;
-  const int group = blockIdx.x / kLnBwdGroupBlocks, first = group * kLnBwdGroupBlocks;
-  const int64_t row = 2 * int64_t(C);
-  if (!last_to_finish(tickets + group, min(kLnBwdGroupBlocks, blocks - first))) return;
-  float* group_row = workspace + first * row;
-  sum_rows(group_row, row, min(kLnBwdGroupBlocks, blocks - first), 2 * C,
-           [&](int c, float v) { group_row[c] = v; });
-  if (!last_to_finish(tickets + kLnBwdTickets - 1, groups)) return;
-  sum_rows(workspace, kLnBwdGroupBlocks * row, groups, 2 * C, [&](int c, float v) {
-    if (c < C) dweight[c] = from_f32<T>(v);
-    else dbias[c - C] = from_f32<T>(v);
-  });
-}
-
 template <typename T, int W, int V>
 __global__ void __launch_bounds__(256)
-    layernorm_backward_reg_kernel(T* __restrict__ dx, T* __restrict__ dweight,
-                                  T* __restrict__ dbias, float* __restrict__ workspace,
-                                  int64_t* __restrict__ tickets,
+    layernorm_backward_reg_kernel(T* __restrict__ dx, float* __restrict__ workspace,
                                   const T* __restrict__ dout, const T* __restrict__ dsum,
                                   const T* __restrict__ src, const T* __restrict__ weight,
                                   const float* __restrict__ mean, const float* __restrict__ rstd,
                                   int64_t N, int C) {
   static_assert(W % 4 == 0, "the partial sums move as float4");
-  // [warps][2C]: each warp's dweight, then dbias
-  extern __shared__ __align__(16) float shared[];
+  extern __shared__ float shared[];  // [warps][2C]: each warp's dweight, then dbias
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float* mine = shared + warp * 2 * C;
   using P = Vec<T, W>;
@@ -306,7 +236,6 @@ __global__ void __launch_bounds__(256)
     }
   }
   block_partials_to_workspace(workspace, shared, warps, C);
-  sum_partials(dweight, dbias, workspace, tickets, C);
 }
 
 // The backward with register partial sums (header comment). Warp `warp` of the block is part
@@ -315,16 +244,14 @@ __global__ void __launch_bounds__(256)
 constexpr int kRegSumMaxElems = 16;  // columns a lane holds: 2 x 16 float sums + packed inputs
 template <typename T, int W, int V, int Split, bool HasDsum>
 __global__ void __launch_bounds__(256)
-    layernorm_backward_regsum_kernel(T* __restrict__ dx, T* __restrict__ dweight,
-                                     T* __restrict__ dbias, float* __restrict__ workspace,
-                                     int64_t* __restrict__ tickets,
+    layernorm_backward_regsum_kernel(T* __restrict__ dx, float* __restrict__ workspace,
                                      const T* __restrict__ dout, const T* __restrict__ dsum,
                                      const T* __restrict__ src, const T* __restrict__ weight,
                                      const float* __restrict__ mean,
                                      const float* __restrict__ rstd, int64_t N, int C) {
   // [groups][2C]: each group's dweight, then dbias; with Split > 1 then [2][groups][Split][2]:
   // each warp's share of (c1, c2), double-buffered by row parity
-  extern __shared__ __align__(16) float shared[];
+  extern __shared__ float shared[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int groups = blockDim.x / 32 / Split, group = warp / Split, part = warp % Split;
   const int cs = C / Split, c0 = part * cs;  // this warp's columns: [c0, c0 + cs)
@@ -418,7 +345,6 @@ __global__ void __launch_bounds__(256)
     }
   }
   block_partials_to_workspace(workspace, shared, groups, C);
-  sum_partials(dweight, dbias, workspace, tickets, C);
 }
 
 template <typename T, typename R, int W>
@@ -479,18 +405,14 @@ __global__ void layernorm_forward_warp_kernel(T* __restrict__ out, T* sum_out,
 }
 
 template <typename T, int W>
-__global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, T* __restrict__ dweight,
-                                               T* __restrict__ dbias,
-                                               float* __restrict__ workspace,
-                                               int64_t* __restrict__ tickets,
+__global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, float* __restrict__ workspace,
                                                const T* __restrict__ dout,
                                                const T* __restrict__ dsum,
                                                const T* __restrict__ src,
                                                const T* __restrict__ weight,
                                                const float* __restrict__ mean,
                                                const float* __restrict__ rstd, int64_t N, int C) {
-  // [warps][2C]: this block's dweight, dbias per warp
-  extern __shared__ __align__(16) float shared[];
+  extern __shared__ float shared[];  // [warps][2C]: this block's dweight, dbias per warp
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float* mine = shared + warp * 2 * C;
   for (int c = lane; c < 2 * C; c += 32) mine[c] = 0.0f;
@@ -530,7 +452,65 @@ __global__ void layernorm_backward_warp_kernel(T* __restrict__ dx, T* __restrict
     }
   }
   block_partials_to_workspace(workspace, shared, warps, C);
-  sum_partials(dweight, dbias, workspace, tickets, C);
+}
+
+// The parameter reduce: column group tx of a block owns Cols consecutive columns of the 2C
+// (dweight, then dbias), lane ty sums blocks ty, ty + 32, ... (float4 loads when 2C % 4 == 0:
+// every load of a lane independent of the others, 8 at shakespeare-char's 256 blocks), then
+// one thread per column group adds the 32 lanes in order. The same order every run, so
+// dweight and dbias are deterministic without atomics. It replaced 8 lanes of one float each
+// (32 loads a lane at 256 blocks): 4.8 vs 6.1 us under ncu at (16384, 384) on the H100
+// (benchmarks/profiles/ncu-layernorm-h100-20261206-*.txt).
+constexpr int kReduceGroups = 8, kReduceLanes = 32;
+template <typename T, int Cols>
+__global__ void __launch_bounds__(kReduceGroups * kReduceLanes)
+    layernorm_param_grad_reduce_kernel(T* __restrict__ dweight, T* __restrict__ dbias,
+                                       const float* __restrict__ workspace, int blocks, int C) {
+  __shared__ float part[kReduceLanes][kReduceGroups * Cols + 1];
+  const int tx = threadIdx.x % kReduceGroups, ty = threadIdx.x / kReduceGroups;
+  const int c = (blockIdx.x * kReduceGroups + tx) * Cols;  // this thread's first column
+  float total[Cols] = {};
+  if (c < 2 * C) {
+#pragma unroll 4
+    for (int b = ty; b < blocks; b += kReduceLanes) {
+      const float* p = workspace + int64_t(b) * 2 * C + c;
+      if constexpr (Cols == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        total[0] += v.x, total[1] += v.y, total[2] += v.z, total[3] += v.w;
+      } else {
+        total[0] += p[0];
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < Cols; ++k) part[ty][tx * Cols + k] = total[k];
+  __syncthreads();
+  if (ty != 0 || c >= 2 * C) return;
+#pragma unroll
+  for (int k = 0; k < Cols; ++k) {
+    float sum = 0.0f;
+    for (int j = 0; j < kReduceLanes; ++j) sum += part[j][tx * Cols + k];
+    const int col = c + k;
+    if (col < C)
+      dweight[col] = from_f32<T>(sum);
+    else if (col < 2 * C)
+      dbias[col - C] = from_f32<T>(sum);
+  }
+}
+
+// dweight, dbias from the backward's (blocks, 2C) float partials
+template <typename T>
+void param_grad_reduce(T* dweight, T* dbias, const float* workspace, int blocks, int C,
+                       cudaStream_t stream) {
+  const bool vec = C % 2 == 0 && reinterpret_cast<uintptr_t>(workspace) % 16 == 0;
+  const int cols = vec ? 4 : 1;
+  const unsigned grid = ceil_div(2 * int64_t(C), kReduceGroups * cols);
+  if (vec)
+    layernorm_param_grad_reduce_kernel<T, 4><<<grid, kReduceGroups * kReduceLanes, 0, stream>>>(
+        dweight, dbias, workspace, blocks, C);
+  else
+    layernorm_param_grad_reduce_kernel<T, 1><<<grid, kReduceGroups * kReduceLanes, 0, stream>>>(
+        dweight, dbias, workspace, blocks, C);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -597,8 +577,8 @@ template <typename T> RegSumShape regsum_shape(int64_t C, int warps) {
 }
 
 template <typename T>
-void backward(T* dx, T* dweight, T* dbias, float* workspace, int64_t* tickets, const T* dout,
-              const T* dsum, const T* src, const T* weight, const float* mean, const float* rstd,
+void backward(T* dx, T* dweight, T* dbias, float* workspace, const T* dout, const T* dsum,
+              const T* src, const T* weight, const float* mean, const float* rstd,
               LayerNormShape s, cudaStream_t stream) {
   constexpr int W = 16 / sizeof(T);
   const int warps = ln_bwd_warps(s.C);
@@ -609,8 +589,8 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, int64_t* tickets, c
   if (rs.w != 0) {
     const size_t smem = regsum_shared_bytes(s.C, warps, rs.split);
     auto launch = [&](auto kernel) {
-      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, dweight, dbias, workspace, tickets, dout,
-                                                   dsum, src, weight, mean, rstd, s.N, int(s.C));
+      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight,
+                                                   mean, rstd, s.N, int(s.C));
     };
     // every (W, V, Split, dsum) the shape rule can return, and no more (compile time)
     auto by_dsum = [&](auto w, auto v, auto split) {
@@ -636,8 +616,8 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, int64_t* tickets, c
   } else {
     const size_t smem = size_t(warps) * 2 * s.C * sizeof(float);
     auto launch = [&](auto kernel) {
-      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, dweight, dbias, workspace, tickets, dout,
-                                                   dsum, src, weight, mean, rstd, s.N, int(s.C));
+      kernel<<<blocks, 32 * warps, smem, stream>>>(dx, workspace, dout, dsum, src, weight, mean,
+                                                   rstd, s.N, int(s.C));
     };
     const int V = int(ceil_div(s.C, 32 * W));
     if (vec && V <= kRegMaxV) {
@@ -652,6 +632,8 @@ void backward(T* dx, T* dweight, T* dbias, float* workspace, int64_t* tickets, c
     }
   }
   check_launch("layernorm_backward", shape_text(s));
+  param_grad_reduce<T>(dweight, dbias, workspace, blocks, int(s.C), stream);
+  check_launch("layernorm_backward (parameter reduce)", shape_text(s));
 }
 
 template <typename T> using D = typename device_type<T>::type;
@@ -678,13 +660,13 @@ void layernorm_forward_cuda(void* out, void* sum_out, float* mean, float* rstd, 
 }
 
 void layernorm_backward_cuda(void* dx, void* dweight, void* dbias, float* workspace,
-                             int64_t* tickets, const void* dout, const void* dsum, const void* src,
+                             const void* dout, const void* dsum, const void* src,
                              const void* weight, const float* mean, const float* rstd,
                              LayerNormShape shape, DType dtype, uintptr_t stream) {
   auto run = [&](auto tag) {
     using T = decltype(tag);
     backward<T>(static_cast<T*>(dx), static_cast<T*>(dweight), static_cast<T*>(dbias), workspace,
-                tickets, static_cast<const T*>(dout), static_cast<const T*>(dsum),
+                static_cast<const T*>(dout), static_cast<const T*>(dsum),
                 static_cast<const T*>(src), static_cast<const T*>(weight), mean, rstd, shape,
                 as_stream(stream));
   };

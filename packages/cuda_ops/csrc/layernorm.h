@@ -27,17 +27,10 @@ struct LayerNormShape {
 
 // --- CUDA backward work split (layernorm.cu), also needed by the binding to size scratch ---
 // Each block keeps per-warp partial sums of dweight and dbias (2C floats per warp) in shared
-// memory, then writes the block's sum to a float32 workspace of (blocks, 2C). The same kernel
-// then sums the rows in a fixed order, in two steps done by whichever block finishes last: the
-// last of each group of kLnBwdGroupBlocks blocks sums its group's rows, the last of those sums
-// the groups. Blocks count themselves done on int64 tickets (kLnBwdTickets of them: one per
-// group, then one for the groups) that are zero before a call and zero after it (the last
-// block resets them), so the caller allocates them zeroed once per stream and keeps them.
-// Deterministic: the order of the sums does not depend on which block finishes when.
+// memory, then writes the block's sum to a float32 workspace of (blocks, 2C) that a second
+// kernel reduces in a fixed order: deterministic, and no atomics.
 constexpr int64_t kLnBwdSharedBytes = 48 * 1024;  // the default dynamic shared memory limit
 constexpr int64_t kLnBwdMaxBlocks = 512;          // ~4 resident blocks on each of 132 SMs
-constexpr int kLnBwdGroupBlocks = 16;
-constexpr int64_t kLnBwdTickets = kLnBwdMaxBlocks / kLnBwdGroupBlocks + 1;
 inline int ln_bwd_warps(int64_t C) {
   return static_cast<int>(std::min<int64_t>(8, kLnBwdSharedBytes / (2 * C * 4)));
 }
@@ -58,7 +51,7 @@ void layernorm_forward_cuda(void* out, void* sum_out, float* mean, float* rstd, 
                             const void* bias, LayerNormShape shape, float eps, DType dtype,
                             uintptr_t stream);
 void layernorm_backward_cuda(void* dx, void* dweight, void* dbias, float* workspace,
-                             int64_t* tickets, const void* dout, const void* dsum, const void* src,
+                             const void* dout, const void* dsum, const void* src,
                              const void* weight, const float* mean, const float* rstd,
                              LayerNormShape shape, DType dtype, uintptr_t stream);
 

@@ -14,10 +14,9 @@
 //   nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc \
 //       packages/cuda_ops/dev/layernorm_backward.cu -o /tmp/ln_bwd && /tmp/ln_bwd
 //
-// Every variant runs on the tree's grid (8 warps of 8 rows each) and ends with the sum of the
-// blocks' dweight/dbias partials (the tree's, in the backward's last blocks, or a separate
-// reduce kernel); times are medians of 15 x 50 calls by cudaEvent; dx and dweight are checked
-// against the tree's launcher.
+// Every variant ends with the tree's parameter-reduce kernel (the same grid: 8 warps of 8 rows
+// each); times are medians of 15 x 50 calls by cudaEvent; dx and dweight are checked against
+// the tree's kernel.
 #include "layernorm.cu"
 #include "common.cuh"
 
@@ -104,48 +103,9 @@ __global__ void float_partials(T* __restrict__ dx, float* __restrict__ workspace
     workspace[int64_t(blockIdx.x) * 2 * C + c] = block_sums[c];
 }
 
-// The parameter reduce of 2026-12-06 (day), a second kernel after the backward, until the
-// backward's last blocks summed the partials themselves (csrc's sum_partials): a group of 32
-// lanes per 4 columns, lane ty summing the rows of blocks ty, ty + 32, ... as float4, then one
-// thread adding the 32 lanes in order (4.8 us under ncu at (16384, 384) on the H100, 6.1 for
-// the one before it, below).
-constexpr int kReduceGroups = 8, kReduceLanes = 32;
-template <typename T>
-__global__ void __launch_bounds__(kReduceGroups * kReduceLanes)
-    separate_reduce(T* __restrict__ dweight, T* __restrict__ dbias,
-                    const float* __restrict__ workspace, int blocks, int C) {
-  __shared__ float part[kReduceLanes][kReduceGroups * 4 + 1];
-  const int tx = threadIdx.x % kReduceGroups, ty = threadIdx.x / kReduceGroups;
-  const int c = (blockIdx.x * kReduceGroups + tx) * 4;  // this thread's first column
-  float total[4] = {};
-  if (c < 2 * C) {
-#pragma unroll 4
-    for (int b = ty; b < blocks; b += kReduceLanes) {
-      const float4 v = *reinterpret_cast<const float4*>(workspace + int64_t(b) * 2 * C + c);
-      total[0] += v.x, total[1] += v.y, total[2] += v.z, total[3] += v.w;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < 4; ++k) part[ty][tx * 4 + k] = total[k];
-  __syncthreads();
-  if (ty != 0 || c >= 2 * C) return;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    float sum = 0.0f;
-    for (int j = 0; j < kReduceLanes; ++j) sum += part[j][tx * 4 + k];
-    const int col = c + k;
-    if (col < C) dweight[col] = from_f32<T>(sum);
-    else if (col < 2 * C) dbias[col - C] = from_f32<T>(sum);
-  }
-}
-template <typename T>
-void launch_separate_reduce(T* dweight, T* dbias, const float* workspace, int blocks, int C) {
-  separate_reduce<T><<<(2 * C + 4 * kReduceGroups - 1) / (4 * kReduceGroups),
-                       kReduceGroups * kReduceLanes>>>(dweight, dbias, workspace, blocks, C);
-}
-
 // The parameter reduce before 2026-12-06: 32 columns x 8 lanes a block, one float a load,
-// 32 loads a lane at 256 blocks (6.1 us under ncu at (16384, 384) on the H100).
+// 32 loads a lane at 256 blocks (6.1 us under ncu at (16384, 384) on the H100;
+// 4.8 for the tree's).
 template <typename T>
 __global__ void __launch_bounds__(256)
     reduce_before(T* __restrict__ dweight, T* __restrict__ dbias,
@@ -185,15 +145,12 @@ int main() {
     for (auto& e : hb) e = __float2bfloat16(0.1f * d(g));
     bf *x, *dy, *w, *b, *y, *dx, *dx2, *dw, *dbias, *dw2, *db2;
     float *mean, *rstd, *ws;
-    int64_t* tickets;  // zero, and left zero by every call of the tree's kernels
     for (bf** p : {&x, &dy, &y, &dx, &dx2}) CHECK(cudaMalloc(p, n * sizeof(bf)));
     for (bf** p : {&w, &b, &dw, &dbias, &dw2, &db2}) CHECK(cudaMalloc(p, C * sizeof(bf)));
     CHECK(cudaMalloc(&mean, N * 4));
     CHECK(cudaMalloc(&rstd, N * 4));
     const int warps = gs::ln_bwd_warps(C), blocks = int(gs::ln_bwd_blocks(N, C));
     CHECK(cudaMalloc(&ws, size_t(4) * blocks * 2 * C * 4));  // up to 4x the tree's grid
-    CHECK(cudaMalloc(&tickets, gs::kLnBwdTickets * sizeof(int64_t)));
-    CHECK(cudaMemset(tickets, 0, gs::kLnBwdTickets * sizeof(int64_t)));
     CHECK(cudaMemcpy(x, hx.data(), n * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dy, hdy.data(), n * 2, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(w, hw.data(), C * 2, cudaMemcpyHostToDevice));
@@ -244,8 +201,8 @@ int main() {
     }
     for (int k = 0; k < kSets; ++k) cudaFree(xs[k]), cudaFree(ys[k]);
     report("backward in the tree (csrc/layernorm.cu)", median_us([&] {
-             gs::layernorm_backward_cuda(dx, dw, dbias, ws, tickets, dy, nullptr, x, w, mean, rstd,
-                                         s, gs::DType::bf16, 0);
+             gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, nullptr, x, w, mean, rstd, s,
+                                         gs::DType::bf16, 0);
            }));
     std::vector<bf> want(n), got(n), want_w(C), got_w(C);
     CHECK(cudaMemcpy(want.data(), dx, n * 2, cudaMemcpyDeviceToHost));
@@ -262,24 +219,22 @@ int main() {
       std::printf("  %-50s max |dx - tree's| %.3g, dweight rel. %.3g\n", "", e, ew);
       if (e > 0.05f || ew > 0.05f) std::exit(2);  // a variant that computes something else
     };
-    // csrc's kernels by hand, on the tree's grid (or a multiple), with the partials summed by
-    // their last blocks (the tree) or by one of the separate reduce kernels they replaced (a
-    // reduce alone is too short to time back to back: the host's launches would be timed);
-    // with dsum, no check (the reference above has none) and four tensors' bytes
+    // csrc's kernels by hand, on the tree's grid (or a multiple), followed by the tree's
+    // parameter reduce or the one before 2026-12-06 (a reduce alone is too short to time back
+    // to back: the host's launches would be timed); with dsum, no check (the reference above
+    // has none) and four tensors' bytes
     bf* dsum = nullptr;
     CHECK(cudaMalloc(&dsum, n * sizeof(bf)));
     CHECK(cudaMemcpy(dsum, hdy.data(), n * 2, cudaMemcpyHostToDevice));  // any values
-    enum Reduce { kFolded, kSeparate, kBefore };
     auto by_hand = [&](const char* name, auto kernel, int grid, size_t smem,
-                       const bf* ds = nullptr, Reduce reduce = kFolded) {
+                       const bf* ds = nullptr, bool reduce_before = false) {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       report(name, median_us([&] {
-               kernel<<<grid, 32 * warps, smem>>>(dx2, dw2, db2, ws,
-                                                  reduce == kFolded ? tickets : nullptr, dy, ds,
-                                                  x, w, mean, rstd, N, C);
-               if (reduce == kSeparate) dev::launch_separate_reduce<bf>(dw2, db2, ws, grid, C);
-               if (reduce == kBefore)
+               kernel<<<grid, 32 * warps, smem>>>(dx2, ws, dy, ds, x, w, mean, rstd, N, C);
+               if (reduce_before)
                  dev::reduce_before<bf><<<(2 * C + 31) / 32, 256>>>(dw2, db2, ws, grid, C);
+               else
+                 gs::param_grad_reduce<bf>(dw2, db2, ws, grid, C, 0);
              }), ds ? 4.0 * n * sizeof(bf) : 0);
       if (!ds) check();
     };
@@ -291,12 +246,10 @@ int main() {
     // shared-slice kernel it replaced
     auto common_rows = [&](auto tree, size_t tree_smem, auto shared) {
       for (const char* again : {"", " (again)"}) {
-        std::string name = std::string("the tree's backward, partials summed in it") + again;
+        std::string name = std::string("the tree's backward + the tree's reduce") + again;
         by_hand(name.c_str(), tree, blocks, tree_smem);
-        name = std::string("the tree's backward + the reduce kernel of 12-06") + again;
-        by_hand(name.c_str(), tree, blocks, tree_smem, nullptr, kSeparate);
-        name = std::string("the tree's backward + the reduce before 12-06") + again;
-        by_hand(name.c_str(), tree, blocks, tree_smem, nullptr, kBefore);
+        name = std::string("the tree's backward + the reduce before 2026-12-06") + again;
+        by_hand(name.c_str(), tree, blocks, tree_smem, nullptr, true);
       }
       by_hand("shared slices (the default before 2026-12-06)", shared, blocks, slices);
       by_hand("shared slices, 2x grid", shared, 2 * blocks, slices);
@@ -319,7 +272,7 @@ int main() {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(row_sums)));
       report(name, median_us([&] {
                kernel<<<blocks, 32 * warps, row_sums>>>(dx2, ws, dy, x, w, mean, rstd, N, C);
-               dev::launch_separate_reduce<bf>(dw2, db2, ws, blocks, C);
+               gs::param_grad_reduce<bf>(dw2, db2, ws, blocks, C, 0);
              }));
       check();
     };
@@ -328,8 +281,8 @@ int main() {
     // with the residual stream's gradient (add_layernorm's backward): the launcher against the
     // shared slices
     report("with dsum: backward in the tree", median_us([&] {
-             gs::layernorm_backward_cuda(dx, dw, dbias, ws, tickets, dy, dsum, x, w, mean, rstd,
-                                         s, gs::DType::bf16, 0);
+             gs::layernorm_backward_cuda(dx, dw, dbias, ws, dy, dsum, x, w, mean, rstd, s,
+                                         gs::DType::bf16, 0);
            }), 4.0 * n * sizeof(bf));
     if (C == 384)
       by_hand("with dsum: shared slices", gs::layernorm_backward_reg_kernel<bf, 4, 3>, blocks,
@@ -337,10 +290,6 @@ int main() {
     else
       by_hand("with dsum: shared slices", gs::layernorm_backward_reg_kernel<bf, 8, 3>, blocks,
               slices, dsum);
-    by_hand("with dsum: the tree's backward + the reduce kernel of 12-06",
-            C == 384 ? gs::layernorm_backward_regsum_kernel<bf, 4, 3, 1, true>
-                     : gs::layernorm_backward_regsum_kernel<bf, 4, 3, 2, true>,
-            blocks, C == 384 ? slices : pairs, dsum, kSeparate);
     CHECK(cudaFree(dsum));
   }
   return 0;

@@ -26,23 +26,6 @@ DEFAULT_EPS = 1e-5
 CUDA_MAX_C = 48 * 1024 // 8
 
 
-# The CUDA backward's blocks count themselves done on these int64 tickets (csrc/layernorm.h):
-# zero before a call and reset to zero by its last block, so they are allocated once. One set a
-# stream: calls on one stream run one after the other, calls on two streams could interleave.
-# Made during a CUDA-graph capture, a set comes from the graph's pool and its zeroing is a node
-# of the graph: still zero whenever a kernel reads it.
-_tickets_by_stream: dict[tuple[int, int], Tensor] = {}
-
-
-def _tickets(device: torch.device, stream: int) -> Tensor:
-    key = (device.index, stream)
-    tickets = _tickets_by_stream.get(key)
-    if tickets is None:
-        tickets = torch.zeros(_C.layernorm_tickets, dtype=torch.int64, device=device)
-        _tickets_by_stream[key] = tickets
-    return tickets
-
-
 def _stat_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
@@ -112,17 +95,15 @@ def _layernorm_backward(
     dbias = torch.empty(weight.shape, dtype=src.dtype, device=src.device)
     C = src.shape[-1]
     N = src.numel() // C if C else 0
-    workspace = tickets = None
-    stream = stream_of(src)
+    workspace = None
     if src.device.type == "cuda":
         n = _C.layernorm_workspace_floats(N, C)
         workspace = torch.empty(n, dtype=torch.float32, device=src.device)
-        tickets = _tickets(src.device, stream)
     if dsum is not None:
         dsum = _rows(dsum.to(src.dtype).contiguous())
     _C.layernorm_backward(
-        dl(_rows(dx)), dl(dweight), dl(dbias), dl(workspace), dl(tickets), dl(_rows(dout)),
-        dl(dsum), dl(_rows(src)), dl(weight), dl(mean.reshape(-1)), dl(rstd.reshape(-1)), stream,
+        dl(_rows(dx)), dl(dweight), dl(dbias), dl(workspace), dl(_rows(dout)), dl(dsum),
+        dl(_rows(src)), dl(weight), dl(mean.reshape(-1)), dl(rstd.reshape(-1)), stream_of(src),
         threads(),
     )  # fmt: skip
     return dx, dweight, dbias
