@@ -14,7 +14,9 @@ cached step's blocks as one decode_blocks launch instead of op by op, "gptstack-
 SDPA for the slide window's attention, "gptstack-plain-window" = the slide window without
 cuBLASLt's GELU epilogue and the last-row attention (fused_step.WINDOW_EPILOGUES off),
 "gptstack-split-attention" = the window's attention by the opt-in split-keys kernel instead
-of the 4-warp one; --configs picks them), alternating the configurations
+of the 4-warp one, "gptstack-torch-io" = the fed ids' embedding and the state update after
+each token by PyTorch's ops instead of decode_embed / window_embed / decode_advance
+(fused_step.IO_KERNELS off); --configs picks them), alternating the configurations
 over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
 writes a torch.profiler kernel table of one 500-token generation per configuration:
 `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
@@ -77,6 +79,9 @@ def main() -> None:
             decoders["gptstack-sdpa-window"].step.native_attention = False
         if "gptstack-plain-window" in decoders:
             decoders["gptstack-plain-window"].step.window_epilogues = False
+        if "gptstack-torch-io" in decoders:
+            decoders["gptstack-torch-io"].io_kernels = False
+            decoders["gptstack-torch-io"].step.io_kernels = False
         if "gptstack-rows-window" in decoders:
             step = decoders["gptstack-rows-window"].step
             step.window_rows = step.rows_kernel_runs()

@@ -77,6 +77,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_epilogues": False,
     },
+    # the fed ids' embedding and the decoder's state update after each token by PyTorch's ops
+    # (index_select, add, index_copy, copies) instead of cuda_ops' kernels (fused_step.IO_KERNELS)
+    "graph bf16 fused torch-io": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "io_kernels": False,
+    },
     # the slide window's attention by the opt-in split-keys kernel instead of the 4-warp one
     "graph bf16 fused split-attention": {
         "mode": "graph",
@@ -110,6 +118,7 @@ CPU_CONFIGS = {
 DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
+DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 
 
 def set_one_launch(enabled: bool) -> None:
@@ -163,6 +172,7 @@ def main() -> None:
                 fused_step.WINDOW_EPILOGUES = options.pop(
                     "window_epilogues", DEFAULT_WINDOW_EPILOGUES
                 )
+                fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
                     with attention:
@@ -187,6 +197,7 @@ def main() -> None:
                     set_one_launch(DEFAULT_ONE_LAUNCH)
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                     fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
+                    fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["dtype"] = res.dtype  # what "auto" resolved to

@@ -105,6 +105,16 @@ def once() -> None:
         tok = torch.tensor([[3]], device=dev)
         x = ops.decode_blocks(tok, torch.tensor(200, device=dev), wte, wpe, layers, kc, vc)
         assert x.isfinite().all(), "decode_blocks"
+        want = wte[3] + wpe[200]
+        assert torch.equal(ops.decode_embed(tok, torch.tensor(200, device=dev), wte, wpe)[0], want)
+        window = torch.randint(0, 65, (2, 256), device=dev)
+        x = ops.window_embed(window, torch.tensor([[3], [4]], device=dev), wte, wpe)
+        assert torch.equal(x[1, -1], wte[4] + wpe[255]), "window_embed"
+        out, token = torch.zeros(2, 8, dtype=torch.long, device=dev), window[:, :1].clone()
+        for slide in (False, True):  # the decoder's state after a token, at pos 255 / sliding
+            pos, new = torch.tensor(255, device=dev), torch.tensor([5, 6], device=dev)
+            ops.decode_advance(new, out, 7, token, window, pos, slide=slide)
+        assert out[:, 7].tolist() == [5, 6], "decode_advance"
         for V, top_k in ((65, 40), (50304, 200), (513, None)):  # select + race; race alone
             logits = 3 * rnd(3, V, dtype=dtype)
             state = ops.sampler_state(7, dev)

@@ -289,13 +289,20 @@ def test_cuda_window_gelu_in_the_matmul_is_the_tanh_gelu(make_gpt, rel_err, monk
 
 @needs_cuda_ops
 @pytest.mark.parametrize("window", ["slide", "halve"])
-def test_fused_graph_decoder_writes_naives_greedy_text(make_gpt, random_tokens, window):
+@pytest.mark.parametrize("io_kernels", [True, False])
+def test_fused_graph_decoder_writes_naives_greedy_text(
+    make_gpt, random_tokens, monkeypatch, window, io_kernels
+):
+    from gptstack.model import fused_step
+
+    monkeypatch.setattr(fused_step, "IO_KERNELS", io_kernels)
     model = make_gpt(21, scramble=0.3)
     idx = random_tokens(21, 2, 7, model.config.vocab_size)
     expected = generate(model, idx, 45, temperature=0, window=window)
     decoder = GraphDecoder(model, batch_size=2, chunk=8, fused=True)
     got = torch.cat(list(decoder.generate(idx, 45, temperature=0, window=window)), dim=1)
-    assert decoder.fused and torch.equal(got, expected[:, 7:])
+    assert decoder.fused and decoder.io_kernels == io_kernels
+    assert torch.equal(got, expected[:, 7:])
     assert not GraphDecoder(model, 2).fused  # on a CPU the default stays PyTorch's modules
 
 
@@ -368,6 +375,33 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
     if fused and window == "slide" and not compile:  # the replayed draws are the eager loop's
         expected = _draws_by_the_fused_sampler(model, idx, 60, 3, temperature=1.0, top_k=5)
         assert torch.equal(a, expected[:, 5:].cpu())
+
+
+@pytest.mark.cuda
+@needs_cuda
+@needs_cuda_ops
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("window", ["slide", "halve"])
+def test_captured_io_kernels_write_the_pytorch_ops_text(
+    make_gpt, random_tokens, monkeypatch, dtype, window
+):
+    """The embedding and state update by decode_embed / window_embed / decode_advance
+    (fused_step.IO_KERNELS) give the tokens of PyTorch's ops, greedy and drawn, in graphs."""
+    from gptstack.model import fused_step
+
+    model = make_gpt(34, scramble=0.3, block_size=32).cuda().to(dtype)
+    idx = random_tokens(34, 2, 5, model.config.vocab_size).cuda()
+    texts = {}
+    for io_kernels in (True, False):
+        monkeypatch.setattr(fused_step, "IO_KERNELS", io_kernels)
+        decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
+        assert decoder.io_kernels == io_kernels
+        greedy = decoder.generate(idx, 90, temperature=0, window=window)
+        drawn = decoder.generate(idx, 90, seed=5, top_k=5, window=window)
+        texts[io_kernels] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
+        assert decoder._graphs
+    assert torch.equal(texts[True][0], texts[False][0])
+    assert torch.equal(texts[True][1], texts[False][1])
 
 
 @pytest.mark.cuda

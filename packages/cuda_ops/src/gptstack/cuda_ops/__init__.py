@@ -15,6 +15,7 @@ from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
 from .decode import decode_attention, decode_blocks, decode_linear
+from .decode_io import decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
@@ -44,8 +45,10 @@ __all__ = [
     "build_info",
     "causal_attention",
     "cross_entropy",
+    "decode_advance",
     "decode_attention",
     "decode_blocks",
+    "decode_embed",
     "decode_linear",
     "gelu_tanh",
     "gptstack_attention",
@@ -54,4 +57,5 @@ __all__ = [
     "sample_tokens",
     "sampler_state",
     "set_cpu_path",
+    "window_embed",
 ]

@@ -3,10 +3,11 @@
     step = FusedDecodeStep(model, cache)      # ModelError if this model or build cannot
     logits = step(token, pos)                 # token (B, 1), pos 0-d int64 -> (B, V)
     logits = step.window(ids)                 # ids (B, T) at positions 0..T-1 -> (B, V)
+    logits = step.slide(window, token)        # = step.window(cat(window[:, 1:], token))
 
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
-against the cache, 5 launches per block plus 4 (embedding, ln_f + LM head) instead of ~28 per
-block (csrc/decode.h has the layout). Opt-in (`ONE_LAUNCH = True`, or a step's
+against the cache, 5 launches per block plus 2 (the embedding, ln_f + LM head) instead of ~28
+per block (csrc/decode.h has the layout). Opt-in (`ONE_LAUNCH = True`, or a step's
 `blocks_in_one_launch`), a small model on sm_90 runs the embedding and every block as one
 launch instead: a thread-block cluster of 16 SMs passing each phase's output through their
 shared memory (decode_blocks), the same bits, but slower on the H200 so far (ONE_LAUNCH below).
@@ -78,6 +79,12 @@ WINDOW_ROWS = False
 # vs 6,376 at shakespeare-char on the H100. The A/B switch of the benchmarks.
 WINDOW_EPILOGUES = True
 
+# True: the fed ids' embedding (decode_embed; window_embed for the slide window) and the graph
+# decoder's state update after each token (decode_advance) as gptstack.cuda_ops kernels, one
+# launch each, instead of PyTorch's index_select, add, index_copy and copies (seven launches a
+# cached step, six a slide step, none of them programmatic). The A/B switch of the benchmarks.
+IO_KERNELS = True
+
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
 # shakespeare-char's blocks are 21 MB in bfloat16.
@@ -132,6 +139,8 @@ class FusedDecodeStep:
         self.window_rows = WINDOW_ROWS and self.rows_kernel_runs()
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
         self.window_epilogues = WINDOW_EPILOGUES
+        # the embeddings by decode_embed / window_embed (see IO_KERNELS)
+        self.io_kernels = IO_KERNELS
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -144,9 +153,12 @@ class FusedDecodeStep:
                 eps=eps,
             )  # fmt: skip
             return self._head(x)
-        # index_select, not weight[pos]: indexing with a 0-d tensor reads it on the host, which
-        # a CUDA-graph capture refuses
-        x = m.wte.weight.index_select(0, token[:, 0]) + m.wpe.weight.index_select(0, pos.view(1))
+        if self.io_kernels:
+            x = ops.decode_embed(token, pos, m.wte.weight, m.wpe.weight)
+        else:  # index_select, not weight[pos]: indexing with a 0-d tensor reads it on the host,
+            # which a CUDA-graph capture refuses
+            tok, p = token[:, 0], pos.view(1)
+            x = m.wte.weight.index_select(0, tok) + m.wpe.weight.index_select(0, p)
         for i, block in enumerate(m.h):
             attn = block.attn
             qkv = ops.decode_linear(
@@ -229,9 +241,20 @@ class FusedDecodeStep:
         """Logits (B, V) of the last position of ids (B, T), T <= block_size, fed at positions
         0..T-1 with no cache: `model(ids, last_only=True)[0][:, -1]`."""
         m = self.model
-        B, T = ids.shape
-        C = m.config.n_embd
-        x = F.embedding(ids, m.wte.weight) + m.wpe.weight[:T]  # (B, T, C)
+        return self._window_rows(F.embedding(ids, m.wte.weight) + m.wpe.weight[: ids.size(1)])
+
+    def slide(self, window: Tensor, token: Tensor) -> Tensor:
+        """window(cat(window[:, 1:], token)): the slide step's logits (B, V) once token (B, 1)
+        is fed to the full window (B, T), its ids embedded in one launch (window_embed)."""
+        if not self.io_kernels:
+            return self.window(torch.cat([window[:, 1:], token], dim=1))
+        m = self.model
+        return self._window_rows(self.ops.window_embed(window, token, m.wte.weight, m.wpe.weight))
+
+    def _window_rows(self, x: Tensor) -> Tensor:
+        """window() for the embedded rows x (B, T, C)."""
+        m = self.model
+        B, T, C = x.shape
         if B * T < self.ops.decode.MMA_MIN_ROWS or not self.window_rows:
             return self._window_matmuls(x)
         ops, eps = self.ops, self.eps

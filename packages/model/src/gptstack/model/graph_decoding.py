@@ -134,12 +134,14 @@ class GraphDecoder:
         # the fused sampler's [seed, draw, ticket] (gptstack.cuda_ops.sampler_state)
         self.sampler = torch.zeros(3, dtype=torch.long, device=device)
         self._logits_one: Callable[[], Tensor] = self._forward_one
-        self._logits_window: Callable[[Tensor], Tensor] = self._forward_window
+        self._logits_window: Callable[[], Tensor] = self._forward_window
         self.step: FusedDecodeStep | None = None
         if self.fused:
             step = self.step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
             self._logits_one = lambda: step(self.token, self.pos)
-            self._logits_window = step.window
+            self._logits_window = lambda: step.slide(self.window, self.token)
+        # the state update after each token by cuda_ops.decode_advance (fused_step.IO_KERNELS)
+        self.io_kernels = self.fused and self.step.io_kernels
         if compile:
             self._logits_one = torch.compile(self._logits_one, fullgraph=True, dynamic=False)
             self._logits_window = torch.compile(self._logits_window, fullgraph=True, dynamic=False)
@@ -157,27 +159,37 @@ class GraphDecoder:
         logits, _ = self.model(self.token, last_only=True, kv_cache=self.cache, pos=self.pos)
         return logits[:, -1]  # (B, V)
 
-    def _forward_window(self, ids: Tensor) -> Tensor:
+    def _forward_window(self) -> Tensor:
+        """The window is full: the last block_size ids once token is fed (naive's rule)."""
+        ids = torch.cat([self.window[:, 1:], self.token], dim=1)  # (B, T)
         logits, _ = self.model(ids, last_only=True)
         return logits[:, -1]  # (B, V)
 
     def _decode_steps(self, n: int, pick: Callable[[Tensor], Tensor]) -> None:
         """n tokens at positions pos, pos+1, ... (pos + n <= block_size) into out[:, :n]."""
         for i in range(n):
-            self.window.index_copy_(1, self.pos.view(1), self.token)  # the fed id, at pos
-            new = pick(self._logits_one())  # (B,)
-            self.out[:, i] = new
-            self.token.copy_(new[:, None])
-            self.pos.add_(1)
+            self._advance(pick(self._logits_one()), i, slide=False)
 
     def _slide_steps(self, n: int, pick: Callable[[Tensor], Tensor]) -> None:
         """The window is full: each token re-runs the last block_size ids (naive's rule)."""
         for i in range(n):
-            ids = torch.cat([self.window[:, 1:], self.token], dim=1)  # (B, T)
-            new = pick(self._logits_window(ids))
-            self.out[:, i] = new
-            self.window.copy_(ids)
-            self.token.copy_(new[:, None])
+            self._advance(pick(self._logits_window()), i, slide=True)
+
+    def _advance(self, new: Tensor, i: int, *, slide: bool) -> None:
+        """After new (B,) is drawn: the fed id joins the window (at pos, then pos += 1; or the
+        window slides by one), new goes to out[:, i] and becomes the id to feed."""
+        if self.io_kernels:
+            native_ops().decode_advance(
+                new, self.out, i, self.token, self.window, self.pos, slide=slide
+            )
+            return
+        if slide:
+            self.window.copy_(torch.cat([self.window[:, 1:], self.token], dim=1))
+        else:
+            self.window.index_copy_(1, self.pos.view(1), self.token)  # the fed id, at pos
+            self.pos.add_(1)
+        self.out[:, i] = new
+        self.token.copy_(new[:, None])
 
     def _halve_step(self, pick: Callable[[Tensor], Tensor]) -> None:
         """The window is full: keep its last T/2 ids, re-run them with the fed id at positions
