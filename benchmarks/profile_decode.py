@@ -16,9 +16,7 @@ cuBLASLt's GELU epilogue and the last-row attention (fused_step.WINDOW_EPILOGUES
 "gptstack-split-attention" = the window's attention by the opt-in split-keys kernel instead
 of the 4-warp one, "gptstack-torch-io" = the fed ids' embedding and the state update after
 each token by PyTorch's ops instead of decode_embed / window_embed / decode_advance
-(fused_step.IO_KERNELS off), "gptstack-two-op-attention" = the cached step's ln_1 + c_attn and
-attention as two launches instead of one decode_qkv_attention (fused_step.QKV_ATTENTION off);
---configs picks them), alternating the configurations
+(fused_step.IO_KERNELS off); --configs picks them), alternating the configurations
 over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
 writes a torch.profiler kernel table of one 500-token generation per configuration:
 `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
@@ -81,8 +79,6 @@ def main() -> None:
             decoders["gptstack-sdpa-window"].step.native_attention = False
         if "gptstack-plain-window" in decoders:
             decoders["gptstack-plain-window"].step.window_epilogues = False
-        if "gptstack-two-op-attention" in decoders:
-            decoders["gptstack-two-op-attention"].step.qkv_attention = False
         if "gptstack-torch-io" in decoders:
             decoders["gptstack-torch-io"].io_kernels = False
             decoders["gptstack-torch-io"].step.io_kernels = False

@@ -85,14 +85,6 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "io_kernels": False,
     },
-    # the cached step's ln_1 + c_attn and attention as two launches (decode_linear,
-    # decode_attention) instead of one decode_qkv_attention (fused_step.QKV_ATTENTION)
-    "graph bf16 fused two-op-attention": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "qkv_attention": False,
-    },
     # the slide window's attention by the opt-in split-keys kernel instead of the 4-warp one
     "graph bf16 fused split-attention": {
         "mode": "graph",
@@ -127,7 +119,6 @@ DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
-DEFAULT_QKV_ATTENTION = fused_step.QKV_ATTENTION
 
 
 def set_one_launch(enabled: bool) -> None:
@@ -182,7 +173,6 @@ def main() -> None:
                     "window_epilogues", DEFAULT_WINDOW_EPILOGUES
                 )
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
-                fused_step.QKV_ATTENTION = options.pop("qkv_attention", DEFAULT_QKV_ATTENTION)
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
                     with attention:
@@ -208,7 +198,6 @@ def main() -> None:
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                     fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
-                    fused_step.QKV_ATTENTION = DEFAULT_QKV_ATTENTION
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["dtype"] = res.dtype  # what "auto" resolved to

@@ -214,52 +214,6 @@ void decode_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
   });
 }
 
-// LayerNorm + c_attn + attention of one token (decode.h): true where it ran, false on CUDA
-// where the fused kernel does not take these shapes (nothing done: the caller runs the two ops)
-bool decode_qkv_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> weight, OptArray bias,
-                          nb::ndarray<> ln_weight, OptArray ln_bias, nb::ndarray<> k_cache,
-                          nb::ndarray<> v_cache, nb::ndarray<> pos, double eps, uintptr_t stream,
-                          int num_threads) {
-  const char* op = "decode_qkv_attention";
-  Tensor X = view(op, "x", x), W = view(op, "weight", weight), Y = view(op, "y", y),
-         Kc = view(op, "k_cache", k_cache), Vc = view(op, "v_cache", v_cache),
-         P = view(op, "pos", pos), LW = view(op, "ln_weight", ln_weight);
-  check_dtype(op, "x", X, {DType::f32, DType::bf16, DType::f64});
-  if (Kc.ndim() != 4) fail(op, "k_cache must be (R, nh, T, hs), got " + shape_str(Kc.shape));
-  const int64_t R = Kc.size(0), nh = Kc.size(1), T_ = Kc.size(2), hs = Kc.size(3), C = nh * hs;
-  if (R < 1 || nh < 1 || T_ < 1 || hs < 1) fail(op, "k_cache has an empty dimension");
-  check_shape(op, "x", X, {R, C});
-  check_arg(op, X, "weight", W, X.dtype, {3 * C, C});
-  check_arg(op, X, "ln_weight", LW, X.dtype, {C});
-  check_arg(op, X, "k_cache", Kc, X.dtype, {R, nh, T_, hs});
-  check_arg(op, X, "v_cache", Vc, X.dtype, {R, nh, T_, hs});
-  check_arg(op, X, "y", Y, X.dtype, {R, C});
-  const void* b = optional_arg(op, X, "bias", bias, {3 * C});
-  const void* lb = optional_arg(op, X, "ln_bias", ln_bias, {C});
-  check_dtype(op, "pos", P, {DType::i64});
-  if (P.numel() != 1) fail(op, "pos must hold one position, got shape " + shape_str(P.shape));
-  check_same_device(op, X, "pos", P);
-  if (X.cuda) {
-    CudaScope scope(op, X);
-    bool ran = false;
-    GS_CUDA_CALL(ran = decode_qkv_attention_cuda(Y.data, X.data, W.data, b, LW.data, lb, Kc.data,
-                                                 Vc.data, P.ptr<const int64_t>(), R, nh, T_, hs,
-                                                 eps, X.dtype, stream));
-    return ran;
-  }
-  const int nt = resolve_threads(num_threads);
-  const int64_t p = *P.ptr<const int64_t>();
-  dispatch_float(op, X.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    std::vector<T> qkv(3 * R * C);
-    decode_linear_cpu<T>(qkv.data(), X.ptr<const T>(), W.ptr<const T>(), static_cast<const T*>(b),
-                         LW.ptr<const T>(), static_cast<const T*>(lb), nullptr, R, 3 * C, C, eps,
-                         false, nt);
-    decode_attention_cpu<T>(Y.ptr<T>(), qkv.data(), Kc.ptr<T>(), Vc.ptr<T>(), p, R, nh, T_, hs);
-  });
-  return true;
-}
-
 void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb::ndarray<> wte,
                    nb::ndarray<> wpe, const std::vector<OptArray>& layers, nb::ndarray<> k_cache,
                    nb::ndarray<> v_cache, double eps, uintptr_t stream, int num_threads) {
@@ -353,11 +307,6 @@ void register_decode(nb::module_& m) {
   m.def("decode_attention", &decode_attention, "y"_a, "qkv"_a, "k_cache"_a, "v_cache"_a,
         "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
-  m.def("decode_qkv_attention", &decode_qkv_attention, "y"_a, "x"_a, "weight"_a, "bias"_a.none(),
-        "ln_weight"_a, "ln_bias"_a.none(), "k_cache"_a, "v_cache"_a, "pos"_a, "eps"_a,
-        "stream"_a = 0, "num_threads"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
-        "decode_linear (LayerNorm + c_attn) then decode_attention in one call; False where the "
-        "CUDA kernel does not take the shapes (nothing done).");
   m.def("decode_blocks", &decode_blocks, "out"_a, "token"_a, "pos"_a, "wte"_a, "wpe"_a,
         "layers"_a, "k_cache"_a, "v_cache"_a, "eps"_a, "stream"_a = 0, "num_threads"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),

@@ -120,18 +120,40 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
   }
 }
 
-// One head's attention for query q (hs floats in shared memory) over keys and values 0..p of
-// its caches kh, vh (T x hs; the new ones at p already written by this block), into yh: the
-// scores, softmax and weighted sum of decode_attention (header comment). s: T floats, part:
-// groups * hs floats of shared memory; red: 32.
 template <typename T, bool Vector>
-__device__ __forceinline__ void attend_head(T* __restrict__ yh, const float* q,
-                                            const T* __restrict__ kh, const T* __restrict__ vh,
-                                            int p, int hs, float* s, float* part, float* red) {
+__global__ void __launch_bounds__(kAttnThreads)
+    decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
+                            T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
+                            int hs) {
   // V: elements per load (16 bytes in the vector version); a value row is read by hs / V
   // threads, so blockDim / (hs / V) keys are summed at once
   constexpr int V = Vector ? Vec16<T>::n : 1;
-  const int t = threadIdx.x;
+  extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
+  __shared__ float red[32];
+  // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
+  // q racing with writes of s when hs = 13 left s unaligned right behind q)
+  float* q = smem;
+  float* s = q + round4(hs);
+  float* part = s + round4(T_);
+  const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
+  T* yh = y + int64_t(r) * C + h * hs;
+  pdl_launch_dependents();
+  pdl_wait();  // qkv is the previous kernel's output
+  const int64_t p64 = *pos;
+  if (p64 < 0 || p64 >= T_) {  // cannot happen from the decoders; make it visible, not silent
+    for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
+    return;
+  }
+  const int p = static_cast<int>(p64);
+  const T* qr = qkv + int64_t(r) * 3 * C + h * hs;
+  T* kh = kc + (int64_t(r) * nh + h) * T_ * hs;
+  T* vh = vc + (int64_t(r) * nh + h) * T_ * hs;
+  for (int d = t; d < hs; d += blockDim.x) {
+    kh[int64_t(p) * hs + d] = qr[C + d];
+    vh[int64_t(p) * hs + d] = qr[2 * C + d];
+    q[d] = to_f32(qr[d]);
+  }
+  __syncthreads();  // the new key/value are in the caches (global writes of this block) and q
   // scores: one key per thread; its row's loads are independent, so they are all in flight
   // at once (the latency of one L2 read, not hs of them)
   const float scale = rsqrtf(float(hs));
@@ -185,138 +207,6 @@ __device__ __forceinline__ void attend_head(T* __restrict__ yh, const float* q,
     for (int k = 0; k < groups; ++k) acc += part[k * hs + d];
     yh[d] = from_f32<T>(acc / total);
   }
-}
-
-template <typename T, bool Vector>
-__global__ void __launch_bounds__(kAttnThreads)
-    decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
-                            T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
-                            int hs) {
-  extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
-  __shared__ float red[32];
-  // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
-  // q racing with writes of s when hs = 13 left s unaligned right behind q)
-  float* q = smem;
-  float* s = q + round4(hs);
-  float* part = s + round4(T_);
-  const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
-  T* yh = y + int64_t(r) * C + h * hs;
-  pdl_launch_dependents();
-  pdl_wait();  // qkv is the previous kernel's output
-  const int64_t p64 = *pos;
-  if (p64 < 0 || p64 >= T_) {  // cannot happen from the decoders; make it visible, not silent
-    for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
-    return;
-  }
-  const int p = static_cast<int>(p64);
-  const T* qr = qkv + int64_t(r) * 3 * C + h * hs;
-  T* kh = kc + (int64_t(r) * nh + h) * T_ * hs;
-  T* vh = vc + (int64_t(r) * nh + h) * T_ * hs;
-  for (int d = t; d < hs; d += blockDim.x) {
-    kh[int64_t(p) * hs + d] = qr[C + d];
-    vh[int64_t(p) * hs + d] = qr[2 * C + d];
-    q[d] = to_f32(qr[d]);
-  }
-  __syncthreads();  // the new key/value are in the caches (global writes of this block) and q
-  attend_head<T, Vector>(yh, q, kh, vh, p, hs, s, part, red);
-}
-
-// decode_qkv_attention_kernel: decode_linear (LayerNorm + c_attn) and decode_attention of one
-// head in one launch (grid (nh, R), kAttnThreads threads). Its 3 hs rows of c_attn's weight (q,
-// k and v of head h) go to shared memory by cp.async before the wait for the previous kernel;
-// then it normalizes x's row as decode_linear does (the same sums: over its first
-// kLinearWarps * 32 threads), each warp computes outputs warp, warp + 8, ... with decode_linear's
-// lane order, and the head's attention follows (attend_head): the same bits as the two kernels.
-template <typename T>
-__host__ __device__ constexpr int64_t qkv_weight_bytes(int64_t C, int64_t hs) {
-  return (3 * hs * C * int64_t(sizeof(T)) + 15) / 16 * 16;
-}
-// its dynamic shared memory: the weight rows, then floats: the normalized row (C), q (hs),
-// scores (T), partial y (groups * hs)
-template <typename T>
-__host__ __device__ constexpr int64_t qkv_attention_shared_bytes(int64_t C, int64_t hs,
-                                                                 int64_t T_) {
-  const int64_t groups = kAttnThreads / (hs / Vec16<T>::n);
-  return qkv_weight_bytes<T>(C, hs) + (round4(C) + round4(hs) + round4(T_) + groups * hs) * 4;
-}
-constexpr int64_t kQkvAttentionMaxSmem = 200 * 1024;  // below the H100/H200's 227 KiB opt-in
-
-template <typename T>
-__global__ void __launch_bounds__(kAttnThreads)
-    decode_qkv_attention_kernel(T* __restrict__ y, const T* __restrict__ x,
-                                const T* __restrict__ w, const T* __restrict__ b,
-                                const T* __restrict__ ln_w, const T* __restrict__ ln_b,
-                                T* __restrict__ kc, T* __restrict__ vc,
-                                const int64_t* __restrict__ pos, int nh, int T_, int hs,
-                                float eps) {
-  constexpr int V = Vec16<T>::n;
-  constexpr int kLnThreads = kLinearWarps * 32;  // decode_linear's block: its sums' order
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
-  __shared__ float red[32];
-  const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
-  const int lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
-  T* ws = reinterpret_cast<T*>(smem_bytes);  // [3 hs][C]: rows q, k, v of head h
-  float* row = reinterpret_cast<float*>(smem_bytes + qkv_weight_bytes<T>(C, hs));
-  float* q = row + round4(C);
-  float* s = q + round4(hs);
-  float* part = s + round4(T_);
-  pdl_launch_dependents();
-  // the weights do not depend on the previous kernel: requested before waiting for it
-  const int chunks = C / V;
-  for (int i = t; i < 3 * hs * chunks; i += blockDim.x) {
-    const int o = i / chunks, c = (i % chunks) * V;
-    const int n = (o / hs) * C + h * hs + o % hs;  // row o of the head's slice is w's row n
-    attn::cp_async_16(ws + int64_t(o) * C + c, w + int64_t(n) * C + c, 16);
-  }
-  attn::cp_async_commit();
-  pdl_wait();  // x is the previous kernel's output
-  T* yh = y + int64_t(r) * C + h * hs;
-  const int64_t p64 = *pos;
-  if (p64 < 0 || p64 >= T_) {  // as decode_attention: visible, not silent
-    for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
-    attn::cp_async_wait<0>();
-    return;
-  }
-  const int p = static_cast<int>(p64);
-  const T* xr = x + int64_t(r) * C;
-  for (int k = t; k < C; k += blockDim.x) row[k] = to_f32(xr[k]);
-  __syncthreads();
-  float sum = 0.0f;
-  if (t < kLnThreads)
-    for (int k = t; k < C; k += kLnThreads) sum += row[k];
-  const float mean = block_sum(sum, red) / C;
-  float ss = 0.0f;
-  if (t < kLnThreads)
-    for (int k = t; k < C; k += kLnThreads) ss += (row[k] - mean) * (row[k] - mean);
-  const float rstd = rsqrtf(block_sum(ss, red) / C + eps);
-  __syncthreads();  // every thread has read row[] for the sums before it is overwritten
-  for (int k = t; k < C; k += blockDim.x)
-    row[k] = (row[k] - mean) * rstd * to_f32(ln_w[k]) + (ln_b ? to_f32(ln_b[k]) : 0.0f);
-  attn::cp_async_wait<0>();
-  __syncthreads();
-  T* kh = kc + (int64_t(r) * nh + h) * T_ * hs;
-  T* vh = vc + (int64_t(r) * nh + h) * T_ * hs;
-  for (int o = warp; o < 3 * hs; o += warps) {
-    const T* wr = ws + int64_t(o) * C;
-    float acc = 0.0f;
-    for (int k = lane * V; k < C; k += 32 * V) {
-      float wv[V];
-      Vec16<T>::load(wr + k, wv);
-#pragma unroll
-      for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) {
-      const int which = o / hs, d = o % hs;
-      if (b) acc += to_f32(b[which * C + h * hs + d]);
-      const T v = from_f32<T>(acc);  // rounded as decode_linear's qkv
-      if (which == 0) q[d] = to_f32(v);
-      else if (which == 1) kh[int64_t(p) * hs + d] = v;
-      else vh[int64_t(p) * hs + d] = v;
-    }
-  }
-  __syncthreads();  // q, and the new key and value in the caches
-  attend_head<T, true>(yh, q, kh, vh, p, hs, s, part, red);
 }
 
 // decode_linear of many bf16 rows on tensor cores (decode_mma.cuh), where it applies (decode.h:
@@ -421,49 +311,7 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
   check_launch("decode_attention", config);
 }
 
-template <typename T>
-bool launch_qkv_attention(T* y, const T* x, const T* w, const T* b, const T* ln_w, const T* ln_b,
-                          T* kc, T* vc, const int64_t* pos, int64_t R, int64_t nh, int64_t T_,
-                          int64_t hs, double eps, cudaStream_t stream) {
-  constexpr int V = Vec16<T>::n;
-  const int64_t C = nh * hs;
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const int64_t smem = qkv_attention_shared_bytes<T>(C, hs, T_);
-  // the decode_linear lane order needs C % V == 0 and 16-byte rows; attend_head's vector loads
-  // hs % V == 0 and aligned caches
-  if (C % V != 0 || hs % V != 0 || C > kDecodeMaxK || smem > kQkvAttentionMaxSmem ||
-      !aligned(w) || !aligned(kc) || !aligned(vc))
-    return false;
-  if (R == 0) return true;
-  static LaunchCheck check;
-  const std::string config = "(R=" + std::to_string(R) + ", nh=" + std::to_string(nh) +
-                             ", T=" + std::to_string(T_) + ", hs=" + std::to_string(hs) + ")";
-  check.ensure(reinterpret_cast<const void*>(&decode_qkv_attention_kernel<T>),
-               "decode_qkv_attention", "fused", kAttnThreads, int(kQkvAttentionMaxSmem));
-  launch_programmatic(decode_qkv_attention_kernel<T>,
-                      dim3(static_cast<unsigned>(nh), static_cast<unsigned>(R)), kAttnThreads,
-                      size_t(smem), stream, y, x, w, b, ln_w, ln_b, kc, vc, pos, int(nh),
-                      int(T_), int(hs), float(eps));
-  check_launch("decode_qkv_attention", config);
-  return true;
-}
-
 }  // namespace
-
-bool decode_qkv_attention_cuda(void* y, const void* x, const void* w, const void* b,
-                               const void* ln_w, const void* ln_b, void* k_cache, void* v_cache,
-                               const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
-                               double eps, DType dtype, uintptr_t stream) {
-  auto run = [&](auto tag) {
-    using V = decltype(tag);
-    return launch_qkv_attention<V>(static_cast<V*>(y), static_cast<const V*>(x),
-                                   static_cast<const V*>(w), static_cast<const V*>(b),
-                                   static_cast<const V*>(ln_w), static_cast<const V*>(ln_b),
-                                   static_cast<V*>(k_cache), static_cast<V*>(v_cache), pos, R,
-                                   nh, T, hs, eps, as_stream(stream));
-  };
-  return dtype == DType::bf16 ? run(__nv_bfloat16{}) : run(float{});
-}
 
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,

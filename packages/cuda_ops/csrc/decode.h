@@ -22,10 +22,6 @@
 //   as the PyTorch decoders do. A p outside [0, T) writes nothing and sets y to NaN (the position
 //   lives on the device, so the host cannot check it without a synchronization).
 //
-// decode_qkv_attention: decode_linear(x, c_attn, ln = ln_1) then decode_attention, the qkv
-//   rounded to the dtype in between: the same bits as the two ops, in one launch on CUDA (a
-//   block per (row, head) computes its head's q, k, v from c_attn rows held in shared memory).
-//
 // decode_blocks: embedding and every block of the step above in one call, for each row b:
 //   x = wte[token[b]] + wpe[p]; for each layer l: the five ops above with layer l's weights and
 //   caches k_cache[l], v_cache[l] ((L, B, nh, T, hs)); out[b] = x after the last block. On CUDA
@@ -109,12 +105,5 @@ void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, 
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
                            DType dtype, uintptr_t stream);
-// decode_qkv_attention on CUDA: false (nothing launched) where the fused kernel does not take
-// the shapes (a head's c_attn rows and the step's floats above ~200 KiB of shared memory, rows
-// not in 16-byte vectors, unaligned pointers); the caller then runs the two ops.
-bool decode_qkv_attention_cuda(void* y, const void* x, const void* w, const void* b,
-                               const void* ln_w, const void* ln_b, void* k_cache, void* v_cache,
-                               const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
-                               double eps, DType dtype, uintptr_t stream);
 
 }  // namespace gs

@@ -110,60 +110,6 @@ def test_attention_matches_torch(shape, dtype, gen):
     _check_attention(shape, dtype, gen, "cpu")
 
 
-# rows, heads, cache length, head size, position: esp32's and shakespeare-char's steps (the fused
-# CUDA kernel), two rows, gpt2-124m's width (the kernel at 768 in bf16), a head size that is no
-# multiple of the 16-byte vector (the two-launch fallback on CUDA)
-QKV_ATTN_SHAPES = [(1, 8, 64, 32, 63), (1, 6, 256, 64, 0), (1, 6, 256, 64, 200), (2, 3, 10, 8, 4),
-                   (1, 12, 64, 64, 5), (1, 4, 40, 13, 21)]  # fmt: skip
-
-
-def _check_qkv_attention(shape, dtype, gen, device):
-    """decode_qkv_attention against decode_linear + decode_attention (the same bits: the
-    fused CUDA kernel computes what they compute, in their order) and float64 PyTorch."""
-    R, nh, T, hs, p = shape
-    C = nh * hs
-    x, w, b, lw, lb, _ = _linear_inputs(R, C, 3 * C, dtype, gen, device)
-    kc = torch.randn(R, nh, T, hs, generator=gen).to(dtype).to(device)
-    vc = torch.randn(R, nh, T, hs, generator=gen).to(dtype).to(device)
-    pos = torch.tensor(p, device=device)
-    for bias, ln_bias in ((b, lb), (None, None)):
-        k1, v1, k2, v2 = kc.clone(), vc.clone(), kc.clone(), vc.clone()
-        y = ops.decode_qkv_attention(x, w, bias, k1, v1, pos, ln_weight=lw, ln_bias=ln_bias)
-        qkv = ops.decode_linear(x, w, bias, ln_weight=lw, ln_bias=ln_bias)
-        want = ops.decode_attention(qkv, k2, v2, pos)
-        what = f"decode_qkv_attention {shape} {dtype} bias={bias is not None} on {device}"
-        assert torch.equal(y, want) and torch.equal(k1, k2) and torch.equal(v1, v2), what
-        ref = _linear_reference(x, w, bias, lw, ln_bias, None, False).to(dtype)
-        y_ref, kc_ref, vc_ref = _attention_reference(ref, kc, vc, p)
-        assert_close(k1, kc_ref, dtype, what + " k_cache")
-        assert_close(v1, vc_ref, dtype, what + " v_cache")
-        assert_close(y, y_ref, dtype, what)
-
-
-@pytest.mark.parametrize("shape", QKV_ATTN_SHAPES)
-@pytest.mark.parametrize("dtype", CPU_DTYPES)
-def test_qkv_attention_is_the_two_ops(shape, dtype, gen):
-    _check_qkv_attention(shape, dtype, gen, "cpu")
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("shape", QKV_ATTN_SHAPES)
-@pytest.mark.parametrize("dtype", CUDA_DTYPES)
-def test_cuda_qkv_attention_is_the_two_ops(shape, dtype, gen):
-    _check_qkv_attention(shape, dtype, gen, "cuda")
-
-
-@pytest.mark.cuda
-def test_cuda_qkv_attention_out_of_range_position_gives_nan(gen):
-    x, w, _, lw, _, _ = _linear_inputs(1, 64, 192, torch.bfloat16, gen, "cuda")
-    kc = torch.zeros(1, 2, 5, 32, dtype=torch.bfloat16, device="cuda")
-    vc = torch.zeros_like(kc)
-    for p in (-1, 5):
-        y = ops.decode_qkv_attention(x, w, None, kc, vc, torch.tensor(p, device="cuda"),
-                                     ln_weight=lw)  # fmt: skip
-        assert torch.isnan(y).all() and not kc.any() and not vc.any()
-
-
 def test_attention_out_of_range_position_writes_nothing_and_gives_nan(gen):
     qkv = torch.randn(1, 24, generator=gen)
     kc, vc = torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4)
@@ -184,11 +130,6 @@ def test_opcheck(gen):
     kc, vc = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 9, 4)
     torch.library.opcheck(
         torch.ops.gptstack.decode_attention.default, (qkv, kc, vc, torch.tensor(3))
-    )
-    x, w, b, lw, lb, _ = _linear_inputs(2, 12, 36, torch.float32, gen)
-    torch.library.opcheck(
-        torch.ops.gptstack.decode_qkv_attention.default,
-        (x, w, b, lw, lb, kc, vc, torch.tensor(3), 1e-5),
     )
 
 
@@ -248,32 +189,6 @@ def _bad(**changes):
             ),
             ValueError,
             "v_cache has shape",
-        ),  # fmt: skip
-        (
-            lambda: ops.decode_qkv_attention(
-                torch.ones(1, 4),
-                torch.ones(12, 4),
-                None,
-                torch.ones(1, 2, 3, 2),
-                torch.ones(1, 2, 3, 2),
-                torch.tensor(1),
-                ln_weight=torch.ones(3),
-            ),
-            ValueError,
-            r"ln_weight has shape \(3,\); expected \(4,\)",
-        ),  # fmt: skip
-        (
-            lambda: ops.decode_qkv_attention(
-                torch.ones(1, 4),
-                torch.ones(8, 4),
-                None,
-                torch.ones(1, 2, 3, 2),
-                torch.ones(1, 2, 3, 2),
-                torch.tensor(1),
-                ln_weight=torch.ones(4),
-            ),
-            ValueError,
-            r"weight has shape \(8, 4\); expected \(12, 4\)",
         ),  # fmt: skip
     ],
 )

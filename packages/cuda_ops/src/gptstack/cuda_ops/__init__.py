@@ -14,7 +14,7 @@ from ._ext import _C
 from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
-from .decode import decode_attention, decode_blocks, decode_linear, decode_qkv_attention
+from .decode import decode_attention, decode_blocks, decode_linear
 from .decode_io import decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
@@ -50,7 +50,6 @@ __all__ = [
     "decode_blocks",
     "decode_embed",
     "decode_linear",
-    "decode_qkv_attention",
     "gelu_tanh",
     "gptstack_attention",
     "layernorm",

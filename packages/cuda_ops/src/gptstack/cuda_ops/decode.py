@@ -1,19 +1,17 @@
-"""The fused one-token decode step: `torch.ops.gptstack.decode_linear`, `decode_attention` and
-`decode_qkv_attention` (the two in one launch).
+"""The fused one-token decode step: `torch.ops.gptstack.decode_linear` and `decode_attention`.
 
     qkv = decode_linear(x, w_attn, b_attn, ln_weight=ln1_w, ln_bias=ln1_b)   # (R, 3C)
     y = decode_attention(qkv, k_cache, v_cache, pos)      # writes k, v at pos; (R, C)
-    y = decode_qkv_attention(x, w_attn, b_attn, k_cache, v_cache, pos, ln_weight=ln1_w)  # both
     x = decode_linear(y, w_proj, b_proj, residual=x)      # (R, C)
     h = decode_linear(x, w_fc, b_fc, ln_weight=ln2_w, ln_bias=ln2_b, gelu=True)
 
     x = decode_blocks(token, pos, wte, wpe, layers, k_cache, v_cache)  # every block at once
 
-A transformer block in four launches (decode_qkv_attention: the first two as one) instead of
-~28 (formulas and kernel layout: csrc/decode.h, csrc/decode.cu; CPU reference csrc/decode.cpp).
-For generation only: no autograd formula, so calling them on tensors that require grad raises.
-All are custom ops with fake kernels, so they run eagerly, inside CUDA graphs (the position is a
-device tensor, read by the kernel) and under torch.compile.
+A transformer block in five launches instead of ~28 (formulas and kernel layout: csrc/decode.h,
+csrc/decode.cu; CPU reference csrc/decode.cpp). For generation only: no autograd formula, so
+calling them on tensors that require grad raises. Both are custom ops with fake kernels, so they
+run eagerly, inside CUDA graphs (the position is a device tensor, read by the kernel) and under
+torch.compile.
 """
 
 from __future__ import annotations
@@ -101,39 +99,6 @@ def _decode_attention_fake(qkv, k_cache, v_cache, pos):
     return torch.empty(qkv.size(0), qkv.size(1) // 3, dtype=qkv.dtype, device=qkv.device)
 
 
-def _decode_qkv_attention_impl(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    ln_weight: Tensor,
-    ln_bias: Tensor | None,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    pos: Tensor,
-    eps: float,
-) -> Tensor:
-    y = torch.empty_like(x)
-    done = _C.decode_qkv_attention(
-        dl(y), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), dl(k_cache), dl(v_cache),
-        dl(pos), eps, stream_of(x), threads(),
-    )  # fmt: skip
-    if done:
-        return y
-    # shapes the fused CUDA kernel does not take (csrc/decode.h): the two launches
-    qkv = _decode_linear_impl(x, weight, bias, ln_weight, ln_bias, None, eps, False)
-    return _decode_attention_impl(qkv, k_cache, v_cache, pos)
-
-
-_decode_qkv_attention = torch.library.custom_op(
-    "gptstack::decode_qkv_attention", mutates_args=("k_cache", "v_cache")
-)(_decode_qkv_attention_impl)
-
-
-@_decode_qkv_attention.register_fake
-def _decode_qkv_attention_fake(x, weight, bias, ln_weight, ln_bias, k_cache, v_cache, pos, eps):
-    return torch.empty_like(x)
-
-
 def decode_linear(
     x: Tensor,
     weight: Tensor,
@@ -216,56 +181,6 @@ def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor)
         raise OpInputError(f"{op}: pos is on {pos.device} but qkv is on {qkv.device}")
     op = _decode_attention_impl if direct(qkv, k_cache, v_cache, pos) else _decode_attention
     return op(qkv, k_cache, v_cache, pos)
-
-
-def decode_qkv_attention(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    pos: Tensor,
-    *,
-    ln_weight: Tensor,
-    ln_bias: Tensor | None = None,
-    eps: float = DEFAULT_EPS,
-) -> Tensor:
-    """decode_attention(decode_linear(x, weight, bias, ln_weight=, ln_bias=), caches, pos): a
-    block's LayerNorm, c_attn and attention for one new position, in one launch on CUDA where
-    a head's c_attn rows fit the kernel's shared memory (else the two launches; the same bits
-    either way). x (R, C); weight (3C, C), bias (3C,) as c_attn; ln_weight / ln_bias (C,);
-    caches and pos as decode_attention (the caches are written at pos). Returns y (R, C).
-    Raises OpTypeError / OpInputError naming the argument.
-    """
-    op = "decode_qkv_attention"
-    float_tensor(op, "x", x, min_dim=2)
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        like(op, "x", x, name, t)
-        if t.dim() != 4:
-            raise OpInputError(f"{op}: {name} must be (R, nh, T, hs), got {tuple(t.shape)}")
-    R, nh, T, hs = k_cache.shape
-    C = nh * hs
-    if tuple(v_cache.shape) != (R, nh, T, hs):
-        raise OpInputError(
-            f"{op}: v_cache has shape {tuple(v_cache.shape)} but k_cache {tuple(k_cache.shape)}"
-        )
-    if tuple(x.shape) != (R, C):
-        raise OpInputError(
-            f"{op}: x must be ({R}, {C}) for caches of shape {tuple(k_cache.shape)}, got "
-            f"{tuple(x.shape)}"
-        )
-    like(op, "x", x, "weight", weight, shape=(3 * C, C))
-    like(op, "x", x, "ln_weight", ln_weight, shape=(C,))
-    for name, t, shape in (("bias", bias, (3 * C,)), ("ln_bias", ln_bias, (C,))):
-        if t is not None:
-            like(op, "x", x, name, t, shape=shape)
-    if not isinstance(pos, Tensor) or pos.dtype != torch.int64 or pos.numel() != 1:
-        raise OpTypeError(f"{op}: pos must be an int64 tensor of one element, got {pos!r}")
-    if pos.device != x.device:
-        raise OpInputError(f"{op}: pos is on {pos.device} but x is on {x.device}")
-    args = (x, weight, bias, ln_weight, ln_bias, k_cache, v_cache, pos, float(eps))
-    plain = direct(x, weight, bias, ln_weight, ln_bias, k_cache, v_cache, pos)
-    return (_decode_qkv_attention_impl if plain else _decode_qkv_attention)(*args)
 
 
 def _decode_blocks_impl(

@@ -6,7 +6,7 @@
     logits = step.slide(window, token)        # = step.window(cat(window[:, 1:], token))
 
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
-against the cache, 4 launches per block plus 2 (the embedding, ln_f + LM head) instead of ~28
+against the cache, 5 launches per block plus 2 (the embedding, ln_f + LM head) instead of ~28
 per block (csrc/decode.h has the layout). Opt-in (`ONE_LAUNCH = True`, or a step's
 `blocks_in_one_launch`), a small model on sm_90 runs the embedding and every block as one
 launch instead: a thread-block cluster of 16 SMs passing each phase's output through their
@@ -85,11 +85,6 @@ WINDOW_EPILOGUES = True
 # cached step, six a slide step, none of them programmatic). The A/B switch of the benchmarks.
 IO_KERNELS = True
 
-# True: the cached step's ln_1 + c_attn and attention as one decode_qkv_attention launch per
-# block (a block per head computing its q, k, v from c_attn rows held in shared memory; the
-# same bits), instead of decode_linear then decode_attention. The A/B switch of the benchmarks.
-QKV_ATTENTION = True
-
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
 # shakespeare-char's blocks are 21 MB in bfloat16.
@@ -146,8 +141,6 @@ class FusedDecodeStep:
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
         self.io_kernels = IO_KERNELS
-        # a block's ln_1, c_attn and attention as one decode_qkv_attention (see QKV_ATTENTION)
-        self.qkv_attention = QKV_ATTENTION
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -168,17 +161,11 @@ class FusedDecodeStep:
             x = m.wte.weight.index_select(0, tok) + m.wpe.weight.index_select(0, p)
         for i, block in enumerate(m.h):
             attn = block.attn
-            if self.qkv_attention:
-                y = ops.decode_qkv_attention(
-                    x, attn.c_attn.weight, attn.c_attn.bias, self.cache.k[i], self.cache.v[i],
-                    pos, ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
-                )  # fmt: skip
-            else:
-                qkv = ops.decode_linear(
-                    x, attn.c_attn.weight, attn.c_attn.bias,
-                    ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
-                )  # fmt: skip
-                y = ops.decode_attention(qkv, self.cache.k[i], self.cache.v[i], pos)  # (B, C)
+            qkv = ops.decode_linear(
+                x, attn.c_attn.weight, attn.c_attn.bias,
+                ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
+            )  # fmt: skip
+            y = ops.decode_attention(qkv, self.cache.k[i], self.cache.v[i], pos)  # (B, C)
             x = self._after_attention(block, x, y)
         return self._head(x)
 
