@@ -16,7 +16,9 @@ cuBLASLt's GELU epilogue and the last-row attention (fused_step.WINDOW_EPILOGUES
 "gptstack-split-attention" = the window's attention by the opt-in split-keys kernel instead
 of the 4-warp one, "gptstack-torch-io" = the fed ids' embedding and the state update after
 each token by PyTorch's ops instead of decode_embed / window_embed / decode_advance
-(fused_step.IO_KERNELS off); --configs picks them), alternating the configurations
+(fused_step.IO_KERNELS off), "gptstack-separate-advance" = the state updated by a
+decode_advance launch after the sampler instead of by the sampler's last block
+(fused_step.ADVANCE_IN_SAMPLER off); --configs picks them), alternating the configurations
 over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
 writes a torch.profiler kernel table of one 500-token generation per configuration:
 `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
@@ -79,8 +81,11 @@ def main() -> None:
             decoders["gptstack-sdpa-window"].step.native_attention = False
         if "gptstack-plain-window" in decoders:
             decoders["gptstack-plain-window"].step.window_epilogues = False
+        if "gptstack-separate-advance" in decoders:
+            decoders["gptstack-separate-advance"].advance_in_sampler = False
         if "gptstack-torch-io" in decoders:
             decoders["gptstack-torch-io"].io_kernels = False
+            decoders["gptstack-torch-io"].advance_in_sampler = False
             decoders["gptstack-torch-io"].step.io_kernels = False
         if "gptstack-rows-window" in decoders:
             step = decoders["gptstack-rows-window"].step

@@ -85,6 +85,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "io_kernels": False,
     },
+    # the decoder's state updated by a decode_advance launch after cuda_ops' sampler instead of
+    # by the sampler's last block (fused_step.ADVANCE_IN_SAMPLER)
+    "graph bf16 fused separate-advance": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "advance_in_sampler": False,
+    },
     # the slide window's attention by the opt-in split-keys kernel instead of the 4-warp one
     "graph bf16 fused split-attention": {
         "mode": "graph",
@@ -119,6 +127,7 @@ DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
+DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 
 
 def set_one_launch(enabled: bool) -> None:
@@ -173,6 +182,9 @@ def main() -> None:
                     "window_epilogues", DEFAULT_WINDOW_EPILOGUES
                 )
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
+                fused_step.ADVANCE_IN_SAMPLER = options.pop(
+                    "advance_in_sampler", DEFAULT_ADVANCE_IN_SAMPLER
+                )
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
                     with attention:
@@ -198,6 +210,7 @@ def main() -> None:
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                     fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
+                    fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["dtype"] = res.dtype  # what "auto" resolved to

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common.h"
+#include "decode_io_args.h"
 
 using namespace nb::literals;
 
@@ -116,10 +117,28 @@ void decode_advance(nb::ndarray<> new_tokens, nb::ndarray<> out, int64_t column,
                     nb::ndarray<> token, nb::ndarray<> window, nb::ndarray<> pos, bool slide,
                     uintptr_t stream) {
   const char* op = "decode_advance";
+  const DecodeState s = decode_state_arg(op, out, column, token, window, pos, slide);
+  Tensor Win = view(op, "window", window);
+  Tensor New = ids(op, Win, "new_tokens", new_tokens, s.B);
+  if (Win.cuda) {
+    CudaScope scope(op, Win);
+    GS_CUDA_CALL(decode_advance_cuda(s, New.ptr<const int64_t>(), stream));
+    return;
+  }
+  decode_advance_cpu(s, New.ptr<const int64_t>());
+}
+
+}  // namespace
+
+DecodeState decode_state_arg(const char* op, nb::ndarray<> out, int64_t column,
+                             nb::ndarray<> token, nb::ndarray<> window, nb::ndarray<> pos,
+                             bool slide, int64_t rows) {
   Tensor Win = view(op, "window", window), O = view(op, "out", out);
   check_dtype(op, "window", Win, {DType::i64});
   if (Win.ndim() != 2) fail(op, "window must be (B, T), got shape " + shape_str(Win.shape));
   const int64_t B = Win.size(0), T_ = Win.size(1);
+  if (rows >= 0 && B != rows)
+    fail(op, "the window has " + std::to_string(B) + " rows, the logits " + std::to_string(rows));
   check_dtype(op, "out", O, {DType::i64});
   if (O.ndim() != 2 || O.size(0) != B)
     fail(op, "out must be (" + std::to_string(B) + ", n) for a window of " + std::to_string(B) +
@@ -128,35 +147,28 @@ void decode_advance(nb::ndarray<> new_tokens, nb::ndarray<> out, int64_t column,
   if (column < 0 || column >= O.size(1))
     fail(op, "column " + std::to_string(column) + " is outside out's " +
                  std::to_string(O.size(1)) + " columns");
-  Tensor New = ids(op, Win, "new_tokens", new_tokens, B), Tok = ids(op, Win, "token", token, B),
-         P = ids(op, Win, "pos", pos, 1);
-  const int64_t cols = O.size(1);
-  if (Win.cuda) {
-    CudaScope scope(op, Win);
-    if (slide && T_ > kDecodeIoMaxT)
-      fail(op, "a window of " + std::to_string(T_) + " ids is above the CUDA kernel's " +
-                   std::to_string(kDecodeIoMaxT));
-    GS_CUDA_CALL(decode_advance_cuda(Win.ptr<int64_t>(), Tok.ptr<int64_t>(), P.ptr<int64_t>(),
-                                     O.ptr<int64_t>(), New.ptr<const int64_t>(), B, T_, cols,
-                                     column, slide, stream));
-    return;
-  }
-  int64_t *w = Win.ptr<int64_t>(), *tok = Tok.ptr<int64_t>(), *p = P.ptr<int64_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t* row = w + b * T_;
-    if (slide) {
-      for (int64_t t = 0; t + 1 < T_; ++t) row[t] = row[t + 1];
-      if (T_ > 0) row[T_ - 1] = tok[b];
-    } else if (*p >= 0 && *p < T_) {
-      row[*p] = tok[b];
-    }
-    O.ptr<int64_t>()[b * cols + column] = New.ptr<const int64_t>()[b];
-    tok[b] = New.ptr<const int64_t>()[b];
-  }
-  if (!slide) *p += 1;
+  Tensor Tok = ids(op, Win, "token", token, B), P = ids(op, Win, "pos", pos, 1);
+  if (Win.cuda && slide && T_ > kDecodeIoMaxT)
+    fail(op, "a window of " + std::to_string(T_) + " ids is above the CUDA kernel's " +
+                 std::to_string(kDecodeIoMaxT));
+  return DecodeState{Win.ptr<int64_t>(), Tok.ptr<int64_t>(), P.ptr<int64_t>(), O.ptr<int64_t>(),
+                     B, T_, O.size(1), column, slide};
 }
 
-}  // namespace
+void decode_advance_cpu(const DecodeState& s, const int64_t* new_tokens) {
+  for (int64_t b = 0; b < s.B; ++b) {
+    int64_t* row = s.window + b * s.T;
+    if (s.slide) {
+      for (int64_t t = 0; t + 1 < s.T; ++t) row[t] = row[t + 1];
+      if (s.T > 0) row[s.T - 1] = s.token[b];
+    } else if (*s.pos >= 0 && *s.pos < s.T) {
+      row[*s.pos] = s.token[b];
+    }
+    s.out[b * s.out_cols + s.column] = new_tokens[b];
+    s.token[b] = new_tokens[b];
+  }
+  if (!s.slide) *s.pos += 1;
+}
 
 void register_decode_io(nb::module_& m) {
   m.def("decode_embed", &decode_embed, "x"_a, "token"_a, "pos"_a, "wte"_a, "wpe"_a,

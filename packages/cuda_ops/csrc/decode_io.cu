@@ -7,14 +7,15 @@
 // window_embed_kernel: grid (T, B), 128 threads over the C columns of row (b, t).
 // decode_advance_kernel: one block of 256 threads for every row (B is the batch: small), so the
 //   position is read by all before one thread moves it on; a slide shifts each window row
-//   through shared memory (every id read before any is written).
+//   through shared memory (every id read before any is written): advance_state, decode_io.cuh,
+//   which sample_kernel's last block also runs where the sampler updates the state itself.
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode_io.cu -I.
 #include <cmath>
 #include <string>
 
 #include "cuda_common.cuh"
-#include "decode_io.h"
+#include "decode_io.cuh"
 
 namespace gs {
 namespace {
@@ -56,32 +57,11 @@ __global__ void __launch_bounds__(kEmbedThreads)
 }
 
 __global__ void __launch_bounds__(kAdvanceThreads)
-    decode_advance_kernel(int64_t* __restrict__ window, int64_t* __restrict__ token,
-                          int64_t* __restrict__ pos, int64_t* __restrict__ out,
-                          const int64_t* __restrict__ new_tokens, int B, int T_,
-                          int64_t out_cols, int64_t column, bool slide) {
+    decode_advance_kernel(DecodeState s, const int64_t* __restrict__ new_tokens) {
   extern __shared__ int64_t ids[];  // one window row (slide)
   pdl_launch_dependents();
   pdl_wait();  // new_tokens is the sampler's output
-  const int t0 = threadIdx.x;
-  const int64_t p = slide ? 0 : *pos;
-  for (int b = 0; b < B; ++b) {
-    int64_t* row = window + int64_t(b) * T_;
-    if (slide) {
-      for (int t = t0; t < T_; t += blockDim.x) ids[t] = t < T_ - 1 ? row[t + 1] : token[b];
-      __syncthreads();
-      for (int t = t0; t < T_; t += blockDim.x) row[t] = ids[t];
-      __syncthreads();
-    } else if (t0 == 0 && p >= 0 && p < T_) {
-      row[p] = token[b];
-    }
-  }
-  __syncthreads();  // token and pos are read above before they are written below
-  for (int b = t0; b < B; b += blockDim.x) {
-    out[int64_t(b) * out_cols + column] = new_tokens[b];
-    token[b] = new_tokens[b];
-  }
-  if (!slide && t0 == 0) *pos = p + 1;
+  advance_state(s, new_tokens, ids);
 }
 
 std::string rows_text(int64_t B, int64_t T, int64_t C) {
@@ -122,14 +102,12 @@ void window_embed_cuda(void* x, const int64_t* window, const int64_t* token, con
   check_launch("window_embed", rows_text(B, T, C));
 }
 
-void decode_advance_cuda(int64_t* window, int64_t* token, int64_t* pos, int64_t* out,
-                         const int64_t* new_tokens, int64_t B, int64_t T, int64_t out_cols,
-                         int64_t column, bool slide, uintptr_t stream) {
-  if (B == 0) return;
-  const size_t smem = slide ? size_t(T) * sizeof(int64_t) : 0;
-  launch_programmatic(decode_advance_kernel, 1u, kAdvanceThreads, smem, as_stream(stream), window,
-                      token, pos, out, new_tokens, int(B), int(T), out_cols, column, slide);
-  check_launch("decode_advance", rows_text(B, T, 0));
+void decode_advance_cuda(const DecodeState& s, const int64_t* new_tokens, uintptr_t stream) {
+  if (s.B == 0) return;
+  const size_t smem = s.slide ? size_t(s.T) * sizeof(int64_t) : 0;
+  launch_programmatic(decode_advance_kernel, 1u, kAdvanceThreads, smem, as_stream(stream), s,
+                      new_tokens);
+  check_launch("decode_advance", rows_text(s.B, s.T, 0));
 }
 
 }  // namespace gs

@@ -27,14 +27,25 @@ namespace gs {
 // decode_advance on CUDA shifts a window row through shared memory (T int64 in one block)
 constexpr int64_t kDecodeIoMaxT = 6144;
 
+// The graph decoder's state that decode_advance updates: window (B, T), token (B,), pos (one
+// element), out (B, out_cols) whose column `column` takes the new tokens; a slide or a step.
+// sample_tokens takes one too, to update it in the same launch (sampling.h).
+struct DecodeState {
+  int64_t* window;
+  int64_t* token;
+  int64_t* pos;
+  int64_t* out;
+  int64_t B, T, out_cols, column;
+  bool slide;
+};
+void decode_advance_cpu(const DecodeState& s, const int64_t* new_tokens);
+
 void decode_embed_cuda(void* x, const int64_t* token, const int64_t* pos, const void* wte,
                        const void* wpe, int64_t B, int64_t C, int64_t vocab, int64_t positions,
                        DType dtype, uintptr_t stream);
 void window_embed_cuda(void* x, const int64_t* window, const int64_t* token, const void* wte,
                        const void* wpe, int64_t B, int64_t T, int64_t C, int64_t vocab,
                        DType dtype, uintptr_t stream);
-void decode_advance_cuda(int64_t* window, int64_t* token, int64_t* pos, int64_t* out,
-                         const int64_t* new_tokens, int64_t B, int64_t T, int64_t out_cols,
-                         int64_t column, bool slide, uintptr_t stream);
+void decode_advance_cuda(const DecodeState& s, const int64_t* new_tokens, uintptr_t stream);
 
 }  // namespace gs

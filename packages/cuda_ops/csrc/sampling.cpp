@@ -2,13 +2,17 @@
 // stream and formulas, sampling.h; scalar, OpenMP over rows) and its _C binding.
 #include "sampling.h"
 
+#include <nanobind/stl/optional.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "common.h"
+#include "decode_io_args.h"
 
 using namespace nb::literals;
 
@@ -69,7 +73,9 @@ void sample_tokens_cpu(int64_t* tokens, const T* logits, int64_t* state, int64_t
 
 void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> state,
                    double temperature, int64_t top_k, int64_t vocab_limit, uintptr_t stream,
-                   int num_threads) {
+                   int num_threads, std::optional<nb::ndarray<>> out, int64_t column,
+                   std::optional<nb::ndarray<>> token, std::optional<nb::ndarray<>> window,
+                   std::optional<nb::ndarray<>> pos, bool slide) {
   const char* op = "sample_tokens";
   (void)stream;
   Tensor L = view(op, "logits", logits), Y = view(op, "tokens", tokens),
@@ -91,10 +97,19 @@ void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> sta
   if (!(temperature > 0.0) || !std::isfinite(temperature))
     fail(op, "temperature must be a finite number > 0 (greedy decoding is an argmax)");
   if (top_k < 0) fail(op, "top_k must be >= 0 (0: no limit)");
+  // the decoder's state to update with the tokens (decode_io.h): all of it, or none
+  std::optional<DecodeState> advance;
+  if (out || token || window || pos) {
+    if (!(out && token && window && pos))
+      fail(op, "out, token, window and pos come together (the decoder's state), or not at all");
+    advance = decode_state_arg(op, *out, column, *token, *window, *pos, slide, R);
+    check_same_device(op, L, "window", view(op, "window", *window));
+  }
   if (L.cuda) {
     CudaScope scope(op, L);
     GS_CUDA_CALL(sample_tokens_cuda(Y.ptr<int64_t>(), L.data, S.ptr<int64_t>(), R, vocab_limit,
-                                    stride, temperature, top_k, L.dtype, stream));
+                                    stride, temperature, top_k, advance ? &*advance : nullptr,
+                                    L.dtype, stream));
     return;
   }
   const int nt = resolve_threads(num_threads);
@@ -103,16 +118,19 @@ void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> sta
     sample_tokens_cpu<T>(Y.ptr<int64_t>(), L.ptr<const T>(), S.ptr<int64_t>(), R, vocab_limit,
                          stride, static_cast<float>(temperature), top_k, nt);
   });
+  if (advance) decode_advance_cpu(*advance, Y.ptr<const int64_t>());
 }
 
 }  // namespace
 
 void register_sampling(nb::module_& m) {
   m.def("sample_tokens", &sample_tokens, "tokens"_a, "logits"_a, "state"_a, "temperature"_a,
-        "top_k"_a, "vocab_limit"_a, "stream"_a = 0, "num_threads"_a = 0,
-        nb::call_guard<nb::gil_scoped_release>(),
+        "top_k"_a, "vocab_limit"_a, "stream"_a = 0, "num_threads"_a = 0, "out"_a = nb::none(),
+        "column"_a = 0, "token"_a = nb::none(), "window"_a = nb::none(), "pos"_a = nb::none(),
+        "slide"_a = false, nb::call_guard<nb::gil_scoped_release>(),
         "One token per row: temperature, top-k, exponential race on Philox (sampling.h); "
-        "advances state's draw.");
+        "advances state's draw. Given out, token, window and pos, updates them as "
+        "decode_advance does.");
 }
 
 }  // namespace gs

@@ -6,11 +6,14 @@
 // digits of an order-preserving uint32 key, a 256-bin shared histogram each, warp 0 finding the
 // digit); then the race, one Philox call per 4 elements, and a block argmax. Thread t handles
 // elements 4t .. 4t+3, then 4(t + 256) .., in increasing order, so a tie keeps the lowest index.
-// Launched as a programmatic dependent of the LM head's kernel (cuda_launch.h).
+// Launched as a programmatic dependent of the LM head's kernel (cuda_launch.h). Given the graph
+// decoder's state, the block that takes the last ticket also updates it (advance_state,
+// decode_io.cuh): decode_advance's launch saved.
 #include <climits>
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "decode_io.cuh"
 #include "sampling.h"
 
 namespace gs {
@@ -80,7 +83,9 @@ template <typename T>
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(int64_t* __restrict__ tokens, const T* __restrict__ logits,
                   int64_t* __restrict__ state, int V, int64_t stride, float temperature,
-                  int top_k) {
+                  int top_k, DecodeState advance) {
+  extern __shared__ int64_t ids[];  // a window row, where the last block slides the window
+  __shared__ bool last;
   __shared__ float red[32];
   __shared__ float warp_best[32];
   __shared__ int warp_index[32];
@@ -129,29 +134,37 @@ __global__ void __launch_bounds__(kSampleThreads)
     // every block has read `draw` before it takes a ticket; the last one advances it
     __threadfence();
     auto* ticket = reinterpret_cast<unsigned long long*>(state + 2);
-    if (atomicAdd(ticket, 1ull) == gridDim.x - 1) {
+    last = atomicAdd(ticket, 1ull) == gridDim.x - 1;
+    if (last) {
       *ticket = 0;
       state[1] = int64_t(draw + 1);
     }
   }
+  if (!advance.window) return;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every row's token is written (the tickets say so): read through L2
+  advance_state(advance, tokens, ids);
 }
 
 }  // namespace
 
 void sample_tokens_cuda(int64_t* tokens, const void* logits, int64_t* state, int64_t R,
                         int64_t V, int64_t stride, double temperature, int64_t top_k,
-                        DType dtype, uintptr_t stream) {
+                        const DecodeState* advance, DType dtype, uintptr_t stream) {
   if (R == 0) return;
   const std::string config = "(R=" + std::to_string(R) + ", V=" + std::to_string(V) + ")";
-  if (dtype == DType::bf16) {
-    launch_programmatic(sample_kernel<__nv_bfloat16>, unsigned(R), kSampleThreads, 0,
-                        as_stream(stream), tokens, static_cast<const __nv_bfloat16*>(logits),
-                        state, int(V), stride, float(temperature), int(top_k));
-  } else {
-    launch_programmatic(sample_kernel<float>, unsigned(R), kSampleThreads, 0, as_stream(stream),
-                        tokens, static_cast<const float*>(logits), state, int(V), stride,
-                        float(temperature), int(top_k));
-  }
+  const DecodeState none{};
+  const DecodeState& adv = advance ? *advance : none;
+  const size_t smem = adv.window && adv.slide ? size_t(adv.T) * sizeof(int64_t) : 0;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    launch_programmatic(sample_kernel<T>, unsigned(R), kSampleThreads, smem, as_stream(stream),
+                        tokens, static_cast<const T*>(logits), state, int(V), stride,
+                        float(temperature), int(top_k), adv);
+  };
+  if (dtype == DType::bf16) run(__nv_bfloat16{});
+  else run(float{});
   check_launch("sample_tokens", config);
 }
 

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "decode_io.h"
 #include "dtype.h"
 #include "philox.h"
 
@@ -37,8 +38,10 @@ GS_HD Philox4 sample_bits(uint64_t seed, uint64_t draw, uint32_t row, uint32_t c
 }
 
 // logits (R, stride) with the first V columns sampled; tokens (R,) int64; top_k 0 = no limit.
+// advance (or null): the graph decoder's state, updated with the tokens as decode_advance does
+// (decode_io.h), by the block that finishes last: one launch where there were two.
 void sample_tokens_cuda(int64_t* tokens, const void* logits, int64_t* state, int64_t R,
                         int64_t V, int64_t stride, double temperature, int64_t top_k,
-                        DType dtype, uintptr_t stream);
+                        const DecodeState* advance, DType dtype, uintptr_t stream);
 
 }  // namespace gs

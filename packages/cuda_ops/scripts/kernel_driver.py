@@ -113,8 +113,15 @@ def once() -> None:
         out, token = torch.zeros(2, 8, dtype=torch.long, device=dev), window[:, :1].clone()
         for slide in (False, True):  # the decoder's state after a token, at pos 255 / sliding
             pos, new = torch.tensor(255, device=dev), torch.tensor([5, 6], device=dev)
-            ops.decode_advance(new, out, 7, token, window, pos, slide=slide)
-        assert out[:, 7].tolist() == [5, 6], "decode_advance"
+            ops.decode_advance(new, ops.DecoderState(out, 7, token, window, pos, slide))
+            logits = rnd(2, 65, dtype=dtype)  # the sampler's last block updates it instead
+            new = ops.sample_tokens(
+                logits,
+                ops.sampler_state(3, dev),
+                top_k=5,
+                advance=ops.DecoderState(out, 6, token, window, pos, slide),
+            )
+        assert out[:, 7].tolist() == [5, 6] and torch.equal(out[:, 6], new), "decode_advance"
         for V, top_k in ((65, 40), (50304, 200), (513, None)):  # select + race; race alone
             logits = 3 * rnd(3, V, dtype=dtype)
             state = ops.sampler_state(7, dev)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import gptstack.cuda_ops as ops
-from gptstack.cuda_ops import _C
+from gptstack.cuda_ops import _C, DecoderState
 from gptstack.cuda_ops.errors import OpInputError, OpTypeError
 
 CPU_DTYPES = [torch.float64, torch.float32, torch.bfloat16]
@@ -99,7 +99,7 @@ def _check_advance(B, T, gen, device, steps=12):
             new = _ids((B,), 99, gen, device)
             slide = bool(torch.randint(0, 2, (), generator=gen))
             out, token, window, pos = mine
-            ops.decode_advance(new, out, i % 8, token, window, pos, slide=slide)
+            ops.decode_advance(new, DecoderState(out, i % 8, token, window, pos, slide))
             _reference_advance(new, state[0], i % 8, state[1], state[2], state[3], slide)
             for name, a, b in zip(("out", "token", "window", "pos"), mine, state, strict=True):
                 assert torch.equal(a, b), f"{name} after step {i} (slide={slide}, start={start})"
@@ -129,7 +129,7 @@ def test_cuda_graph_replays_embed_and_advance(gen):
         x = ops.window_embed(window, token, wte, wpe) if slide else ops.decode_embed(
             token, pos, wte, wpe)[:, None]  # fmt: skip
         new = x.float().sum(dim=(1, 2)).abs().long() % V  # depends on the embedded ids
-        ops.decode_advance(new, out, i, token, window, pos, slide=slide)
+        ops.decode_advance(new, DecoderState(out, i, token, window, pos, slide))
 
     def four():
         for i, slide in enumerate((False, False, True, True)):
@@ -155,15 +155,62 @@ def test_cuda_graph_replays_embed_and_advance(gen):
         assert torch.equal(a, b), name
 
 
+def _check_sampler_advances(B, T, gen, device):
+    """sample_tokens with advance= draws the tokens sample_tokens draws and leaves the state
+    decode_advance leaves, steps and slides in turn."""
+    V = 70
+    state = [torch.zeros(B, 4, dtype=torch.long, device=device), _ids((B, 1), V, gen, device),
+             _ids((B, T), V, gen, device), torch.tensor(T // 2, device=device)]  # fmt: skip
+    mine = [t.clone() for t in state]
+    s1, s2 = ops.sampler_state(9, device), ops.sampler_state(9, device)
+    for i, slide in enumerate((False, True, False, True)):
+        logits = torch.randn(B, V, generator=gen).to(device)
+        got = ops.sample_tokens(logits, s1, temperature=0.8, top_k=20,
+                                advance=DecoderState(mine[0], i, *mine[1:], slide))  # fmt: skip
+        want = ops.sample_tokens(logits, s2, temperature=0.8, top_k=20)
+        ops.decode_advance(want, DecoderState(state[0], i, *state[1:], slide))
+        assert torch.equal(got, want) and torch.equal(s1, s2), (i, slide)
+        for name, a, b in zip(("out", "token", "window", "pos"), mine, state, strict=True):
+            assert torch.equal(a, b), f"{name} after step {i} (slide={slide})"
+
+
+@pytest.mark.parametrize("B, T", [(1, 1), (1, 64), (3, 300)])
+def test_sampler_updates_the_state_as_decode_advance(B, T, gen):
+    _check_sampler_advances(B, T, gen, "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("B, T", [(1, 1), (1, 64), (3, 300), (2, 1024)])
+def test_cuda_sampler_updates_the_state_as_decode_advance(B, T, gen):
+    _check_sampler_advances(B, T, gen, "cuda")
+
+
+def test_sampler_takes_the_whole_state_or_none(gen):
+    logits, state = torch.randn(2, 10, generator=gen), ops.sampler_state(1)
+    win = torch.zeros(3, 4, dtype=torch.long)
+    bad = DecoderState(torch.zeros(3, 2, dtype=torch.long), 0, win[:, :1].clone(), win,
+                       torch.tensor(0), False)  # fmt: skip
+    with pytest.raises(OpInputError, match="the window has 3 rows, the logits 2"):
+        ops.sample_tokens(logits, state, advance=bad)
+    with pytest.raises(ValueError, match="come together"):
+        _C.sample_tokens(torch.empty(2, dtype=torch.long), logits, state, 1.0, 0, 10,
+                         out=torch.zeros(2, 2, dtype=torch.long))  # fmt: skip
+
+
 def test_opcheck(gen):
     wte, wpe = _tables(11, 9, 6, torch.float32, gen, "cpu")
     token, window, pos = _ids((2, 1), 11, gen, "cpu"), _ids((2, 9), 11, gen, "cpu"), torch.tensor(4)
     torch.library.opcheck(torch.ops.gptstack.decode_embed.default, (token, pos, wte, wpe))
     torch.library.opcheck(torch.ops.gptstack.window_embed.default, (window, token, wte, wpe))
     out, new = torch.zeros(2, 3, dtype=torch.long), _ids((2,), 11, gen, "cpu")
+    logits, sampler = torch.randn(2, 11, generator=gen), ops.sampler_state(3)
     for slide in (False, True):
         torch.library.opcheck(
             torch.ops.gptstack.decode_advance.default, (new, out, 1, token, window, pos, slide)
+        )
+        torch.library.opcheck(
+            torch.ops.gptstack.sample_and_advance.default,
+            (logits, sampler, 0.8, 5, 11, out, 1, token, window, pos, slide),
         )
 
 
@@ -179,12 +226,14 @@ def test_opcheck(gen):
         (lambda w, p, t, win, pos: ops.window_embed(win, t[:1], w, p), OpInputError, "rows"),
         (lambda w, p, t, win, pos: ops.window_embed(win.repeat(1, 3), t, w, p), OpInputError,
          "positions"),
-        (lambda w, p, t, win, pos: ops.decode_advance(t, win, 9, t, win, pos, slide=True),
-         OpInputError, "column"),
-        (lambda w, p, t, win, pos: ops.decode_advance(t, win, 0, t, win.t(), pos, slide=True),
-         OpInputError, "contiguous"),
-        (lambda w, p, t, win, pos: ops.decode_advance(t, win, 0, t, win, pos, slide=1),
-         OpTypeError, "slide"),
+        (lambda w, p, t, win, pos: ops.decode_advance(t[:, 0], DecoderState(win, 9, t, win, pos,
+         True)), OpInputError, "column"),
+        (lambda w, p, t, win, pos: ops.decode_advance(t[:, 0], DecoderState(win, 0, t, win.t(),
+         pos, True)), OpInputError, "contiguous"),
+        (lambda w, p, t, win, pos: ops.decode_advance(t[:, 0], DecoderState(win, 0, t, win, pos,
+         1)), OpTypeError, "slide"),
+        (lambda w, p, t, win, pos: ops.decode_advance(t[:, 0], (win, 0, t, win, pos, True)),
+         OpTypeError, "DecoderState"),
     ],
 )  # fmt: skip
 def test_bad_inputs_raise_clear_errors(call, error, words, gen):

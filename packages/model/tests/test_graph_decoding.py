@@ -382,23 +382,26 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
 @needs_cuda_ops
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window", ["slide", "halve"])
+@pytest.mark.parametrize("switch", ["IO_KERNELS", "ADVANCE_IN_SAMPLER"])
 def test_captured_io_kernels_write_the_pytorch_ops_text(
-    make_gpt, random_tokens, monkeypatch, dtype, window
+    make_gpt, random_tokens, monkeypatch, dtype, window, switch
 ):
     """The embedding and state update by decode_embed / window_embed / decode_advance
-    (fused_step.IO_KERNELS) give the tokens of PyTorch's ops, greedy and drawn, in graphs."""
+    (fused_step.IO_KERNELS), and the state updated by the sampler's last block instead of a
+    decode_advance launch (ADVANCE_IN_SAMPLER), give the tokens of the ops they replace, greedy
+    and drawn, in graphs."""
     from gptstack.model import fused_step
 
     model = make_gpt(34, scramble=0.3, block_size=32).cuda().to(dtype)
     idx = random_tokens(34, 2, 5, model.config.vocab_size).cuda()
     texts = {}
-    for io_kernels in (True, False):
-        monkeypatch.setattr(fused_step, "IO_KERNELS", io_kernels)
+    for on in (True, False):
+        monkeypatch.setattr(fused_step, switch, on)
         decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
-        assert decoder.io_kernels == io_kernels
+        assert (decoder.io_kernels, decoder.advance_in_sampler)[switch != "IO_KERNELS"] == on
         greedy = decoder.generate(idx, 90, temperature=0, window=window)
         drawn = decoder.generate(idx, 90, seed=5, top_k=5, window=window)
-        texts[io_kernels] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
+        texts[on] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
         assert decoder._graphs
     assert torch.equal(texts[True][0], texts[False][0])
     assert torch.equal(texts[True][1], texts[False][1])

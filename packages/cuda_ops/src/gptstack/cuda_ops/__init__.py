@@ -15,7 +15,7 @@ from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
 from .decode import decode_attention, decode_blocks, decode_linear
-from .decode_io import decode_advance, decode_embed, window_embed
+from .decode_io import DecoderState, decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
@@ -37,6 +37,7 @@ def set_cpu_path(name: str) -> None:
 
 __all__ = [
     "CudaOpsError",
+    "DecoderState",
     "NotBuiltError",
     "OpInputError",
     "OpTypeError",

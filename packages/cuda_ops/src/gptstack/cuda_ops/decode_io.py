@@ -3,7 +3,7 @@
 
     x = decode_embed(token, pos, wte, wpe)          # (B, C) = wte[token] + wpe[pos]
     x = window_embed(window, token, wte, wpe)       # (B, T, C): cat(window[:, 1:], token)
-    decode_advance(new, out, i, token, window, pos, slide=False)   # after a token is drawn
+    decode_advance(new, DecoderState(out, i, token, window, pos, slide=False))  # once drawn
 
 One launch each where the decoder ran two index_selects and an add, then an index_copy, two
 copies and `pos += 1` (formulas: csrc/decode_io.h; CPU reference csrc/decode_io.cpp). The ids and
@@ -12,6 +12,8 @@ with the current ones. For generation only: no autograd formula.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -158,31 +160,34 @@ def window_embed(window: Tensor, token: Tensor, wte: Tensor, wpe: Tensor) -> Ten
     return fn(window, token, wte, wpe)
 
 
-def decode_advance(
-    new: Tensor,
-    out: Tensor,
-    column: int,
-    token: Tensor,
-    window: Tensor,
-    pos: Tensor,
-    *,
-    slide: bool,
-) -> None:
-    """The graph decoder's state once new (B,) tokens are drawn, in place:
+class DecoderState(NamedTuple):
+    """The graph decoder's state that decode_advance (or sample_tokens with advance=) updates
+    once new tokens are drawn: the new tokens go to out[:, column] and become token; slide=False
+    (a cached step): window[:, pos] = token, then pos += 1; slide=True (the window was full):
+    window = cat(window[:, 1:], token). All int64 on one device, contiguous: out (B, n), token
+    (B,) or (B, 1), window (B, T), pos of one element (read on the device; a pos outside [0, T)
+    writes no window id)."""
 
-    slide=False (a cached step): window[:, pos] = token, then pos += 1;
-    slide=True (the window was full): window = cat(window[:, 1:], token);
-    both: out[:, column] = new and token = new.
-    All int64 on one device: new (B,), out (B, n), token (B,) or (B, 1), window (B, T), pos of one
-    element (read on the device; a pos outside [0, T) writes no window id). Raises OpTypeError /
-    OpInputError.
-    """
-    op = "decode_advance"
+    out: Tensor
+    column: int
+    token: Tensor
+    window: Tensor
+    pos: Tensor
+    slide: bool
+
+
+def check_state(op: str, state: object, rows: int | None = None) -> DecoderState:
+    """state is a valid DecoderState (of `rows` rows); OpTypeError / OpInputError if not."""
+    if not isinstance(state, DecoderState):
+        raise OpTypeError(f"{op}: the decoder's state must be a DecoderState, got {state!r}")
+    out, column, token, window, pos, slide = state
     if not isinstance(window, Tensor):
         raise OpTypeError(f"{op}: window must be an int64 (B, T) tensor, got {window!r}")
     window = _window(op, window, window.device)
     B, T = window.shape
     device = window.device
+    if rows is not None and B != rows:
+        raise OpInputError(f"{op}: the window has {B} rows, the logits {rows}")
     if device.type == "cuda" and slide and T > MAX_SLIDE_T:
         raise OpInputError(f"{op}: a window of {T} ids is above the CUDA kernel's {MAX_SLIDE_T}")
     if not isinstance(out, Tensor) or out.dtype != torch.int64 or out.dim() != 2:
@@ -194,9 +199,17 @@ def decode_advance(
         n = out.size(1)
         raise OpInputError(f"{op}: column is {column!r}; it must be an integer in [0, {n})")
     _tokens(op, token, device, rows=B)
-    for name, t, count in (("new", new, B), ("pos", pos, 1)):
-        _ids(op, name, t, device, count)
+    _ids(op, "pos", pos, device, 1)
     if not isinstance(slide, bool):
         raise OpTypeError(f"{op}: slide must be True or False, got {slide!r}")
+    return state
+
+
+def decode_advance(new: Tensor, state: DecoderState) -> None:
+    """The graph decoder's state once new (B,) int64 tokens are drawn, updated in place (see
+    DecoderState). Raises OpTypeError / OpInputError."""
+    op = "decode_advance"
+    out, column, token, window, pos, slide = check_state(op, state)
+    _ids(op, "new", new, window.device, window.size(0))
     fn = _decode_advance_impl if direct(new, out, token, window, pos) else _decode_advance
     fn(new, out, column, token, window, pos, slide)

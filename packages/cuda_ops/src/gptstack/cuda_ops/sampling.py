@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ._checks import direct, float_tensor
 from ._ext import _C, dl, stream_of, threads
+from .decode_io import DecoderState, check_state
 from .errors import OpInputError, OpTypeError
 
 
@@ -38,6 +39,38 @@ def _sample_tokens_impl(
     return tokens
 
 
+def _sample_and_advance_impl(
+    logits: Tensor,
+    state: Tensor,
+    temperature: float,
+    top_k: int,
+    vocab_limit: int,
+    out: Tensor,
+    column: int,
+    token: Tensor,
+    window: Tensor,
+    pos: Tensor,
+    slide: bool,
+) -> Tensor:
+    tokens = torch.empty(logits.size(0), dtype=torch.int64, device=logits.device)
+    _C.sample_tokens(
+        dl(tokens), dl(logits), dl(state), temperature, top_k, vocab_limit, stream_of(logits),
+        threads(), out=dl(out), column=column, token=dl(token), window=dl(window), pos=dl(pos),
+        slide=slide,
+    )  # fmt: skip
+    return tokens
+
+
+_sample_and_advance = torch.library.custom_op(
+    "gptstack::sample_and_advance", mutates_args=("state", "out", "token", "window", "pos")
+)(_sample_and_advance_impl)
+
+
+@_sample_and_advance.register_fake
+def _sample_and_advance_fake(logits, state, temperature, top_k, vocab_limit, *_decoder):
+    return torch.empty(logits.size(0), dtype=torch.int64, device=logits.device)
+
+
 _sample_tokens = torch.library.custom_op("gptstack::sample_tokens", mutates_args=("state",))(
     _sample_tokens_impl
 )
@@ -55,12 +88,15 @@ def sample_tokens(
     temperature: float = 1.0,
     top_k: int | None = None,
     vocab_limit: int | None = None,
+    advance: DecoderState | None = None,
 ) -> Tensor:
     """One token per row of logits (R, V): (R,) int64 on logits' device.
 
     temperature > 0 (greedy is an argmax); top_k: keep the k largest (ties kept), None for all;
     vocab_limit: sample only ids < vocab_limit (a padded vocabulary's extra rows), None for V.
     state: from sampler_state(), on logits' device; its draw count advances by one per call.
+    advance: the graph decoder's state, updated with the tokens as decode_advance does, in the
+    same launch on CUDA (its last block to finish).
     Raises OpTypeError / OpInputError naming the argument.
     """
     op = "sample_tokens"
@@ -84,4 +120,12 @@ def sample_tokens(
     if vocab_limit is not None and not 1 <= vocab_limit <= V:
         raise OpInputError(f"{op}: vocab_limit is {vocab_limit}; it must be in [1, {V}]")
     args = (logits, state, float(temperature), top_k or 0, vocab_limit or V)
-    return (_sample_tokens_impl if direct(logits, state) else _sample_tokens)(*args)
+    if advance is None:
+        return (_sample_tokens_impl if direct(logits, state) else _sample_tokens)(*args)
+    out, column, token, window, pos, slide = check_state(op, advance, rows=logits.size(0))
+    if window.device != logits.device:
+        where = f"the decoder's state is on {window.device}, logits on {logits.device}"
+        raise OpInputError(f"{op}: {where}")
+    plain = direct(logits, state, out, token, window, pos)
+    fn = _sample_and_advance_impl if plain else _sample_and_advance
+    return fn(*args, out, column, token, window, pos, slide)

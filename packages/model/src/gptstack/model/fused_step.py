@@ -85,6 +85,11 @@ WINDOW_EPILOGUES = True
 # cached step, six a slide step, none of them programmatic). The A/B switch of the benchmarks.
 IO_KERNELS = True
 
+# With IO_KERNELS, where cuda_ops' sampler draws the tokens (graph_decoding: a temperature, no
+# top-p): True = its last block to finish also updates the decoder's state, instead of a
+# decode_advance launch after it. The A/B switch of the benchmarks.
+ADVANCE_IN_SAMPLER = True
+
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
 # shakespeare-char's blocks are 21 MB in bfloat16.

@@ -51,6 +51,17 @@ WINDOWS = ("slide", "halve")
 DEFAULT_CHUNK = 32
 
 
+class Pick:
+    """A generation's token drawing: pick(logits) -> (B,) ids; with `fused` (cuda_ops'
+    sampler), pick(logits, state) also updates the decoder's state (sample_tokens' advance=)."""
+
+    def __init__(self, draw: Callable[..., Tensor], fused: bool) -> None:
+        self.draw, self.fused = draw, fused
+
+    def __call__(self, logits: Tensor, state=None) -> Tensor:
+        return self.draw(logits, state) if state is not None else self.draw(logits)
+
+
 def window_length(n_tokens: int, block_size: int, window: str) -> int:
     """How many of the last ids are in the window after feeding n_tokens ids one by one.
 
@@ -94,6 +105,7 @@ class GraphDecoder:
         compile: bool = False,
         fused_sampling: bool = True,
     ) -> None:
+        from . import fused_step
         from .fused_step import FusedDecodeStep, unsupported_reason
         from .gpt import GPT
 
@@ -140,8 +152,10 @@ class GraphDecoder:
             step = self.step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
             self._logits_one = lambda: step(self.token, self.pos)
             self._logits_window = lambda: step.slide(self.window, self.token)
-        # the state update after each token by cuda_ops.decode_advance (fused_step.IO_KERNELS)
+        # the state update after each token by cuda_ops.decode_advance (fused_step.IO_KERNELS),
+        # or by the fused sampler's last block where it draws the tokens (ADVANCE_IN_SAMPLER)
         self.io_kernels = self.fused and self.step.io_kernels
+        self.advance_in_sampler = self.io_kernels and fused_step.ADVANCE_IN_SAMPLER
         if compile:
             self._logits_one = torch.compile(self._logits_one, fullgraph=True, dynamic=False)
             self._logits_window = torch.compile(self._logits_window, fullgraph=True, dynamic=False)
@@ -165,23 +179,34 @@ class GraphDecoder:
         logits, _ = self.model(ids, last_only=True)
         return logits[:, -1]  # (B, V)
 
-    def _decode_steps(self, n: int, pick: Callable[[Tensor], Tensor]) -> None:
+    def _decode_steps(self, n: int, pick: Pick) -> None:
         """n tokens at positions pos, pos+1, ... (pos + n <= block_size) into out[:, :n]."""
         for i in range(n):
-            self._advance(pick(self._logits_one()), i, slide=False)
+            self._take(pick, self._logits_one(), i, slide=False)
 
-    def _slide_steps(self, n: int, pick: Callable[[Tensor], Tensor]) -> None:
+    def _slide_steps(self, n: int, pick: Pick) -> None:
         """The window is full: each token re-runs the last block_size ids (naive's rule)."""
         for i in range(n):
-            self._advance(pick(self._logits_window()), i, slide=True)
+            self._take(pick, self._logits_window(), i, slide=True)
+
+    def _take(self, pick: Pick, logits: Tensor, i: int, *, slide: bool) -> None:
+        """The next token from logits into out[:, i], and the decoder's state after it: the
+        fused sampler updates the state itself where it draws the token (one launch;
+        fused_step.ADVANCE_IN_SAMPLER), else _advance does."""
+        if self.advance_in_sampler and pick.fused:
+            pick(logits, self._state(i, slide))
+        else:
+            self._advance(pick(logits), i, slide=slide)
+
+    def _state(self, i: int, slide: bool):
+        """The state decode_advance updates, new tokens going to out[:, i]."""
+        return native_ops().DecoderState(self.out, i, self.token, self.window, self.pos, slide)
 
     def _advance(self, new: Tensor, i: int, *, slide: bool) -> None:
         """After new (B,) is drawn: the fed id joins the window (at pos, then pos += 1; or the
         window slides by one), new goes to out[:, i] and becomes the id to feed."""
         if self.io_kernels:
-            native_ops().decode_advance(
-                new, self.out, i, self.token, self.window, self.pos, slide=slide
-            )
+            native_ops().decode_advance(new, self._state(i, slide))
             return
         if slide:
             self.window.copy_(torch.cat([self.window[:, 1:], self.token], dim=1))
@@ -191,7 +216,7 @@ class GraphDecoder:
         self.out[:, i] = new
         self.token.copy_(new[:, None])
 
-    def _halve_step(self, pick: Callable[[Tensor], Tensor]) -> None:
+    def _halve_step(self, pick: Pick) -> None:
         """The window is full: keep its last T/2 ids, re-run them with the fed id at positions
         0 .. T/2 (the C engine's rule), one new token into out[:, 0]."""
         T, keep = self.block_size, self.block_size // 2
@@ -205,7 +230,7 @@ class GraphDecoder:
 
     # --- graphs ------------------------------------------------------------------------------
 
-    def _step(self, kind: str, n: int, pick: Callable[[Tensor], Tensor]) -> Callable[[], None]:
+    def _step(self, kind: str, n: int, pick: Pick) -> Callable[[], None]:
         """n steps of `kind`: "decode", "slide" or "halve" (always one token)."""
         if kind == "decode":
             return lambda: self._decode_steps(n, pick)
@@ -213,7 +238,7 @@ class GraphDecoder:
             return lambda: self._slide_steps(n, pick)
         return lambda: self._halve_step(pick)
 
-    def _run(self, kind: str, n: int, pick: Callable[[Tensor], Tensor], key: tuple) -> None:
+    def _run(self, kind: str, n: int, pick: Pick, key: tuple) -> None:
         """Run n steps of `kind`: eagerly, or by replaying its graph (captured if new)."""
         if not self.cuda_graph:
             self._step(kind, n, pick)()
@@ -316,17 +341,19 @@ class GraphDecoder:
         key = (temperature, top_k, top_p, window, vocab_limit)
         fused_sampling = self.samples_fused(temperature, top_p)
 
-        def pick(logits: Tensor) -> Tensor:
+        def draw(logits: Tensor, advance=None) -> Tensor:
             if fused_sampling:  # one launch (the sampler's Philox stream, not the generator's)
                 return native_ops().sample_tokens(
                     logits, self.sampler, temperature=temperature, top_k=top_k,
-                    vocab_limit=vocab_limit,
+                    vocab_limit=vocab_limit, advance=advance,
                 )  # fmt: skip
             if vocab_limit is not None:
                 logits = logits[:, :vocab_limit]
             return sample(
                 logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=self.generator
             )
+
+        pick = Pick(draw, fused_sampling)
 
         T = self.block_size
         L = window_length(idx.size(1), T, window)
