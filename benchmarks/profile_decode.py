@@ -18,7 +18,9 @@ of the 4-warp one, "gptstack-torch-io" = the fed ids' embedding and the state up
 each token by PyTorch's ops instead of decode_embed / window_embed / decode_advance
 (fused_step.IO_KERNELS off), "gptstack-separate-advance" = the state updated by a
 decode_advance launch after the sampler instead of by the sampler's last block
-(fused_step.ADVANCE_IN_SAMPLER off); --configs picks them), alternating the configurations
+(fused_step.ADVANCE_IN_SAMPLER off), "gptstack-gelu-kernel" = a bias-free model's window GELU as
+a kernel instead of cuBLASLt's epilogue with a zero bias (fused_step.ZERO_BIAS_EPILOGUE off);
+--configs picks them), alternating the configurations
 over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
 writes a torch.profiler kernel table of one 500-token generation per configuration:
 `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
@@ -81,6 +83,8 @@ def main() -> None:
             decoders["gptstack-sdpa-window"].step.native_attention = False
         if "gptstack-plain-window" in decoders:
             decoders["gptstack-plain-window"].step.window_epilogues = False
+        if "gptstack-gelu-kernel" in decoders:
+            decoders["gptstack-gelu-kernel"].step.zero_bias_epilogue = False
         if "gptstack-separate-advance" in decoders:
             decoders["gptstack-separate-advance"].advance_in_sampler = False
         if "gptstack-torch-io" in decoders:

@@ -253,15 +253,19 @@ def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_to
 @needs_cuda
 @needs_cuda_ops
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_window_gelu_in_the_matmul_is_the_tanh_gelu(make_gpt, rel_err, monkeypatch, dtype):
-    """The slide window's MLP matmul with the bias and GELU in cuBLASLt's epilogue
-    (torch._addmm_activation) computes the model's tanh GELU, not the erf form, and the whole
-    window with it and the last-row attention agrees with the window without them."""
+@pytest.mark.parametrize("bias", [True, False])
+def test_cuda_window_gelu_in_the_matmul_is_the_tanh_gelu(
+    make_gpt, rel_err, monkeypatch, dtype, bias
+):
+    """The slide window's MLP matmul with the bias (zeros for a model without) and GELU in
+    cuBLASLt's epilogue (torch._addmm_activation) computes the model's tanh GELU, not the erf
+    form, and the whole window with it and the last-row attention agrees with the window
+    without them."""
     from gptstack.model.fused_step import FusedDecodeStep
     from gptstack.model.kv_cache import StaticKVCache
 
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 is fp32 here
-    model = make_gpt(35, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
+    model = make_gpt(35, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=bias)
     model = model.to("cuda", dtype)
     cfg = model.config
     cache = StaticKVCache(
@@ -274,7 +278,7 @@ def test_cuda_window_gelu_in_the_matmul_is_the_tanh_gelu(make_gpt, rel_err, monk
     idx = torch.randint(cfg.vocab_size, (1, cfg.block_size), device="cuda", generator=gen)
     with torch.no_grad():
         got = step._fc_gelu(h, fc).float()
-        pre = torch.addmm(fc.bias.float(), h.float(), fc.weight.float().t())
+        pre = h.float() @ fc.weight.float().t() + (0 if fc.bias is None else fc.bias.float())
         tanh_ref = F.gelu(pre, approximate="tanh")
         erf_ref = F.gelu(pre)
         both = step.window(idx).float()

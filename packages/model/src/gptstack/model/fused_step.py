@@ -72,12 +72,15 @@ ONE_LAUNCH = False
 # paragraph). The A/B switch of the benchmarks, like ONE_LAUNCH.
 WINDOW_ROWS = False
 
-# window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias and the tanh GELU
-# in cuBLASLt's epilogue (torch._addmm_activation: one launch instead of a matmul and a GELU
-# kernel) on CUDA, and the last block's attention is computed for the last row alone (SDPA of
-# one query over the window) instead of for every row: 7,853 vs 7,470 tok/s at esp32 and 6,410
-# vs 6,376 at shakespeare-char on the H100. The A/B switch of the benchmarks.
+# window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
+# model has none) and the tanh GELU in cuBLASLt's epilogue (torch._addmm_activation: one launch
+# instead of a matmul and a GELU kernel) on CUDA, and the last block's attention is computed
+# for the last row alone (SDPA of one query over the window) instead of for every row: 7,853 vs
+# 7,470 tok/s at esp32 and 6,410 vs 6,376 at shakespeare-char on the H100 (before the zeros:
+# shakespeare-char's preset has no biases, so its GELU stayed a kernel). The A/B switch of the
+# benchmarks; ZERO_BIAS_EPILOGUE = False keeps a bias-free model's GELU a kernel.
 WINDOW_EPILOGUES = True
+ZERO_BIAS_EPILOGUE = True
 
 # True: the fed ids' embedding (decode_embed; window_embed for the slide window) and the graph
 # decoder's state update after each token (decode_advance) as gptstack.cuda_ops kernels, one
@@ -146,6 +149,13 @@ class FusedDecodeStep:
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
         self.io_kernels = IO_KERNELS
+        self._zero_biases: dict[tuple, Tensor] = {}  # _fc_gelu's, for layers without a bias
+        self.zero_bias_epilogue = ZERO_BIAS_EPILOGUE
+        if WINDOW_EPILOGUES and device.type == "cuda":  # made here, not inside a capture
+            for block in model.h:
+                fc = block.mlp.c_fc
+                if fc.bias is None:
+                    self._zeros(fc.weight.size(0), fc.weight)
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -219,15 +229,26 @@ class FusedDecodeStep:
         return y.reshape(qkv.size(0), -1)
 
     def _fc_gelu(self, h: Tensor, fc) -> Tensor:
-        """gelu_tanh(fc(h)) for rows h (..., C). On CUDA with a bias, torch._addmm_activation:
-        one cuBLASLt call whose epilogue adds the bias and applies the tanh GELU to the float
-        accumulators (rounded to the dtype once, where a matmul and a GELU kernel round the
-        matmul's output first). Not on a CPU: there _addmm_activation's GELU is the erf form."""
-        if self.window_epilogues and h.is_cuda and fc.bias is not None:
+        """gelu_tanh(fc(h)) for rows h (..., C). On CUDA, torch._addmm_activation: one cuBLASLt
+        call whose epilogue adds the bias and applies the tanh GELU to the float accumulators
+        (rounded to the dtype once, where a matmul and a GELU kernel round the matmul's output
+        first); a layer without a bias adds zeros (+ 0 changes no sum), which keeps the GELU in
+        the matmul (shakespeare-char's preset has no biases: 5 launches a slide step). Not on a
+        CPU: there _addmm_activation's GELU is the erf form."""
+        zero_bias = fc.bias is None and self.zero_bias_epilogue
+        if self.window_epilogues and h.is_cuda and (fc.bias is not None or zero_bias):
+            bias = fc.bias if fc.bias is not None else self._zeros(fc.weight.size(0), fc.weight)
             rows = h.reshape(-1, h.size(-1))
-            f = torch._addmm_activation(fc.bias, rows, fc.weight.t(), use_gelu=True)
+            f = torch._addmm_activation(bias, rows, fc.weight.t(), use_gelu=True)
             return f.view(*h.shape[:-1], f.size(-1))
         return self.ops.gelu_tanh(F.linear(h, fc.weight, fc.bias))
+
+    def _zeros(self, n: int, like: Tensor) -> Tensor:
+        """A zero bias of n elements like `like`, made once (a graph capture reads it later)."""
+        key = (n, like.dtype, like.device)
+        if key not in self._zero_biases:
+            self._zero_biases[key] = torch.zeros(n, dtype=like.dtype, device=like.device)
+        return self._zero_biases[key]
 
     def rows_kernel_runs(self) -> bool:
         """Whether decode_linear runs this model's window on tensor cores: on CUDA in bfloat16
