@@ -88,8 +88,6 @@ def main() -> None:
         if "gptstack-separate-advance" in decoders:
             decoders["gptstack-separate-advance"].advance_in_sampler = False
         if "gptstack-torch-io" in decoders:
-            decoders["gptstack-torch-io"].io_kernels = False
-            decoders["gptstack-torch-io"].advance_in_sampler = False
             decoders["gptstack-torch-io"].step.io_kernels = False
         if "gptstack-rows-window" in decoders:
             step = decoders["gptstack-rows-window"].step

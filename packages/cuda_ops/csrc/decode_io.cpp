@@ -117,11 +117,12 @@ void decode_advance(nb::ndarray<> new_tokens, nb::ndarray<> out, int64_t column,
                     nb::ndarray<> token, nb::ndarray<> window, nb::ndarray<> pos, bool slide,
                     uintptr_t stream) {
   const char* op = "decode_advance";
-  const DecodeState s = decode_state_arg(op, out, column, token, window, pos, slide);
-  Tensor Win = view(op, "window", window);
-  Tensor New = ids(op, Win, "new_tokens", new_tokens, s.B);
-  if (Win.cuda) {
-    CudaScope scope(op, Win);
+  Tensor New = view(op, "new_tokens", new_tokens);
+  check_dtype(op, "new_tokens", New, {DType::i64});
+  const DecodeState s =
+      decode_state_arg(op, New, "new_tokens", New.numel(), out, column, token, window, pos, slide);
+  if (New.cuda) {
+    CudaScope scope(op, New);
     GS_CUDA_CALL(decode_advance_cuda(s, New.ptr<const int64_t>(), stream));
     return;
   }
@@ -130,15 +131,17 @@ void decode_advance(nb::ndarray<> new_tokens, nb::ndarray<> out, int64_t column,
 
 }  // namespace
 
-DecodeState decode_state_arg(const char* op, nb::ndarray<> out, int64_t column,
-                             nb::ndarray<> token, nb::ndarray<> window, nb::ndarray<> pos,
-                             bool slide, int64_t rows) {
+DecodeState decode_state_arg(const char* op, const Tensor& ref, const char* ref_name,
+                             int64_t rows, nb::ndarray<> out, int64_t column, nb::ndarray<> token,
+                             nb::ndarray<> window, nb::ndarray<> pos, bool slide) {
   Tensor Win = view(op, "window", window), O = view(op, "out", out);
   check_dtype(op, "window", Win, {DType::i64});
   if (Win.ndim() != 2) fail(op, "window must be (B, T), got shape " + shape_str(Win.shape));
   const int64_t B = Win.size(0), T_ = Win.size(1);
-  if (rows >= 0 && B != rows)
-    fail(op, "the window has " + std::to_string(B) + " rows, the logits " + std::to_string(rows));
+  if (B != rows)
+    fail(op, "the window has " + std::to_string(B) + " rows, " + ref_name + " " +
+                 std::to_string(rows));
+  check_same_device(op, ref, "window", Win);
   check_dtype(op, "out", O, {DType::i64});
   if (O.ndim() != 2 || O.size(0) != B)
     fail(op, "out must be (" + std::to_string(B) + ", n) for a window of " + std::to_string(B) +

@@ -8,9 +8,10 @@
 namespace gs {
 
 // window (B, T), out (B, n) with 0 <= column < n, token B ids, pos one: int64, contiguous, on
-// one device; B must be `rows` where rows >= 0. Raises ValueError naming the argument.
-DecodeState decode_state_arg(const char* op, nb::ndarray<> out, int64_t column,
-                             nb::ndarray<> token, nb::ndarray<> window, nb::ndarray<> pos,
-                             bool slide, int64_t rows = -1);
+// ref's device, B = `rows` (the rows of ref, named ref_name in the message). Raises ValueError
+// naming the argument.
+DecodeState decode_state_arg(const char* op, const Tensor& ref, const char* ref_name,
+                             int64_t rows, nb::ndarray<> out, int64_t column, nb::ndarray<> token,
+                             nb::ndarray<> window, nb::ndarray<> pos, bool slide);
 
 }  // namespace gs

@@ -102,8 +102,7 @@ void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> sta
   if (out || token || window || pos) {
     if (!(out && token && window && pos))
       fail(op, "out, token, window and pos come together (the decoder's state), or not at all");
-    advance = decode_state_arg(op, *out, column, *token, *window, *pos, slide, R);
-    check_same_device(op, L, "window", view(op, "window", *window));
+    advance = decode_state_arg(op, L, "the logits", R, *out, column, *token, *window, *pos, slide);
   }
   if (L.cuda) {
     CudaScope scope(op, L);

@@ -85,7 +85,7 @@ def _ids(
     if not isinstance(t, Tensor) or t.dtype != torch.int64:
         raise OpTypeError(f"{op}: {name} must be an int64 tensor, got {t!r}")
     if t.device != device:
-        raise OpInputError(f"{op}: {name} is on {t.device}; the tables are on {device}")
+        raise OpInputError(f"{op}: {name} is on {t.device}, the op's other tensors on {device}")
     if t.numel() != count or (contiguous and not t.is_contiguous()):
         what = "a contiguous tensor" if contiguous else "a tensor"
         raise OpInputError(

@@ -149,13 +149,11 @@ class FusedDecodeStep:
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
         self.io_kernels = IO_KERNELS
-        self._zero_biases: dict[tuple, Tensor] = {}  # _fc_gelu's, for layers without a bias
+        # _fc_gelu's bias for MLPs without one (see ZERO_BIAS_EPILOGUE), made here, not inside a
+        # graph capture; every block's c_fc has one shape, dtype and device
         self.zero_bias_epilogue = ZERO_BIAS_EPILOGUE
-        if WINDOW_EPILOGUES and device.type == "cuda":  # made here, not inside a capture
-            for block in model.h:
-                fc = block.mlp.c_fc
-                if fc.bias is None:
-                    self._zeros(fc.weight.size(0), fc.weight)
+        w = model.h[0].mlp.c_fc.weight
+        self._fc_zero_bias = torch.zeros(w.size(0), dtype=w.dtype, device=w.device)
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -235,20 +233,14 @@ class FusedDecodeStep:
         first); a layer without a bias adds zeros (+ 0 changes no sum), which keeps the GELU in
         the matmul (shakespeare-char's preset has no biases: 5 launches a slide step). Not on a
         CPU: there _addmm_activation's GELU is the erf form."""
-        zero_bias = fc.bias is None and self.zero_bias_epilogue
-        if self.window_epilogues and h.is_cuda and (fc.bias is not None or zero_bias):
-            bias = fc.bias if fc.bias is not None else self._zeros(fc.weight.size(0), fc.weight)
+        bias = fc.bias
+        if bias is None and self.zero_bias_epilogue:
+            bias = self._fc_zero_bias
+        if self.window_epilogues and h.is_cuda and bias is not None:
             rows = h.reshape(-1, h.size(-1))
             f = torch._addmm_activation(bias, rows, fc.weight.t(), use_gelu=True)
             return f.view(*h.shape[:-1], f.size(-1))
         return self.ops.gelu_tanh(F.linear(h, fc.weight, fc.bias))
-
-    def _zeros(self, n: int, like: Tensor) -> Tensor:
-        """A zero bias of n elements like `like`, made once (a graph capture reads it later)."""
-        key = (n, like.dtype, like.device)
-        if key not in self._zero_biases:
-            self._zero_biases[key] = torch.zeros(n, dtype=like.dtype, device=like.device)
-        return self._zero_biases[key]
 
     def rows_kernel_runs(self) -> bool:
         """Whether decode_linear runs this model's window on tensor cores: on CUDA in bfloat16

@@ -34,6 +34,7 @@ without a GPU.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +45,9 @@ from .graphs import capture, run_on_side_stream
 from .io import unwrap
 from .kv_cache import StaticKVCache
 from .sampling import check_sampling, make_generator, sample
+
+if TYPE_CHECKING:  # the model package installs without gptstack.cuda_ops
+    from gptstack.cuda_ops import DecoderState
 
 WINDOWS = ("slide", "halve")
 # Decode steps per graph replay: long enough that launch and host costs vanish, short enough that
@@ -59,7 +63,7 @@ class Pick:
         self.draw, self.fused = draw, fused
 
     def __call__(self, logits: Tensor, state=None) -> Tensor:
-        return self.draw(logits, state) if state is not None else self.draw(logits)
+        return self.draw(logits, state)
 
 
 def window_length(n_tokens: int, block_size: int, window: str) -> int:
@@ -152,15 +156,20 @@ class GraphDecoder:
             step = self.step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
             self._logits_one = lambda: step(self.token, self.pos)
             self._logits_window = lambda: step.slide(self.window, self.token)
-        # the state update after each token by cuda_ops.decode_advance (fused_step.IO_KERNELS),
-        # or by the fused sampler's last block where it draws the tokens (ADVANCE_IN_SAMPLER)
-        self.io_kernels = self.fused and self.step.io_kernels
-        self.advance_in_sampler = self.io_kernels and fused_step.ADVANCE_IN_SAMPLER
+        # with io_kernels, the state after a token updated by the fused sampler's last block
+        # where it draws the tokens (fused_step.ADVANCE_IN_SAMPLER), else by decode_advance
+        self.advance_in_sampler = fused_step.ADVANCE_IN_SAMPLER
         if compile:
             self._logits_one = torch.compile(self._logits_one, fullgraph=True, dynamic=False)
             self._logits_window = torch.compile(self._logits_window, fullgraph=True, dynamic=False)
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self._pinned: list[Tensor] = []
+
+    @property
+    def io_kernels(self) -> bool:
+        """Whether the fed ids' embedding and the state after each token go through cuda_ops'
+        kernels (the fused step's io_kernels, fused_step.IO_KERNELS)."""
+        return self.step is not None and self.step.io_kernels
 
     def samples_fused(self, temperature: float, top_p: float | None) -> bool:
         """Whether tokens are drawn by cuda_ops.sample_tokens for this setting (it has no top-p;
@@ -193,12 +202,12 @@ class GraphDecoder:
         """The next token from logits into out[:, i], and the decoder's state after it: the
         fused sampler updates the state itself where it draws the token (one launch;
         fused_step.ADVANCE_IN_SAMPLER), else _advance does."""
-        if self.advance_in_sampler and pick.fused:
+        if self.io_kernels and self.advance_in_sampler and pick.fused:
             pick(logits, self._state(i, slide))
         else:
             self._advance(pick(logits), i, slide=slide)
 
-    def _state(self, i: int, slide: bool):
+    def _state(self, i: int, slide: bool) -> DecoderState:
         """The state decode_advance updates, new tokens going to out[:, i]."""
         return native_ops().DecoderState(self.out, i, self.token, self.window, self.pos, slide)
 
