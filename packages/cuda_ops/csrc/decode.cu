@@ -37,16 +37,12 @@
 
 #include "cuda_common.cuh"
 #include "decode.h"
+#include "decode_linear.cuh"
 #include "decode_mma.cuh"
 #include "decode_vec.cuh"
 
 namespace gs {
 namespace {
-
-constexpr int kLinearWarps = 4;
-// 16-byte weight loads per lane issued before waiting for the previous kernel (launch_
-// programmatic): whole rows up to K = 2,048 in bfloat16 (1,024 in float32)
-constexpr int kLinearAhead = 8;
 
 constexpr int kAttnThreads = 256;
 
@@ -58,66 +54,8 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
                          float eps, bool gelu) {
   extern __shared__ float row[];  // K floats: the (normalized) input row
   __shared__ float red[32];
-  constexpr int V = Vector ? Vec16<T>::n : 1;
-  const int r = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = blockIdx.x * kLinearWarps + warp;
-  const T* wn = w + int64_t(n < N ? n : 0) * K;
-  pdl_launch_dependents();
-  // The weights do not depend on the kernel before this one: their first loads go out before
-  // waiting for it (lane covers columns (j * 32 + lane) * V .. + V - 1 of load j).
-  uint4 ahead[Vector ? kLinearAhead : 1];
-  if constexpr (Vector) {
-#pragma unroll
-    for (int j = 0; j < kLinearAhead; ++j) {
-      const int k = (j * 32 + lane) * V;
-      if (n < N && k < K) ahead[j] = *reinterpret_cast<const uint4*>(wn + k);
-    }
-  }
-  pdl_wait();  // x and residual are the previous kernel's output
-  const T* xr = x + int64_t(r) * K;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
-  __syncthreads();
-  if (ln_w) {
-    float s = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) s += row[k];
-    const float mean = block_sum(s, red) / K;
-    float ss = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
-    const float rstd = rsqrtf(block_sum(ss, red) / K + eps);
-    __syncthreads();  // every thread has read row[] for the sums before it is overwritten
-    for (int k = threadIdx.x; k < K; k += blockDim.x)
-      row[k] = (row[k] - mean) * rstd * to_f32(ln_w[k]) + (ln_b ? to_f32(ln_b[k]) : 0.0f);
-    __syncthreads();
-  }
-  if (n >= N) return;
-  float acc = 0.0f;
-  if constexpr (Vector) {
-#pragma unroll
-    for (int j = 0; j < kLinearAhead; ++j) {
-      const int k = (j * 32 + lane) * V;
-      if (k < K) {
-        float wv[V];
-        Vec16<T>::convert(ahead[j], wv);
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
-      }
-    }
-    for (int k = (kLinearAhead * 32 + lane) * V; k < K; k += 32 * V) {
-      float wv[V];
-      Vec16<T>::load(wn + k, wv);
-#pragma unroll
-      for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
-    }
-  } else {
-    for (int k = lane; k < K; k += 32) acc = fmaf(to_f32(wn[k]), row[k], acc);
-  }
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    if (b) acc += to_f32(b[n]);
-    if (gelu) acc = gelu_tanh_f(acc);
-    if (residual) acc += to_f32(residual[int64_t(r) * N + n]);
-    out[int64_t(r) * N + n] = from_f32<T>(acc);
-  }
+  linear_outputs<T, Vector>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu, blockIdx.y,
+                            blockIdx.x * kLinearWarps, row, red);
 }
 
 template <typename T, bool Vector>
@@ -266,8 +204,7 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
   if (launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream)) return;
   static LaunchCheck vector_check, scalar_check;
   const int smem = static_cast<int>(K * sizeof(float));
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vector = aligned(w) && (K * sizeof(T)) % 16 == 0;
+  const bool vector = linear_vector_loads<T>(w, K);
   const dim3 grid(ceil_div(N, kLinearWarps), static_cast<unsigned>(R));
   const std::string config = "(R=" + std::to_string(R) + ", N=" + std::to_string(N) +
                              ", K=" + std::to_string(K) + ")";
