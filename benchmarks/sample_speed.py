@@ -93,14 +93,6 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "advance_in_sampler": False,
     },
-    # the LM head and cuda_ops' sampler as two launches instead of head_sample's one
-    # (fused_step.HEAD_SAMPLE)
-    "graph bf16 fused separate-head": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "head_sample": False,
-    },
     # a model without biases (shakespeare-char's preset) keeps the window's GELU as a kernel
     # instead of cuBLASLt's bias + GELU epilogue with zeros (fused_step.ZERO_BIAS_EPILOGUE)
     "graph bf16 fused gelu-kernel": {
@@ -145,7 +137,6 @@ DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
-DEFAULT_HEAD_SAMPLE = fused_step.HEAD_SAMPLE
 
 
 def set_one_launch(enabled: bool) -> None:
@@ -206,7 +197,6 @@ def main() -> None:
                 fused_step.ZERO_BIAS_EPILOGUE = options.pop(
                     "zero_bias_epilogue", DEFAULT_ZERO_BIAS_EPILOGUE
                 )
-                fused_step.HEAD_SAMPLE = options.pop("head_sample", DEFAULT_HEAD_SAMPLE)
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
                     with attention:
@@ -234,7 +224,6 @@ def main() -> None:
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE
-                    fused_step.HEAD_SAMPLE = DEFAULT_HEAD_SAMPLE
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["dtype"] = res.dtype  # what "auto" resolved to

@@ -170,8 +170,14 @@ void decode_linear(nb::ndarray<> out, nb::ndarray<> x, nb::ndarray<> weight, Opt
                                     X.dtype, stream));
     return;
   }
-  decode_linear_host(Y.data, X.data, W.data, b, lw, lb, res, R, N, K, eps, gelu, X.dtype,
-                     resolve_threads(num_threads));
+  const int nt = resolve_threads(num_threads);
+  dispatch_float(op, X.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    decode_linear_cpu<T>(Y.ptr<T>(), X.ptr<const T>(), W.ptr<const T>(),
+                         static_cast<const T*>(b), static_cast<const T*>(lw),
+                         static_cast<const T*>(lb), static_cast<const T*>(res), R, N, K, eps,
+                         gelu, nt);
+  });
 }
 
 void decode_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
@@ -292,18 +298,6 @@ void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb
 }
 
 }  // namespace
-
-void decode_linear_host(void* out, const void* x, const void* w, const void* b, const void* ln_w,
-                        const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
-                        double eps, bool gelu, DType dtype, int nt) {
-  dispatch_float("decode_linear", dtype, [&](auto tag) {
-    using T = decltype(tag);
-    decode_linear_cpu<T>(static_cast<T*>(out), static_cast<const T*>(x),
-                         static_cast<const T*>(w), static_cast<const T*>(b),
-                         static_cast<const T*>(ln_w), static_cast<const T*>(ln_b),
-                         static_cast<const T*>(residual), R, N, K, eps, gelu, nt);
-  });
-}
 
 void register_decode(nb::module_& m) {
   m.def("decode_linear", &decode_linear, "out"_a, "x"_a, "weight"_a, "bias"_a.none(),

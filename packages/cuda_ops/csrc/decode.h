@@ -98,11 +98,6 @@ struct DecodeBlocksArgs {
   float eps;
 };
 
-// decode_linear's CPU reference (decode.cpp) for any float dtype; nt OpenMP threads
-void decode_linear_host(void* out, const void* x, const void* w, const void* b, const void* ln_w,
-                        const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
-                        double eps, bool gelu, DType dtype, int nt);
-
 void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t stream);
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,

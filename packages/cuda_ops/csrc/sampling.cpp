@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "common.h"
-#include "decode.h"
 #include "decode_io_args.h"
 
 using namespace nb::literals;
@@ -72,12 +71,17 @@ void sample_tokens_cpu(int64_t* tokens, const T* logits, int64_t* state, int64_t
   state[1] = int64_t(draw + 1);
 }
 
-using OptArray = std::optional<nb::ndarray<>>;
-
-// What sample_tokens and head_sample check alike: tokens (R,) and state (3,) int64 beside the
-// logits L (R, stride), the vocabulary limit, temperature and top-k.
-void check_sampling(const char* op, const Tensor& L, const Tensor& Y, const Tensor& S,
-                    int64_t vocab_limit, double temperature, int64_t top_k) {
+void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> state,
+                   double temperature, int64_t top_k, int64_t vocab_limit, uintptr_t stream,
+                   int num_threads, std::optional<nb::ndarray<>> out, int64_t column,
+                   std::optional<nb::ndarray<>> token, std::optional<nb::ndarray<>> window,
+                   std::optional<nb::ndarray<>> pos, bool slide) {
+  const char* op = "sample_tokens";
+  (void)stream;
+  Tensor L = view(op, "logits", logits), Y = view(op, "tokens", tokens),
+         S = view(op, "state", state);
+  check_dtype(op, "logits", L, {DType::f32, DType::bf16, DType::f64});
+  if (L.ndim() != 2) fail(op, "logits must be (R, V), got shape " + shape_str(L.shape));
   const int64_t R = L.size(0), stride = L.size(1);
   check_dtype(op, "tokens", Y, {DType::i64});
   check_shape(op, "tokens", Y, {R});
@@ -93,100 +97,27 @@ void check_sampling(const char* op, const Tensor& L, const Tensor& Y, const Tens
   if (!(temperature > 0.0) || !std::isfinite(temperature))
     fail(op, "temperature must be a finite number > 0 (greedy decoding is an argmax)");
   if (top_k < 0) fail(op, "top_k must be >= 0 (0: no limit)");
-}
-
-// The decoder's state to update with the tokens (decode_io.h): all of it, or none.
-std::optional<DecodeState> advance_arg(const char* op, const Tensor& L, const OptArray& out,
-                                       int64_t column, const OptArray& token,
-                                       const OptArray& window, const OptArray& pos, bool slide) {
-  if (!(out || token || window || pos)) return std::nullopt;
-  if (!(out && token && window && pos))
-    fail(op, "out, token, window and pos come together (the decoder's state), or not at all");
-  return decode_state_arg(op, L, "the logits", L.size(0), *out, column, *token, *window, *pos,
-                          slide);
-}
-
-// The CPU's tokens of logits L (then the state update, where one is given).
-void sample_on_cpu(const Tensor& L, const Tensor& Y, const Tensor& S, int64_t vocab_limit,
-                   double temperature, int64_t top_k, const std::optional<DecodeState>& advance,
-                   int num_threads) {
-  const int nt = resolve_threads(num_threads);
-  dispatch_float("sample_tokens", L.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    sample_tokens_cpu<T>(Y.ptr<int64_t>(), L.ptr<const T>(), S.ptr<int64_t>(), L.size(0),
-                         vocab_limit, L.size(1), static_cast<float>(temperature), top_k, nt);
-  });
-  if (advance) decode_advance_cpu(*advance, Y.ptr<const int64_t>());
-}
-
-void sample_tokens(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> state,
-                   double temperature, int64_t top_k, int64_t vocab_limit, uintptr_t stream,
-                   int num_threads, OptArray out, int64_t column, OptArray token, OptArray window,
-                   OptArray pos, bool slide) {
-  const char* op = "sample_tokens";
-  (void)stream;
-  Tensor L = view(op, "logits", logits), Y = view(op, "tokens", tokens),
-         S = view(op, "state", state);
-  check_dtype(op, "logits", L, {DType::f32, DType::bf16, DType::f64});
-  if (L.ndim() != 2) fail(op, "logits must be (R, V), got shape " + shape_str(L.shape));
-  check_sampling(op, L, Y, S, vocab_limit, temperature, top_k);
-  const auto advance = advance_arg(op, L, out, column, token, window, pos, slide);
+  // the decoder's state to update with the tokens (decode_io.h): all of it, or none
+  std::optional<DecodeState> advance;
+  if (out || token || window || pos) {
+    if (!(out && token && window && pos))
+      fail(op, "out, token, window and pos come together (the decoder's state), or not at all");
+    advance = decode_state_arg(op, L, "the logits", R, *out, column, *token, *window, *pos, slide);
+  }
   if (L.cuda) {
     CudaScope scope(op, L);
-    GS_CUDA_CALL(sample_tokens_cuda(Y.ptr<int64_t>(), L.data, S.ptr<int64_t>(), L.size(0),
-                                    vocab_limit, L.size(1), temperature, top_k,
-                                    advance ? &*advance : nullptr, L.dtype, stream));
+    GS_CUDA_CALL(sample_tokens_cuda(Y.ptr<int64_t>(), L.data, S.ptr<int64_t>(), R, vocab_limit,
+                                    stride, temperature, top_k, advance ? &*advance : nullptr,
+                                    L.dtype, stream));
     return;
   }
-  sample_on_cpu(L, Y, S, vocab_limit, temperature, top_k, advance, num_threads);
-}
-
-// logits = decode_linear(x, weight, ln = (ln_weight, ln_bias)), then sample_tokens of them:
-// one launch on CUDA (head_sample_kernel), the two CPU references in turn on the CPU.
-void head_sample(nb::ndarray<> tokens, nb::ndarray<> logits, nb::ndarray<> x,
-                 nb::ndarray<> weight, OptArray ln_weight, OptArray ln_bias, double eps,
-                 nb::ndarray<> state, double temperature, int64_t top_k, int64_t vocab_limit,
-                 uintptr_t stream, int num_threads, OptArray out, int64_t column, OptArray token,
-                 OptArray window, OptArray pos, bool slide) {
-  const char* op = "head_sample";
-  (void)stream;
-  Tensor X = view(op, "x", x), W = view(op, "weight", weight), L = view(op, "logits", logits),
-         Y = view(op, "tokens", tokens), S = view(op, "state", state);
-  check_dtype(op, "x", X, {DType::f32, DType::bf16, DType::f64});
-  if (X.ndim() != 2) fail(op, "x must be (R, K), got shape " + shape_str(X.shape));
-  if (W.ndim() != 2) fail(op, "weight must be (N, K), got shape " + shape_str(W.shape));
-  const int64_t R = X.size(0), K = X.size(1), N = W.size(0);
-  if (K < 1 || N < 1) fail(op, "x and weight need K >= 1 columns and N >= 1 rows");
-  check_arg(op, X, "weight", W, X.dtype, {N, K});
-  check_arg(op, X, "logits", L, X.dtype, {R, N});
-  const void* lw = nullptr;
-  const void* lb = nullptr;
-  if (ln_weight) {
-    Tensor t = view(op, "ln_weight", *ln_weight);
-    check_arg(op, X, "ln_weight", t, X.dtype, {K});
-    lw = t.data;
-  }
-  if (ln_bias) {
-    if (!lw) fail(op, "ln_bias without ln_weight: pass both, or ln_weight alone");
-    Tensor t = view(op, "ln_bias", *ln_bias);
-    check_arg(op, X, "ln_bias", t, X.dtype, {K});
-    lb = t.data;
-  }
-  check_sampling(op, L, Y, S, vocab_limit, temperature, top_k);
-  const auto advance = advance_arg(op, L, out, column, token, window, pos, slide);
-  if (X.cuda) {
-    CudaScope scope(op, X);
-    if (K > kDecodeMaxK)
-      fail(op, "K = " + std::to_string(K) + " is above the CUDA kernel's limit of " +
-                   std::to_string(kDecodeMaxK));
-    GS_CUDA_CALL(head_sample_cuda(Y.ptr<int64_t>(), L.data, X.data, W.data, lw, lb, R, N, K, eps,
-                                  S.ptr<int64_t>(), vocab_limit, temperature, top_k,
-                                  advance ? &*advance : nullptr, X.dtype, stream));
-    return;
-  }
-  decode_linear_host(L.data, X.data, W.data, nullptr, lw, lb, nullptr, R, N, K, eps, false,
-                     X.dtype, resolve_threads(num_threads));
-  sample_on_cpu(L, Y, S, vocab_limit, temperature, top_k, advance, num_threads);
+  const int nt = resolve_threads(num_threads);
+  dispatch_float(op, L.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    sample_tokens_cpu<T>(Y.ptr<int64_t>(), L.ptr<const T>(), S.ptr<int64_t>(), R, vocab_limit,
+                         stride, static_cast<float>(temperature), top_k, nt);
+  });
+  if (advance) decode_advance_cpu(*advance, Y.ptr<const int64_t>());
 }
 
 }  // namespace
@@ -199,13 +130,6 @@ void register_sampling(nb::module_& m) {
         "One token per row: temperature, top-k, exponential race on Philox (sampling.h); "
         "advances state's draw. Given out, token, window and pos, updates them as "
         "decode_advance does.");
-  m.def("head_sample", &head_sample, "tokens"_a, "logits"_a, "x"_a, "weight"_a,
-        "ln_weight"_a = nb::none(), "ln_bias"_a = nb::none(), "eps"_a, "state"_a,
-        "temperature"_a, "top_k"_a, "vocab_limit"_a, "stream"_a = 0, "num_threads"_a = 0,
-        "out"_a = nb::none(), "column"_a = 0, "token"_a = nb::none(), "window"_a = nb::none(),
-        "pos"_a = nb::none(), "slide"_a = false, nb::call_guard<nb::gil_scoped_release>(),
-        "logits = decode_linear(x, weight, ln) into `logits`, then sample_tokens of them "
-        "(and the state update, given out, token, window and pos): one launch on CUDA.");
 }
 
 }  // namespace gs

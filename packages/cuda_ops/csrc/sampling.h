@@ -44,12 +44,4 @@ void sample_tokens_cuda(int64_t* tokens, const void* logits, int64_t* state, int
                         int64_t V, int64_t stride, double temperature, int64_t top_k,
                         const DecodeState* advance, DType dtype, uintptr_t stream);
 
-// head_sample: logits = decode_linear(x, w, ln = (ln_w, ln_b)) (decode.h: R rows, N outputs,
-// K inputs, no bias), then tokens = sample_tokens(logits[:, :V]) and the state update, in one
-// launch on CUDA: the same logits and tokens as the two ops.
-void head_sample_cuda(int64_t* tokens, void* logits, const void* x, const void* w,
-                      const void* ln_w, const void* ln_b, int64_t R, int64_t N, int64_t K,
-                      double eps, int64_t* state, int64_t V, double temperature, int64_t top_k,
-                      const DecodeState* advance, DType dtype, uintptr_t stream);
-
 }  // namespace gs

@@ -324,20 +324,11 @@ def _draws_by_the_fused_sampler(model, idx, n, seed, **sampling):
 
 
 @needs_cuda_ops
-@pytest.mark.parametrize("head_sample", [True, False])
-def test_fused_graph_decoder_samples_with_the_fused_sampler(
-    make_gpt, random_tokens, monkeypatch, head_sample
-):
-    """With cuda_ops' sampler (after the LM head, or in its launch: fused_step.HEAD_SAMPLE)
-    the decoder writes the naive loop's draws."""
-    from gptstack.model import fused_step
-
-    monkeypatch.setattr(fused_step, "HEAD_SAMPLE", head_sample)
+def test_fused_graph_decoder_samples_with_the_fused_sampler(make_gpt, random_tokens):
     model = make_gpt(27, scramble=0.3)
     T, V = model.config.block_size, model.config.vocab_size
     idx = random_tokens(27, 2, 5, V)
     decoder = GraphDecoder(model, batch_size=2, chunk=8, fused=True)
-    assert decoder.step.samples_in_head == head_sample
 
     def run(seed, **sampling):
         return torch.cat(list(decoder.generate(idx, 2 * T, seed=seed, **sampling)), dim=1)
@@ -395,14 +386,14 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
 @needs_cuda_ops
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window", ["slide", "halve"])
-@pytest.mark.parametrize("switch", ["IO_KERNELS", "ADVANCE_IN_SAMPLER", "HEAD_SAMPLE"])
+@pytest.mark.parametrize("switch", ["IO_KERNELS", "ADVANCE_IN_SAMPLER"])
 def test_captured_io_kernels_write_the_pytorch_ops_text(
     make_gpt, random_tokens, monkeypatch, dtype, window, switch
 ):
     """The embedding and state update by decode_embed / window_embed / decode_advance
     (fused_step.IO_KERNELS), and the state updated by the sampler's last block instead of a
-    decode_advance launch (ADVANCE_IN_SAMPLER), and the LM head and sampler in one launch
-    (HEAD_SAMPLE) give the tokens of the ops they replace, greedy and drawn, in graphs."""
+    decode_advance launch (ADVANCE_IN_SAMPLER), give the tokens of the ops they replace, greedy
+    and drawn, in graphs."""
     from gptstack.model import fused_step
 
     model = make_gpt(34, scramble=0.3, block_size=32).cuda().to(dtype)
@@ -411,9 +402,7 @@ def test_captured_io_kernels_write_the_pytorch_ops_text(
     for on in (True, False):
         monkeypatch.setattr(fused_step, switch, on)
         decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
-        flags = {"IO_KERNELS": decoder.io_kernels, "ADVANCE_IN_SAMPLER": decoder.advance_in_sampler,
-                 "HEAD_SAMPLE": decoder.step.samples_in_head}  # fmt: skip
-        assert flags[switch] == on
+        assert (decoder.io_kernels, decoder.advance_in_sampler)[switch != "IO_KERNELS"] == on
         greedy = decoder.generate(idx, 90, temperature=0, window=window)
         drawn = decoder.generate(idx, 90, seed=5, top_k=5, window=window)
         texts[on] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))

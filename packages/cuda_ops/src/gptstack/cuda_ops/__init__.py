@@ -19,7 +19,7 @@ from .decode_io import DecoderState, decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
-from .sampling import head_sample, sample_tokens, sampler_state
+from .sampling import sample_tokens, sampler_state
 
 
 def build_info() -> dict:
@@ -53,7 +53,6 @@ __all__ = [
     "decode_linear",
     "gelu_tanh",
     "gptstack_attention",
-    "head_sample",
     "layernorm",
     "linear_cross_entropy",
     "sample_tokens",

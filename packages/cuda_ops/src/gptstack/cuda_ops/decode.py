@@ -99,16 +99,26 @@ def _decode_attention_fake(qkv, k_cache, v_cache, pos):
     return torch.empty(qkv.size(0), qkv.size(1) // 3, dtype=qkv.dtype, device=qkv.device)
 
 
-def check_linear(
-    op: str,
+def decode_linear(
     x: Tensor,
     weight: Tensor,
     bias: Tensor | None = None,
+    *,
     ln_weight: Tensor | None = None,
     ln_bias: Tensor | None = None,
     residual: Tensor | None = None,
-) -> None:
-    """decode_linear's argument checks (head_sample's too): OpTypeError / OpInputError."""
+    gelu: bool = False,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """out = act(weight @ layernorm(x) + bias) + residual for each row of x.
+
+    x (R, K); weight (N, K) as nn.Linear stores it; bias (N,); ln_weight / ln_bias (K,): a
+    LayerNorm of each row first (ln_bias needs ln_weight); residual (R, N), added last; gelu:
+    the tanh GELU after the bias. One dtype throughout (float32 or bfloat16; float64 on the
+    CPU), contiguous, one device; computed in float32, rounded once. Returns (R, N).
+    Raises OpTypeError / OpInputError naming the argument.
+    """
+    op = "decode_linear"
     float_tensor(op, "x", x, min_dim=2)
     if x.dim() != 2:
         raise OpInputError(f"{op}: x must be (rows, K), got shape {tuple(x.shape)}")
@@ -130,29 +140,6 @@ def check_linear(
             like(op, "x", x, name, t, shape=shape)
     if ln_bias is not None and ln_weight is None:
         raise OpInputError(f"{op}: ln_bias without ln_weight; pass both, or ln_weight alone")
-
-
-def decode_linear(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    ln_weight: Tensor | None = None,
-    ln_bias: Tensor | None = None,
-    residual: Tensor | None = None,
-    gelu: bool = False,
-    eps: float = DEFAULT_EPS,
-) -> Tensor:
-    """out = act(weight @ layernorm(x) + bias) + residual for each row of x.
-
-    x (R, K); weight (N, K) as nn.Linear stores it; bias (N,); ln_weight / ln_bias (K,): a
-    LayerNorm of each row first (ln_bias needs ln_weight); residual (R, N), added last; gelu:
-    the tanh GELU after the bias. One dtype throughout (float32 or bfloat16; float64 on the
-    CPU), contiguous, one device; computed in float32, rounded once. Returns (R, N).
-    Raises OpTypeError / OpInputError naming the argument.
-    """
-    op = "decode_linear"
-    check_linear(op, x, weight, bias, ln_weight, ln_bias, residual)
     if not isinstance(gelu, bool):
         raise OpTypeError(f"{op}: gelu must be True or False, got {gelu!r}")
     op = (

@@ -4,9 +4,6 @@
     logits = step(token, pos)                 # token (B, 1), pos 0-d int64 -> (B, V)
     logits = step.window(ids)                 # ids (B, T) at positions 0..T-1 -> (B, V)
     logits = step.slide(window, token)        # = step.window(cat(window[:, 1:], token))
-    x = step.hidden(token, pos)               # what step() feeds its LM head: step.head(x)
-    x = step.slide_hidden(window, token)      # ... and slide()
-    tokens = step.head_sample(x, state, ...)  # the LM head and the sampler in one launch
 
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
 against the cache, 5 launches per block plus 2 (the embedding, ln_f + LM head) instead of ~28
@@ -96,13 +93,6 @@ IO_KERNELS = True
 # decode_advance launch after it. The A/B switch of the benchmarks.
 ADVANCE_IN_SAMPLER = True
 
-# With ADVANCE_IN_SAMPLER: True = the LM head and the sampler are one launch (cuda_ops.head_sample:
-# the head's blocks write the logits, the last to finish draws the token), for vocabularies up to
-# HEAD_SAMPLE_MAX_VOCAB (above it one block scanning every logit is slower than a launch). The
-# A/B switch of the benchmarks.
-HEAD_SAMPLE = True
-HEAD_SAMPLE_MAX_VOCAB = 8192
-
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
 # shakespeare-char's blocks are 21 MB in bfloat16.
@@ -159,9 +149,6 @@ class FusedDecodeStep:
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
         self.io_kernels = IO_KERNELS
-        # whether a decoder drawing with cuda_ops' sampler calls head_sample (see HEAD_SAMPLE)
-        vocab = model.lm_head.weight.size(0)
-        self.samples_in_head = HEAD_SAMPLE and vocab <= HEAD_SAMPLE_MAX_VOCAB
         # _fc_gelu's bias for MLPs without one (see ZERO_BIAS_EPILOGUE), made here, not inside a
         # graph capture; every block's c_fc has one shape, dtype and device
         self.zero_bias_epilogue = ZERO_BIAS_EPILOGUE
@@ -172,16 +159,13 @@ class FusedDecodeStep:
         ]
 
     def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
-        return self.head(self.hidden(token, pos))
-
-    def hidden(self, token: Tensor, pos: Tensor) -> Tensor:
-        """The rows (B, C) after the last block, which step() feeds its LM head."""
         m, ops, eps = self.model, self.ops, self.eps
         if self.blocks_in_one_launch:
-            return ops.decode_blocks(
+            x = ops.decode_blocks(
                 token, pos, m.wte.weight, m.wpe.weight, self._layers, self.cache.k, self.cache.v,
                 eps=eps,
             )  # fmt: skip
+            return self._head(x)
         if self.io_kernels:
             x = ops.decode_embed(token, pos, m.wte.weight, m.wpe.weight)
         else:  # index_select, not weight[pos]: indexing with a 0-d tensor reads it on the host,
@@ -196,7 +180,7 @@ class FusedDecodeStep:
             )  # fmt: skip
             y = ops.decode_attention(qkv, self.cache.k[i], self.cache.v[i], pos)  # (B, C)
             x = self._after_attention(block, x, y)
-        return x
+        return self._head(x)
 
     def _after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
         """The rest of a block for rows x (B, C) with attention output y (B, C):
@@ -209,22 +193,11 @@ class FusedDecodeStep:
         )  # fmt: skip
         return ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
 
-    def head(self, x: Tensor) -> Tensor:
-        """Logits (B, V) of the rows x (B, C): ln_f and the LM head in one launch."""
+    def _head(self, x: Tensor) -> Tensor:
         m = self.model
         return self.ops.decode_linear(
             x, m.lm_head.weight, None, ln_weight=m.ln_f.weight, ln_bias=m.ln_f.bias, eps=self.eps
         )  # (B, V)
-
-    def head_sample(self, x: Tensor, state: Tensor, **sampling) -> Tensor:
-        """The next tokens (B,) drawn from head(x) with cuda_ops' sampler (`state`, and
-        temperature, top_k, vocab_limit, advance as sample_tokens takes them), in one launch."""
-        m = self.model
-        tokens, _ = self.ops.head_sample(
-            x, m.lm_head.weight, state, ln_weight=m.ln_f.weight, ln_bias=m.ln_f.bias,
-            eps=self.eps, **sampling,
-        )  # fmt: skip
-        return tokens
 
     def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k, v (B, nh, T, hs) as views of qkv (B, T, 3C)."""
@@ -285,28 +258,19 @@ class FusedDecodeStep:
     def window(self, ids: Tensor) -> Tensor:
         """Logits (B, V) of the last position of ids (B, T), T <= block_size, fed at positions
         0..T-1 with no cache: `model(ids, last_only=True)[0][:, -1]`."""
-        return self.head(self._window_rows(self._embed(ids)))
-
-    def _embed(self, ids: Tensor) -> Tensor:
-        """The rows (B, T, C) of ids (B, T) at positions 0..T-1, with PyTorch's ops."""
         m = self.model
-        return F.embedding(ids, m.wte.weight) + m.wpe.weight[: ids.size(1)]
+        return self._window_rows(F.embedding(ids, m.wte.weight) + m.wpe.weight[: ids.size(1)])
 
     def slide(self, window: Tensor, token: Tensor) -> Tensor:
         """window(cat(window[:, 1:], token)): the slide step's logits (B, V) once token (B, 1)
-        is fed to the full window (B, T)."""
-        return self.head(self.slide_hidden(window, token))
-
-    def slide_hidden(self, window: Tensor, token: Tensor) -> Tensor:
-        """The last row (B, C) after the last block, which slide() feeds its LM head; the ids
-        embedded in one launch (window_embed)."""
+        is fed to the full window (B, T), its ids embedded in one launch (window_embed)."""
         if not self.io_kernels:
-            return self._window_rows(self._embed(torch.cat([window[:, 1:], token], dim=1)))
+            return self.window(torch.cat([window[:, 1:], token], dim=1))
         m = self.model
         return self._window_rows(self.ops.window_embed(window, token, m.wte.weight, m.wpe.weight))
 
     def _window_rows(self, x: Tensor) -> Tensor:
-        """The last row (B, C) after the last block for the embedded rows x (B, T, C)."""
+        """window() for the embedded rows x (B, T, C)."""
         m = self.model
         B, T, C = x.shape
         if B * T < self.ops.decode.MMA_MIN_ROWS or not self.window_rows:
@@ -329,10 +293,11 @@ class FusedDecodeStep:
             ln_weight=last.ln_1.weight, ln_bias=last.ln_1.bias, eps=eps,
         )  # fmt: skip
         y = self._attend_last(qkv.view(B, T, 3 * C))  # (B, C)
-        return self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
+        x = self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
+        return self._head(x)
 
     def _window_matmuls(self, x: Tensor) -> Tensor:
-        """_window_rows() for the embedded rows x (B, T, C) with cuBLAS matmuls between the fused
+        """window() for the embedded rows x (B, T, C) with cuBLAS matmuls between the fused
         LayerNorm, add + LayerNorm and attention kernels (and a GELU kernel where _fc_gelu
         does not put it in the matmul)."""
         m, ops, eps = self.model, self.ops, self.eps
@@ -351,4 +316,5 @@ class FusedDecodeStep:
         # the last block: every position's keys and values, then the last row alone
         attn = last.attn
         y = self._attend_last(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))  # (B, C)
-        return self._after_attention(last, x[:, -1].contiguous(), y.contiguous())
+        x = self._after_attention(last, x[:, -1].contiguous(), y.contiguous())
+        return self._head(x)

@@ -57,17 +57,10 @@ DEFAULT_CHUNK = 32
 
 class Pick:
     """A generation's token drawing: pick(logits) -> (B,) ids; with `fused` (cuda_ops'
-    sampler), pick(logits, state) also updates the decoder's state (sample_tokens' advance=),
-    and `head`, where given, draws from the last block's rows with the LM head in the same
-    launch: head(x, state) (the fused step's head_sample)."""
+    sampler), pick(logits, state) also updates the decoder's state (sample_tokens' advance=)."""
 
-    def __init__(
-        self,
-        draw: Callable[..., Tensor],
-        fused: bool,
-        head: Callable[[Tensor, DecoderState], Tensor] | None = None,
-    ) -> None:
-        self.draw, self.fused, self.head = draw, fused, head
+    def __init__(self, draw: Callable[..., Tensor], fused: bool) -> None:
+        self.draw, self.fused = draw, fused
 
     def __call__(self, logits: Tensor, state=None) -> Tensor:
         return self.draw(logits, state)
@@ -163,19 +156,12 @@ class GraphDecoder:
             step = self.step = FusedDecodeStep(module, self.cache)  # ModelError if it cannot run
             self._logits_one = lambda: step(self.token, self.pos)
             self._logits_window = lambda: step.slide(self.window, self.token)
-            self._hidden_one = lambda: step.hidden(self.token, self.pos)
-            self._hidden_window = lambda: step.slide_hidden(self.window, self.token)
         # with io_kernels, the state after a token updated by the fused sampler's last block
         # where it draws the tokens (fused_step.ADVANCE_IN_SAMPLER), else by decode_advance
         self.advance_in_sampler = fused_step.ADVANCE_IN_SAMPLER
         if compile:
             self._logits_one = torch.compile(self._logits_one, fullgraph=True, dynamic=False)
             self._logits_window = torch.compile(self._logits_window, fullgraph=True, dynamic=False)
-            if self.step is not None:
-                self._hidden_one = torch.compile(self._hidden_one, fullgraph=True, dynamic=False)
-                self._hidden_window = torch.compile(
-                    self._hidden_window, fullgraph=True, dynamic=False
-                )
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self._pinned: list[Tensor] = []
 
@@ -205,27 +191,20 @@ class GraphDecoder:
     def _decode_steps(self, n: int, pick: Pick) -> None:
         """n tokens at positions pos, pos+1, ... (pos + n <= block_size) into out[:, :n]."""
         for i in range(n):
-            self._take(pick, i, slide=False)
+            self._take(pick, self._logits_one(), i, slide=False)
 
     def _slide_steps(self, n: int, pick: Pick) -> None:
         """The window is full: each token re-runs the last block_size ids (naive's rule)."""
         for i in range(n):
-            self._take(pick, i, slide=True)
+            self._take(pick, self._logits_window(), i, slide=True)
 
-    def _take(self, pick: Pick, i: int, *, slide: bool) -> None:
-        """The next token into out[:, i], and the decoder's state after it: the fused sampler
-        updates the state itself where it draws the token (one launch;
-        fused_step.ADVANCE_IN_SAMPLER), with the LM head in that launch too where pick has a
-        head (fused_step.HEAD_SAMPLE); else _advance does."""
+    def _take(self, pick: Pick, logits: Tensor, i: int, *, slide: bool) -> None:
+        """The next token from logits into out[:, i], and the decoder's state after it: the
+        fused sampler updates the state itself where it draws the token (one launch;
+        fused_step.ADVANCE_IN_SAMPLER), else _advance does."""
         if self.io_kernels and self.advance_in_sampler and pick.fused:
-            if pick.head is not None:
-                hidden = self._hidden_window() if slide else self._hidden_one()
-                pick.head(hidden, self._state(i, slide))
-            else:
-                logits = self._logits_window() if slide else self._logits_one()
-                pick(logits, self._state(i, slide))
+            pick(logits, self._state(i, slide))
         else:
-            logits = self._logits_window() if slide else self._logits_one()
             self._advance(pick(logits), i, slide=slide)
 
     def _state(self, i: int, slide: bool) -> DecoderState:
@@ -383,16 +362,7 @@ class GraphDecoder:
                 logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=self.generator
             )
 
-        head = None
-        if fused_sampling and self.step is not None and self.step.samples_in_head:
-
-            def head(x: Tensor, advance: DecoderState) -> Tensor:
-                return self.step.head_sample(
-                    x, self.sampler, temperature=temperature, top_k=top_k,
-                    vocab_limit=vocab_limit, advance=advance,
-                )  # fmt: skip
-
-        pick = Pick(draw, fused_sampling, head)
+        pick = Pick(draw, fused_sampling)
 
         T = self.block_size
         L = window_length(idx.size(1), T, window)
