@@ -32,7 +32,10 @@
 // a barrier over 132 blocks cost more than the programmatic launch it replaced.
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode.cu -I.
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "cuda_common.cuh"
@@ -51,35 +54,56 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
     decode_linear_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
                          const T* __restrict__ b, const T* __restrict__ ln_w,
                          const T* __restrict__ ln_b, const T* __restrict__ residual, int N, int K,
-                         float eps, bool gelu) {
+                         float eps, bool gelu, MergeArgs<T> merge) {
   extern __shared__ float row[];  // K floats: the (normalized) input row
   __shared__ float red[32];
-  linear_outputs<T, Vector>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu, blockIdx.y,
-                            blockIdx.x * kLinearWarps, row, red);
+  linear_outputs<T, Vector>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu, merge,
+                            blockIdx.y, blockIdx.x * kLinearWarps, row, red);
 }
 
 template <typename T, bool Vector>
 __global__ void __launch_bounds__(kAttnThreads)
     decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
                             T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
-                            int hs) {
+                            int hs, const T* __restrict__ proj_w, float* __restrict__ parts,
+                            int N) {
   // V: elements per load (16 bytes in the vector version); a value row is read by hs / V
   // threads, so blockDim / (hs / V) keys are summed at once
   constexpr int V = Vector ? Vec16<T>::n : 1;
-  extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
+  // q (hs; y once the scores are done, where proj_w projects it), scores (T), partial y
+  // (groups * hs), then (proj_w, vector version) the head's slice of proj_w: N rows of hs
+  extern __shared__ float smem[];
   __shared__ float red[32];
   // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
   // q racing with writes of s when hs = 13 left s unaligned right behind q)
+  const int lanes = hs / V, groups = blockDim.x / lanes;
   float* q = smem;
   float* s = q + round4(hs);
   float* part = s + round4(T_);
+  T* w_s = reinterpret_cast<T*>(part + groups * hs);
+  const int pitch = hs + 16 / int(sizeof(T));  // a 16-byte pad per row of w_s
   const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
   T* yh = y + int64_t(r) * C + h * hs;
+  float* ph = parts + (int64_t(r) * nh + h) * N;
   pdl_launch_dependents();
+  if constexpr (Vector) {  // the projection's weights do not depend on the kernel before
+    if (proj_w) {
+      for (int i = t; i < N * lanes; i += blockDim.x) {
+        const int n = i / lanes, c = (i % lanes) * V;
+        attn::cp_async_16(w_s + n * pitch + c, proj_w + int64_t(n) * C + h * hs + c, 16);
+      }
+      attn::cp_async_commit();
+    }
+  }
   pdl_wait();  // qkv is the previous kernel's output
   const int64_t p64 = *pos;
   if (p64 < 0 || p64 >= T_) {  // cannot happen from the decoders; make it visible, not silent
-    for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
+    if (proj_w) {
+      for (int n = t; n < N; n += blockDim.x) ph[n] = NAN;
+    } else {
+      for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
+    }
+    if constexpr (Vector) attn::cp_async_wait<0>();
     return;
   }
   const int p = static_cast<int>(p64);
@@ -118,7 +142,6 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int j = t; j <= p; j += blockDim.x) sum += (s[j] = __expf(s[j] - m));
   const float total = block_sum(sum, red);  // its leading __syncthreads also publishes s[]
   // y = sum_j s_j v_j: thread (g, c) sums V columns from c over keys g, g + groups, ...
-  const int lanes = hs / V, groups = blockDim.x / lanes;
   const int g = t / lanes, c = (t % lanes) * V;
   if (g < groups) {
     float acc[V];
@@ -143,7 +166,29 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int d = t; d < hs; d += blockDim.x) {
     float acc = 0.0f;
     for (int k = 0; k < groups; ++k) acc += part[k * hs + d];
-    yh[d] = from_f32<T>(acc / total);
+    const T yd = from_f32<T>(acc / total);
+    if (proj_w) q[d] = to_f32(yd);  // every thread is past its reads of q (block_sum's barriers)
+    else yh[d] = yd;
+  }
+  if (!proj_w) return;
+  // the head's share of the output projection: parts[n] = sum_d W[n, h hs + d] y[d]
+  if constexpr (Vector) attn::cp_async_wait<0>();
+  __syncthreads();
+  for (int n = t; n < N; n += blockDim.x) {
+    float acc = 0.0f;
+    if constexpr (Vector) {
+      const T* wr = w_s + n * pitch;
+      for (int d = 0; d < hs; d += V) {
+        float wv[V];
+        Vec16<T>::load(wr + d, wv);
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc = fmaf(wv[i], q[d + i], acc);
+      }
+    } else {
+      const T* wr = proj_w + int64_t(n) * C + h * hs;
+      for (int d = 0; d < hs; ++d) acc = fmaf(to_f32(wr[d]), q[d], acc);
+    }
+    ph[n] = acc;
   }
 }
 
@@ -199,9 +244,12 @@ bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w
 template <typename T>
 void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, const T* ln_b,
                    const T* residual, int64_t R, int64_t N, int64_t K, double eps, bool gelu,
-                   cudaStream_t stream) {
+                   const MergeArgs<T>& merge, cudaStream_t stream) {
   if (R == 0) return;
-  if (launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream)) return;
+  // the tensor-core kernel has no merge: a merged row (a cached step's) takes the one-row one
+  if (!merge.parts &&
+      launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream))
+    return;
   static LaunchCheck vector_check, scalar_check;
   const int smem = static_cast<int>(K * sizeof(float));
   const bool vector = linear_vector_loads<T>(w, K);
@@ -212,38 +260,62 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
     vector_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, true>),
                         "decode_linear", "vector", kLinearWarps * 32, smem);
     launch_programmatic(decode_linear_kernel<T, true>, grid, kLinearWarps * 32, smem, stream,
-                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
+                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu,
+                        merge);
   } else {
     scalar_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, false>),
                         "decode_linear", "scalar", kLinearWarps * 32, smem);
     launch_programmatic(decode_linear_kernel<T, false>, grid, kLinearWarps * 32, smem, stream,
-                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
+                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu,
+                        merge);
   }
   check_launch("decode_linear", config);
 }
 
 template <typename T>
 void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int64_t R,
-                      int64_t nh, int64_t T_, int64_t hs, cudaStream_t stream) {
-  static LaunchCheck vector_check, scalar_check;
+                      int64_t nh, int64_t T_, int64_t hs, const T* proj_w, float* parts, int64_t N,
+                      cudaStream_t stream) {
+  // [vector][projection]: each instance raises its shared-memory limit once (below)
+  static LaunchCheck checks[2][2];
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  // 16-byte loads need 16-byte rows: hs a multiple of the vector width, aligned caches
-  const bool vector = hs % Vec16<T>::n == 0 && aligned(kc) && aligned(vc);
+  // 16-byte loads need 16-byte rows: hs a multiple of the vector width, aligned caches (and a
+  // projection's rows: its slices are copied 16 bytes at a time)
+  const bool proj_rows = !proj_w || (aligned(proj_w) && (nh * hs * sizeof(T)) % 16 == 0);
+  const bool vector = hs % Vec16<T>::n == 0 && aligned(kc) && aligned(vc) && proj_rows;
   const int64_t width = vector ? Vec16<T>::n : 1, groups = kAttnThreads / (hs / width);
-  const int smem = static_cast<int>((round4(hs) + round4(T_) + groups * hs) * sizeof(float));
+  int64_t smem = (round4(hs) + round4(T_) + groups * hs) * int64_t(sizeof(float));
+  if (proj_w && vector) smem += decode_proj_shared_bytes(N, hs, sizeof(T));
   const dim3 grid(static_cast<unsigned>(nh), static_cast<unsigned>(R));
   const std::string config = "(R=" + std::to_string(R) + ", nh=" + std::to_string(nh) +
                              ", T=" + std::to_string(T_) + ", hs=" + std::to_string(hs) + ")";
+  // With a projection the need depends on its width: the limit is raised, once, to the most
+  // this GPU gives up to decode.h's kDecodeProjMaxSharedBytes (a wider call fails in ensure,
+  // naming the bytes); without, the attention's few KB stay under the default 48 KiB.
+  int64_t most = smem;
+  if (proj_w) {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    most = std::max<int64_t>(smem, std::min<int64_t>(kDecodeProjMaxSharedBytes, optin - 1024));
+  }
+  if (smem > most)
+    throw std::runtime_error("decode_attention " + config + ": the projection's " +
+                             std::to_string(N) + " rows need " + std::to_string(smem) +
+                             " bytes of shared memory, above the kernel's limit of " +
+                             std::to_string(most));
+  LaunchCheck& check = checks[vector][proj_w != nullptr];
+  const std::string kind = std::string(vector ? "vector " : "scalar ") + config;
   if (vector) {
-    vector_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, true>),
-                        "decode_attention", "vector " + config, kAttnThreads, smem);
-    launch_programmatic(decode_attention_kernel<T, true>, grid, kAttnThreads, smem, stream, y,
-                        qkv, kc, vc, pos, int(nh), int(T_), int(hs));
+    check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, true>),
+                 "decode_attention", kind, kAttnThreads, int(most));
+    launch_programmatic(decode_attention_kernel<T, true>, grid, kAttnThreads, int(smem), stream,
+                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N));
   } else {
-    scalar_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, false>),
-                        "decode_attention", "scalar " + config, kAttnThreads, smem);
-    launch_programmatic(decode_attention_kernel<T, false>, grid, kAttnThreads, smem, stream, y,
-                        qkv, kc, vc, pos, int(nh), int(T_), int(hs));
+    check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, false>),
+                 "decode_attention", kind, kAttnThreads, int(most));
+    launch_programmatic(decode_attention_kernel<T, false>, grid, kAttnThreads, int(smem), stream,
+                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N));
   }
   check_launch("decode_attention", config);
 }
@@ -252,34 +324,32 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
 
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
-                        double eps, bool gelu, DType dtype, uintptr_t stream) {
-  if (dtype == DType::bf16) {
-    using T = __nv_bfloat16;
+                        double eps, bool gelu, const DecodeMerge& merge, DType dtype,
+                        uintptr_t stream) {
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const MergeArgs<T> m{merge.parts, int(merge.heads), static_cast<const T*>(merge.bias),
+                         static_cast<T*>(merge.x_out)};
     launch_linear<T>(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w),
                      static_cast<const T*>(b), static_cast<const T*>(ln_w),
                      static_cast<const T*>(ln_b), static_cast<const T*>(residual), R, N, K, eps,
-                     gelu, as_stream(stream));
-  } else {
-    launch_linear<float>(static_cast<float*>(out), static_cast<const float*>(x),
-                         static_cast<const float*>(w), static_cast<const float*>(b),
-                         static_cast<const float*>(ln_w), static_cast<const float*>(ln_b),
-                         static_cast<const float*>(residual), R, N, K, eps, gelu,
-                         as_stream(stream));
-  }
+                     gelu, m, as_stream(stream));
+  };
+  if (dtype == DType::bf16) run(__nv_bfloat16{});
+  else run(float{});
 }
 
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
-                           DType dtype, uintptr_t stream) {
-  if (dtype == DType::bf16) {
-    using V = __nv_bfloat16;
+                           const DecodeProj& proj, DType dtype, uintptr_t stream) {
+  auto run = [&](auto tag) {
+    using V = decltype(tag);
     launch_attention<V>(static_cast<V*>(y), static_cast<const V*>(qkv), static_cast<V*>(k_cache),
-                        static_cast<V*>(v_cache), pos, R, nh, T, hs, as_stream(stream));
-  } else {
-    launch_attention<float>(static_cast<float*>(y), static_cast<const float*>(qkv),
-                            static_cast<float*>(k_cache), static_cast<float*>(v_cache), pos, R,
-                            nh, T, hs, as_stream(stream));
-  }
+                        static_cast<V*>(v_cache), pos, R, nh, T, hs,
+                        static_cast<const V*>(proj.w), proj.parts, proj.N, as_stream(stream));
+  };
+  if (dtype == DType::bf16) run(__nv_bfloat16{});
+  else run(float{});
 }
 
 }  // namespace gs

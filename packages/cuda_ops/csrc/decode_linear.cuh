@@ -1,6 +1,5 @@
 // decode_linear.cuh: one CTA's share of decode_linear's one-row kernel (decode.h has the
-// formula; decode.cu the design), run by decode_linear_kernel and by head_sample_kernel
-// (sampling.cu), which draws the next token from the logits it computes in the same launch.
+// formula; decode.cu the design), as a device function.
 #pragma once
 
 #include "cuda_common.cuh"
@@ -13,6 +12,15 @@ constexpr int kLinearWarps = 4;
 // programmatic): whole rows up to K = 2,048 in bfloat16 (1,024 in float32)
 constexpr int kLinearAhead = 8;
 
+// decode_merge_linear's input row (decode.h): parts (R, heads, K) float, bias (K,) or null,
+// x_out (R, K) written by the block of outputs 0 (none: plain decode_linear)
+template <typename T> struct MergeArgs {
+  const float* parts;
+  int heads;
+  const T* bias;
+  T* x_out;
+};
+
 // Outputs n0 .. n0 + kLinearWarps - 1 of row r (warp w computes n0 + w; none past N), with the
 // block's kLinearWarps * 32 threads. row: K floats of shared memory for the (normalized)
 // input row; red: 32 floats. Calls pdl_launch_dependents and pdl_wait (x and residual are the
@@ -24,8 +32,8 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
                                                const T* __restrict__ ln_w,
                                                const T* __restrict__ ln_b,
                                                const T* __restrict__ residual, int N, int K,
-                                               float eps, bool gelu, int r, int n0, float* row,
-                                               float* red) {
+                                               float eps, bool gelu, const MergeArgs<T>& merge,
+                                               int r, int n0, float* row, float* red) {
   constexpr int V = Vector ? Vec16<T>::n : 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = n0 + warp;
@@ -43,7 +51,20 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   }
   pdl_wait();  // x and residual are the previous kernel's output
   const T* xr = x + int64_t(r) * K;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
+  if (merge.parts) {  // x + c_proj(y) from the attention's per-head projections (decode.h)
+    const float* pr = merge.parts + int64_t(r) * merge.heads * K;
+    T* xo = n0 == 0 && merge.x_out ? merge.x_out + int64_t(r) * K : nullptr;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      float s = 0.0f;
+      for (int h = 0; h < merge.heads; ++h) s += pr[int64_t(h) * K + k];
+      if (merge.bias) s += to_f32(merge.bias[k]);
+      const T v = from_f32<T>(s + to_f32(xr[k]));
+      row[k] = to_f32(v);
+      if (xo) xo[k] = v;
+    }
+  } else {
+    for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
+  }
   __syncthreads();
   if (ln_w) {
     float s = 0.0f;

@@ -321,3 +321,153 @@ def test_tensor_core_linear_under_the_emulator(tmp_path):
     run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("ok  ") == 7, run.stdout
+
+
+# --- c_proj without a launch of its own: decode_attention_proj + decode_merge_linear ----------
+
+# rows, heads, cache length, head size, position, the projection's N: shakespeare-char (6 x 64,
+# N = C), esp32 (8 x 32), a projection narrower than C, odd head size (the scalar version), a
+# 128-wide head, and gpt2-124m's 12 x 64 (the widest shared-memory slice)
+PROJ_SHAPES = [(1, 6, 256, 64, 255, 384), (1, 8, 64, 32, 10, 256), (2, 3, 20, 16, 7, 40),
+               (1, 4, 40, 13, 21, 52), (1, 2, 30, 128, 29, 256),
+               (1, 12, 64, 64, 63, 768)]  # fmt: skip
+
+
+def _check_projected_block(shape, dtype, gen, device):
+    """parts against decode_attention's y projected in float64 (the caches written alike); the
+    merged row against x + b + that projection, and decode_merge_linear's out against
+    decode_linear of its merged row (the same bits); the merged row against the c_proj launch
+    it replaces, decode_linear(y, W, b, residual=x), to the dtype's rounding."""
+    R, nh, T, hs, p, N = shape
+    C = nh * hs
+
+    def r(*s, scale=1.0):
+        return (scale * torch.randn(*s, generator=gen)).to(dtype).to(device)
+
+    qkv, kc, vc = r(R, 3 * C), r(R, nh, T, hs), r(R, nh, T, hs)
+    w_proj, b_proj, x = r(N, C, scale=C**-0.5), r(N), r(R, N)
+    w_fc, b_fc, ln_w, ln_b = r(3 * N, N, scale=N**-0.5), r(3 * N), 1 + r(N, scale=0.1), r(N)
+    pos = torch.tensor(p, device=device)
+    kc2, vc2 = kc.clone(), vc.clone()
+    y = ops.decode_attention(qkv, kc2, vc2, pos)
+    parts = ops.decode_attention_proj(qkv, kc, vc, pos, w_proj)
+    what = f"{shape} {dtype} on {device}"
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2), what
+    want = torch.float64 if dtype == torch.float64 else torch.float32
+    assert parts.shape == (R, nh, N) and parts.dtype == want and parts.device == x.device
+    w_heads = w_proj.double().view(N, nh, hs)
+    ref = torch.einsum("nhd,rhd->rhn", w_heads, y.double().view(R, nh, hs))
+    assert_close(parts, ref, torch.float32 if dtype != torch.float64 else dtype, f"parts {what}")
+    for bias in (b_proj, None):
+        out, x_new = ops.decode_merge_linear(
+            x, parts, bias, w_fc, b_fc, ln_weight=ln_w, ln_bias=ln_b, gelu=True
+        )
+        merged = parts.double().sum(1) + x.double() + (0 if bias is None else bias.double())
+        assert_close(x_new, merged, dtype, f"merged row {what}")
+        same = ops.decode_linear(x_new, w_fc, b_fc, ln_weight=ln_w, ln_bias=ln_b, gelu=True)
+        assert torch.equal(out, same), f"out {what}"
+        c_proj = ops.decode_linear(y, w_proj, bias, residual=x)
+        assert_close(x_new, c_proj.double(), dtype, f"merged row vs c_proj {what}")
+
+
+@pytest.mark.parametrize("shape", PROJ_SHAPES)
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_projected_attention_and_merge_are_the_c_proj_step(shape, dtype, gen):
+    _check_projected_block(shape, dtype, gen, "cpu")
+
+
+def test_projected_attention_out_of_range_position_gives_nan_parts(gen):
+    qkv, w = torch.randn(1, 24, generator=gen), torch.randn(5, 8, generator=gen)
+    kc, vc = torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4)
+    parts = ops.decode_attention_proj(qkv, kc, vc, torch.tensor(5), w)
+    assert torch.isnan(parts).all() and not kc.any() and not vc.any()
+
+
+def test_projection_opcheck(gen):
+    qkv, w = torch.randn(2, 36, generator=gen), torch.randn(7, 12, generator=gen)
+    kc, vc = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 9, 4)
+    torch.library.opcheck(
+        torch.ops.gptstack.decode_attention_proj.default, (qkv, kc, vc, torch.tensor(3), w)
+    )
+    x, parts = torch.randn(2, 7, generator=gen), torch.randn(2, 3, 7, generator=gen)
+    w_fc, b = torch.randn(5, 7, generator=gen), torch.randn(7, generator=gen)
+    for args in ((x, parts, b, w_fc, None, b, None, 1e-5, True),
+                 (x, parts, None, w_fc, None, None, None, 1e-5, False)):  # fmt: skip
+        torch.library.opcheck(torch.ops.gptstack.decode_merge_linear.default, args)
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda q, kc, w, x, p: ops.decode_attention_proj(q, kc, kc, torch.tensor(1), w[:, :3] + 0),
+         ValueError, r"proj_weight must be \(N, 4\)"),
+        (lambda q, kc, w, x, p: ops.decode_attention_proj(q, kc, kc, torch.tensor(1), w.double()),
+         TypeError, "use one dtype"),
+        (lambda q, kc, w, x, p: ops.decode_merge_linear(x, p.double(), None, w), TypeError,
+         "parts must be a torch.float32"),
+        (lambda q, kc, w, x, p: ops.decode_merge_linear(x, p[:, :, :3], None, w), ValueError,
+         r"parts must be \(1, heads, 4\)"),
+        (lambda q, kc, w, x, p: ops.decode_merge_linear(x, p, torch.ones(3), w), ValueError,
+         "merge_bias has shape"),
+        (lambda q, kc, w, x, p: ops.decode_merge_linear(x, p.transpose(0, 1), None, w),
+         ValueError, r"parts must be \(1, heads, 4\)"),
+    ],
+)  # fmt: skip
+def test_projection_bad_inputs_raise_clear_errors(call, error, words):
+    qkv, kc = torch.ones(1, 12), torch.ones(1, 2, 3, 2)
+    with pytest.raises(error, match=words):
+        call(qkv, kc, torch.ones(6, 4), torch.ones(1, 4), torch.ones(1, 2, 4))
+
+
+def test_extension_checks_the_projection_arguments():
+    qkv, kc, pos = torch.ones(1, 12), torch.ones(1, 2, 3, 2), torch.tensor(1)
+    with pytest.raises(ValueError, match="give y, or proj_weight and parts"):
+        _C.decode_attention(torch.empty(1, 4), qkv, kc, kc.clone(), pos,
+                            proj_weight=torch.ones(6, 4), parts=torch.empty(1, 2, 6))  # fmt: skip
+    with pytest.raises(ValueError, match=r"parts has shape \(1, 2, 5\)"):
+        _C.decode_attention(None, qkv, kc, kc.clone(), pos, proj_weight=torch.ones(6, 4),
+                            parts=torch.empty(1, 2, 5))  # fmt: skip
+    x, w = torch.ones(1, 4), torch.ones(3, 4)
+    with pytest.raises(ValueError, match="parts and x_out come together"):
+        _C.decode_linear(torch.empty(1, 3), x, w, None, None, None, None, 1e-5, False,
+                         parts=torch.ones(1, 2, 4))  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", PROJ_SHAPES)
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+def test_cuda_projected_attention_and_merge_are_the_c_proj_step(shape, dtype, gen):
+    _check_projected_block(shape, dtype, gen, "cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_projected_block_in_a_graph_gives_eagers_bits(gen):
+    """The three launches of a block with the projection (captured, programmatic launch)
+    replayed give the eager bits, and the CUDA parts match the CPU's to float rounding."""
+    R, nh, T, hs, C = 1, 6, 64, 64, 384
+    r = lambda *s: (torch.randn(*s, generator=gen) / 8).to(torch.bfloat16).cuda()  # noqa: E731
+    x, w_attn, w_proj, w_fc, w_out = r(R, C), r(3 * C, C), r(C, C), r(4 * C, C), r(C, 4 * C)
+    ln_w, ln_b = 1 + r(C), r(C)
+    kc, vc = r(R, nh, T, hs), r(R, nh, T, hs)
+    pos = torch.tensor(40, device="cuda")
+
+    def block():
+        qkv = ops.decode_linear(x, w_attn, ln_weight=ln_w, ln_bias=ln_b)
+        parts = ops.decode_attention_proj(qkv, kc, vc, pos, w_proj)
+        f, h = ops.decode_merge_linear(x, parts, None, w_fc, ln_weight=ln_w, ln_bias=ln_b,
+                                       gelu=True)  # fmt: skip
+        return ops.decode_linear(f, w_out, residual=h), parts
+
+    eager, eager_parts = (t.clone() for t in block())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        out, _ = block()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    qkv = ops.decode_linear(x, w_attn, ln_weight=ln_w, ln_bias=ln_b).cpu()
+    cpu_parts = ops.decode_attention_proj(qkv, kc.cpu(), vc.cpu(), pos.cpu(), w_proj.cpu())
+    assert_close(eager_parts.cpu(), cpu_parts.double(), torch.float32, "CUDA parts vs CPU")
