@@ -23,8 +23,8 @@ a kernel instead of cuBLASLt's epilogue with a zero bias (fused_step.ZERO_BIAS_E
 "gptstack-separate-proj" = the cached step's c_proj as a launch of its own instead of inside the
 attention's and the next launch (fused_step.PROJ_IN_ATTENTION off); --configs picks them),
 alternating the configurations over rounds (medians; the prompt's prefill, timed alone, is
-taken out of the decode phase), and writes a torch.profiler kernel table of one 500-token generation per configuration:
-`profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
+taken out of the decode phase), and writes a torch.profiler kernel table of one 500-token
+generation per configuration: `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
 """
 
 from __future__ import annotations
