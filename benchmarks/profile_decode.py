@@ -24,7 +24,8 @@ a kernel instead of cuBLASLt's epilogue with a zero bias (fused_step.ZERO_BIAS_E
 attention's and the next launch (fused_step.PROJ_IN_ATTENTION off); --configs picks them),
 alternating the configurations over rounds (medians; the prompt's prefill, timed alone, is
 taken out of the decode phase), and writes a torch.profiler kernel table of one 500-token
-generation per configuration: `profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
+generation per configuration: `profile-decode-<run>.json` and
+`profile-decode-<run>-<kernels>.txt` in DIR.
 """
 
 from __future__ import annotations
