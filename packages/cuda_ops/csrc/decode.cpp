@@ -403,9 +403,6 @@ void register_decode(nb::module_& m) {
         },
         "C"_a, "hs"_a, "T"_a, "elem_bytes"_a,
         "Dynamic shared memory per CTA of the CUDA decode_blocks kernel with one weight slice.");
-  m.def("decode_proj_shared_bytes", &decode_proj_shared_bytes, "N"_a, "hs"_a, "elem_bytes"_a,
-        "Shared memory of a head's projection slice in a CUDA decode_attention_proj CTA.");
-  m.attr("decode_proj_max_shared_bytes") = kDecodeProjMaxSharedBytes;
   m.attr("decode_blocks_max_c") = kDecodeBlocksMaxC;
   m.attr("decode_max_layers") = kDecodeMaxLayers;
   // the CUDA kernels' limits, for callers that choose a path before calling (fused_step.py)

@@ -34,7 +34,6 @@
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode.cu -I.
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -66,12 +65,13 @@ __global__ void __launch_bounds__(kAttnThreads)
     decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
                             T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
                             int hs, const T* __restrict__ proj_w, float* __restrict__ parts,
-                            int N) {
+                            int N, bool staged) {
   // V: elements per load (16 bytes in the vector version); a value row is read by hs / V
   // threads, so blockDim / (hs / V) keys are summed at once
   constexpr int V = Vector ? Vec16<T>::n : 1;
   // q (hs; y once the scores are done, where proj_w projects it), scores (T), partial y
-  // (groups * hs), then (proj_w, vector version) the head's slice of proj_w: N rows of hs
+  // (groups * hs), then (proj_w, vector version, `staged`) the head's slice of proj_w: N rows of
+  // hs (too wide for shared memory: read from global memory where it is used)
   extern __shared__ float smem[];
   __shared__ float red[32];
   // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   float* ph = parts + (int64_t(r) * nh + h) * N;
   pdl_launch_dependents();
   if constexpr (Vector) {  // the projection's weights do not depend on the kernel before
-    if (proj_w) {
+    if (staged) {
       for (int i = t; i < N * lanes; i += blockDim.x) {
         const int n = i / lanes, c = (i % lanes) * V;
         attn::cp_async_16(w_s + n * pitch + c, proj_w + int64_t(n) * C + h * hs + c, 16);
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     } else {
       for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
     }
-    if constexpr (Vector) attn::cp_async_wait<0>();
+    if (staged) attn::cp_async_wait<0>();
     return;
   }
   const int p = static_cast<int>(p64);
@@ -172,12 +172,12 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   if (!proj_w) return;
   // the head's share of the output projection: parts[n] = sum_d W[n, h hs + d] y[d]
-  if constexpr (Vector) attn::cp_async_wait<0>();
+  if (staged) attn::cp_async_wait<0>();
   __syncthreads();
   for (int n = t; n < N; n += blockDim.x) {
     float acc = 0.0f;
     if constexpr (Vector) {
-      const T* wr = w_s + n * pitch;
+      const T* wr = staged ? w_s + n * pitch : proj_w + int64_t(n) * C + h * hs;
       for (int d = 0; d < hs; d += V) {
         float wv[V];
         Vec16<T>::load(wr + d, wv);
@@ -285,37 +285,38 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
   const bool vector = hs % Vec16<T>::n == 0 && aligned(kc) && aligned(vc) && proj_rows;
   const int64_t width = vector ? Vec16<T>::n : 1, groups = kAttnThreads / (hs / width);
   int64_t smem = (round4(hs) + round4(T_) + groups * hs) * int64_t(sizeof(float));
-  if (proj_w && vector) smem += decode_proj_shared_bytes(N, hs, sizeof(T));
   const dim3 grid(static_cast<unsigned>(nh), static_cast<unsigned>(R));
   const std::string config = "(R=" + std::to_string(R) + ", nh=" + std::to_string(nh) +
                              ", T=" + std::to_string(T_) + ", hs=" + std::to_string(hs) + ")";
-  // With a projection the need depends on its width: the limit is raised, once, to the most
-  // this GPU gives up to decode.h's kDecodeProjMaxSharedBytes (a wider call fails in ensure,
-  // naming the bytes); without, the attention's few KB stay under the default 48 KiB.
+  // With a projection (vector version) its W slice is staged in shared memory where it fits:
+  // the limit of that instance is raised once, to the most this GPU gives up to decode.h's
+  // kDecodeProjMaxSharedBytes; a wider slice is read from global memory instead. Without, the
+  // attention's few KB stay under the default 48 KiB.
   int64_t most = smem;
-  if (proj_w) {
+  bool staged = false;
+  if (proj_w && vector) {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    most = std::max<int64_t>(smem, std::min<int64_t>(kDecodeProjMaxSharedBytes, optin - 1024));
+    most = std::min<int64_t>(kDecodeProjMaxSharedBytes, optin - 1024);
+    staged = smem + decode_proj_shared_bytes(N, hs, sizeof(T)) <= most;
+    if (staged) smem += decode_proj_shared_bytes(N, hs, sizeof(T));
+    most = std::max(most, smem);
   }
-  if (smem > most)
-    throw std::runtime_error("decode_attention " + config + ": the projection's " +
-                             std::to_string(N) + " rows need " + std::to_string(smem) +
-                             " bytes of shared memory, above the kernel's limit of " +
-                             std::to_string(most));
   LaunchCheck& check = checks[vector][proj_w != nullptr];
   const std::string kind = std::string(vector ? "vector " : "scalar ") + config;
   if (vector) {
     check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, true>),
                  "decode_attention", kind, kAttnThreads, int(most));
     launch_programmatic(decode_attention_kernel<T, true>, grid, kAttnThreads, int(smem), stream,
-                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N));
+                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N),
+                        staged);
   } else {
     check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, false>),
                  "decode_attention", kind, kAttnThreads, int(most));
     launch_programmatic(decode_attention_kernel<T, false>, grid, kAttnThreads, int(smem), stream,
-                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N));
+                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N),
+                        staged);
   }
   check_launch("decode_attention", config);
 }

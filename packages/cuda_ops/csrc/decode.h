@@ -125,7 +125,8 @@ struct DecodeProj {
   int64_t N = 0;
 };
 // CUDA: a head's slice of W in shared memory (bytes: N rows of hs, each padded by 16 bytes so
-// neighbouring rows' 16-byte reads fall in different bank groups), and its limit
+// neighbouring rows' 16-byte reads fall in different bank groups), where it fits this limit
+// (else the kernel reads W from global memory as it multiplies)
 constexpr int64_t decode_proj_shared_bytes(int64_t N, int64_t hs, int64_t elem_bytes) {
   return N * (hs * elem_bytes + 16);
 }

@@ -52,15 +52,31 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   pdl_wait();  // x and residual are the previous kernel's output
   const T* xr = x + int64_t(r) * K;
   if (merge.parts) {  // x + c_proj(y) from the attention's per-head projections (decode.h)
-    const float* pr = merge.parts + int64_t(r) * merge.heads * K;
+    const float* __restrict__ pr = merge.parts + int64_t(r) * merge.heads * K;
     T* xo = n0 == 0 && merge.x_out ? merge.x_out + int64_t(r) * K : nullptr;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      float s = 0.0f;
-      for (int h = 0; h < merge.heads; ++h) s += pr[int64_t(h) * K + k];
-      if (merge.bias) s += to_f32(merge.bias[k]);
-      const T v = from_f32<T>(s + to_f32(xr[k]));
-      row[k] = to_f32(v);
-      if (xo) xo[k] = v;
+    // kMergeCols columns a thread at a time, every head's load of them issued before any sum
+    // is stored (one L2 round trip, not one per column and head)
+    constexpr int kMergeCols = 4;
+    for (int k0 = threadIdx.x; k0 < K; k0 += kMergeCols * blockDim.x) {
+      float s[kMergeCols];
+#pragma unroll
+      for (int j = 0; j < kMergeCols; ++j) s[j] = 0.0f;
+#pragma unroll 4
+      for (int h = 0; h < merge.heads; ++h)
+#pragma unroll
+        for (int j = 0; j < kMergeCols; ++j) {
+          const int k = k0 + j * blockDim.x;
+          if (k < K) s[j] += __ldcg(pr + int64_t(h) * K + k);
+        }
+#pragma unroll
+      for (int j = 0; j < kMergeCols; ++j) {
+        const int k = k0 + j * blockDim.x;
+        if (k >= K) break;
+        if (merge.bias) s[j] += to_f32(merge.bias[k]);
+        const T v = from_f32<T>(s[j] + to_f32(xr[k]));
+        row[k] = to_f32(v);
+        if (xo) xo[k] = v;
+      }
     }
   } else {
     for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);

@@ -37,9 +37,6 @@ MAX_K: int = _C.decode_max_k
 # on, for K a multiple of 16 up to MMA_MAX_K (the slide window's step); else the one-row kernel
 MMA_MIN_ROWS: int = _C.decode_mma_min_rows
 MMA_MAX_K: int = _C.decode_mma_max_k
-# decode_attention_proj on CUDA: at most this many bytes of shared memory a CTA (a head's slice
-# of the projection, its rows padded, and the attention's scores and sums; proj_shared_bytes)
-PROJ_MAX_SHARED_BYTES: int = _C.decode_proj_max_shared_bytes
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes
@@ -52,16 +49,6 @@ def blocks_shared_bytes(n_embd: int, head_size: int, block_size: int, dtype: tor
     GPU's opt-in limit per block before choosing decode_blocks."""
     elem = torch.empty((), dtype=dtype).element_size()
     return _C.decode_blocks_shared_bytes(n_embd, head_size, block_size, elem)
-
-
-def proj_shared_bytes(n_embd: int, head_size: int, block_size: int, dtype: torch.dtype) -> int:
-    """An upper bound of the shared memory of one CTA of CUDA decode_attention_proj for a model
-    (N = n_embd): a caller compares it with PROJ_MAX_SHARED_BYTES before choosing the op."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    vector = 16 // elem  # elements a 16-byte load reads: the attention's partial sums
-    return _C.decode_proj_shared_bytes(n_embd, head_size, elem) + 4 * (
-        head_size + block_size + 256 * vector + 8
-    )
 
 
 # decode_blocks' tensors of one layer, in order (None allowed for the biases)

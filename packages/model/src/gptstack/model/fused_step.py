@@ -163,12 +163,8 @@ class FusedDecodeStep:
         self.zero_bias_epilogue = ZERO_BIAS_EPILOGUE
         w = model.h[0].mlp.c_fc.weight
         self._fc_zero_bias = torch.zeros(w.size(0), dtype=w.dtype, device=w.device)
-        # the cached step's c_proj inside the attention and the next launch (PROJ_IN_ATTENTION),
-        # where a head's slice of it fits a CTA's shared memory on CUDA
-        cfg, limits = model.config, self.ops.decode
-        need = limits.proj_shared_bytes(cfg.n_embd, cfg.head_size, cfg.block_size, w.dtype)
-        fits = device.type != "cuda" or need <= limits.PROJ_MAX_SHARED_BYTES
-        self.proj_in_attention = PROJ_IN_ATTENTION and fits
+        # the cached step's c_proj inside the attention and the next launch (PROJ_IN_ATTENTION)
+        self.proj_in_attention = PROJ_IN_ATTENTION
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
