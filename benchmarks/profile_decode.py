@@ -19,13 +19,11 @@ each token by PyTorch's ops instead of decode_embed / window_embed / decode_adva
 (fused_step.IO_KERNELS off), "gptstack-separate-advance" = the state updated by a
 decode_advance launch after the sampler instead of by the sampler's last block
 (fused_step.ADVANCE_IN_SAMPLER off), "gptstack-gelu-kernel" = a bias-free model's window GELU as
-a kernel instead of cuBLASLt's epilogue with a zero bias (fused_step.ZERO_BIAS_EPILOGUE off),
-"gptstack-separate-proj" = the cached step's c_proj as a launch of its own instead of inside the
-attention's and the next launch (fused_step.PROJ_IN_ATTENTION off); --configs picks them),
-alternating the configurations over rounds (medians; the prompt's prefill, timed alone, is
-taken out of the decode phase), and writes a torch.profiler kernel table of one 500-token
-generation per configuration: `profile-decode-<run>.json` and
-`profile-decode-<run>-<kernels>.txt` in DIR.
+a kernel instead of cuBLASLt's epilogue with a zero bias (fused_step.ZERO_BIAS_EPILOGUE off);
+--configs picks them), alternating the configurations
+over rounds (medians; the prompt's prefill, timed alone, is taken out of the decode phase), and
+writes a torch.profiler kernel table of one 500-token generation per configuration:
+`profile-decode-<run>.json` and `profile-decode-<run>-<kernels>.txt` in DIR.
 """
 
 from __future__ import annotations
@@ -89,8 +87,6 @@ def main() -> None:
             decoders["gptstack-gelu-kernel"].step.zero_bias_epilogue = False
         if "gptstack-separate-advance" in decoders:
             decoders["gptstack-separate-advance"].advance_in_sampler = False
-        if "gptstack-separate-proj" in decoders:
-            decoders["gptstack-separate-proj"].step.proj_in_attention = False
         if "gptstack-torch-io" in decoders:
             decoders["gptstack-torch-io"].step.io_kernels = False
         if "gptstack-rows-window" in decoders:

@@ -93,14 +93,6 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "advance_in_sampler": False,
     },
-    # the cached step's c_proj as a launch of its own instead of inside the attention's and the
-    # next launch (fused_step.PROJ_IN_ATTENTION)
-    "graph bf16 fused separate-proj": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "proj_in_attention": False,
-    },
     # a model without biases (shakespeare-char's preset) keeps the window's GELU as a kernel
     # instead of cuBLASLt's bias + GELU epilogue with zeros (fused_step.ZERO_BIAS_EPILOGUE)
     "graph bf16 fused gelu-kernel": {
@@ -145,7 +137,6 @@ DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
-DEFAULT_PROJ_IN_ATTENTION = fused_step.PROJ_IN_ATTENTION
 
 
 def set_one_launch(enabled: bool) -> None:
@@ -206,9 +197,6 @@ def main() -> None:
                 fused_step.ZERO_BIAS_EPILOGUE = options.pop(
                     "zero_bias_epilogue", DEFAULT_ZERO_BIAS_EPILOGUE
                 )
-                fused_step.PROJ_IN_ATTENTION = options.pop(
-                    "proj_in_attention", DEFAULT_PROJ_IN_ATTENTION
-                )
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
                     with attention:
@@ -236,7 +224,6 @@ def main() -> None:
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE
-                    fused_step.PROJ_IN_ATTENTION = DEFAULT_PROJ_IN_ATTENTION
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["dtype"] = res.dtype  # what "auto" resolved to

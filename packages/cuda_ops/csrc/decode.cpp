@@ -95,37 +95,6 @@ void decode_attention_cpu(T* y, const T* qkv, T* kc, T* vc, int64_t p, int64_t R
     }
 }
 
-// decode_attention_proj's projection of the attention's output y (R, nh * hs), rounded to T as
-// the op's y is: parts[r, h, n] = sum_d W[n, h hs + d] y[r, h, d] (decode.h)
-template <typename T>
-void project_heads_cpu(acc_t<T>* parts, const T* y, const T* w, int64_t R, int64_t nh,
-                       int64_t hs, int64_t N) {
-  using A = acc_t<T>;
-  const int64_t C = nh * hs;
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t h = 0; h < nh; ++h)
-      for (int64_t n = 0; n < N; ++n) {
-        A acc = 0;
-        for (int64_t d = 0; d < hs; ++d)
-          acc += load(w + n * C + h * hs + d) * load(y + r * C + h * hs + d);
-        parts[(r * nh + h) * N + n] = acc;
-      }
-}
-
-// decode_merge_linear's row: x_new[r, k] = round(sum_h parts[r, h, k] + bias[k] + x[r, k])
-template <typename T>
-void merge_rows_cpu(T* x_new, const T* x, const acc_t<T>* parts, int64_t heads, const T* bias,
-                    int64_t R, int64_t K) {
-  using A = acc_t<T>;
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t k = 0; k < K; ++k) {
-      A s = 0;
-      for (int64_t h = 0; h < heads; ++h) s += parts[(r * heads + h) * K + k];
-      if (bias) s += load(bias + k);
-      store(x_new + r * K + k, s + load(x + r * K + k));
-    }
-}
-
 // decode_blocks on the CPU: the embedding, then decode_linear / decode_attention in the order
 // of decode.h, one row at a time (a row whose token, or a position, is out of range gives NaN
 // and writes nothing, as on the GPU)
@@ -174,19 +143,9 @@ const void* optional_arg(const char* op, const Tensor& X, const char* name, cons
   return t.data;
 }
 
-// decode_merge_linear's per-head parts (float; double with float64 rows), checked against X
-const void* parts_arg(const char* op, const Tensor& X, const Tensor& P, const char* name,
-                      const std::vector<int64_t>& shape) {
-  check_dtype(op, name, P, {X.dtype == DType::f64 ? DType::f64 : DType::f32});
-  check_shape(op, name, P, shape);
-  check_same_device(op, X, name, P);
-  return P.data;
-}
-
 void decode_linear(nb::ndarray<> out, nb::ndarray<> x, nb::ndarray<> weight, OptArray bias,
                    OptArray ln_weight, OptArray ln_bias, OptArray residual, double eps, bool gelu,
-                   uintptr_t stream, int num_threads, OptArray parts, OptArray merge_bias,
-                   OptArray x_out) {
+                   uintptr_t stream, int num_threads) {
   const char* op = "decode_linear";
   (void)stream;
   Tensor X = view(op, "x", x), W = view(op, "weight", weight), Y = view(op, "out", out);
@@ -202,49 +161,31 @@ void decode_linear(nb::ndarray<> out, nb::ndarray<> x, nb::ndarray<> weight, Opt
   const void* lb = optional_arg(op, X, "ln_bias", ln_bias, {K});
   const void* res = optional_arg(op, X, "residual", residual, {R, N});
   if (lb && !lw) fail(op, "ln_bias without ln_weight: pass both, or ln_weight alone");
-  // decode_merge_linear (decode.h): the row is x + merge_bias + the parts' sum, kept in x_out
-  DecodeMerge merge;
-  if (parts || merge_bias || x_out) {
-    if (!(parts && x_out)) fail(op, "parts and x_out come together (merge_bias is optional)");
-    Tensor P = view(op, "parts", *parts);
-    if (P.ndim() != 3) fail(op, "parts must be (R, heads, K), got shape " + shape_str(P.shape));
-    merge.heads = P.size(1);
-    merge.parts = static_cast<const float*>(parts_arg(op, X, P, "parts", {R, merge.heads, K}));
-    merge.bias = optional_arg(op, X, "merge_bias", merge_bias, {K});
-    merge.x_out = const_cast<void*>(optional_arg(op, X, "x_out", x_out, {R, K}));
-  }
   if (X.cuda) {
     CudaScope scope(op, X);
     if (K > kDecodeMaxK)
       fail(op, "K = " + std::to_string(K) + " is above the CUDA kernel's limit of " +
                    std::to_string(kDecodeMaxK));
     GS_CUDA_CALL(decode_linear_cuda(Y.data, X.data, W.data, b, lw, lb, res, R, N, K, eps, gelu,
-                                    merge, X.dtype, stream));
+                                    X.dtype, stream));
     return;
   }
   const int nt = resolve_threads(num_threads);
   dispatch_float(op, X.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T* rows = X.ptr<const T>();
-    if (merge.x_out) {
-      merge_rows_cpu<T>(static_cast<T*>(merge.x_out), rows,
-                        static_cast<const acc_t<T>*>(static_cast<const void*>(merge.parts)),
-                        merge.heads, static_cast<const T*>(merge.bias), R, K);
-      rows = static_cast<const T*>(merge.x_out);
-    }
-    decode_linear_cpu<T>(Y.ptr<T>(), rows, W.ptr<const T>(), static_cast<const T*>(b),
-                         static_cast<const T*>(lw), static_cast<const T*>(lb),
-                         static_cast<const T*>(res), R, N, K, eps, gelu, nt);
+    decode_linear_cpu<T>(Y.ptr<T>(), X.ptr<const T>(), W.ptr<const T>(),
+                         static_cast<const T*>(b), static_cast<const T*>(lw),
+                         static_cast<const T*>(lb), static_cast<const T*>(res), R, N, K, eps,
+                         gelu, nt);
   });
 }
 
-void decode_attention(OptArray y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
-                      nb::ndarray<> v_cache, nb::ndarray<> pos, uintptr_t stream,
-                      OptArray proj_weight, OptArray parts) {
+void decode_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
+                      nb::ndarray<> v_cache, nb::ndarray<> pos, uintptr_t stream) {
   const char* op = "decode_attention";
   (void)stream;
   Tensor Q = view(op, "qkv", qkv), Kc = view(op, "k_cache", k_cache),
-         Vc = view(op, "v_cache", v_cache), P = view(op, "pos", pos);
+         Vc = view(op, "v_cache", v_cache), Y = view(op, "y", y), P = view(op, "pos", pos);
   check_dtype(op, "qkv", Q, {DType::f32, DType::bf16, DType::f64});
   if (Kc.ndim() != 4) fail(op, "k_cache must be (R, nh, T, hs), got " + shape_str(Kc.shape));
   const int64_t R = Kc.size(0), nh = Kc.size(1), T_ = Kc.size(2), hs = Kc.size(3);
@@ -252,46 +193,24 @@ void decode_attention(OptArray y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
   check_arg(op, Q, "qkv", Q, Q.dtype, {R, 3 * nh * hs});
   check_arg(op, Q, "k_cache", Kc, Q.dtype, {R, nh, T_, hs});
   check_arg(op, Q, "v_cache", Vc, Q.dtype, {R, nh, T_, hs});
+  check_arg(op, Q, "y", Y, Q.dtype, {R, nh * hs});
   check_dtype(op, "pos", P, {DType::i64});
   if (P.numel() != 1) fail(op, "pos must hold one position, got shape " + shape_str(P.shape));
   check_same_device(op, Q, "pos", P);
-  // y, or (decode_attention_proj, decode.h) the projection's weight and per-head parts
-  void* out_y = nullptr;
-  DecodeProj proj;
-  if (proj_weight || parts) {
-    if (!(proj_weight && parts) || y) fail(op, "give y, or proj_weight and parts (not both)");
-    Tensor W = view(op, "proj_weight", *proj_weight);
-    if (W.ndim() != 2) fail(op, "proj_weight must be (N, C), got shape " + shape_str(W.shape));
-    proj.N = W.size(0);
-    check_arg(op, Q, "proj_weight", W, Q.dtype, {proj.N, nh * hs});
-    proj.w = W.data;
-    Tensor Pt = view(op, "parts", *parts);
-    proj.parts =
-        static_cast<float*>(const_cast<void*>(parts_arg(op, Q, Pt, "parts", {R, nh, proj.N})));
-  } else {
-    if (!y) fail(op, "give y, or proj_weight and parts");
-    Tensor Y = view(op, "y", *y);
-    check_arg(op, Q, "y", Y, Q.dtype, {R, nh * hs});
-    out_y = Y.data;
-  }
   if (Q.cuda) {
     CudaScope scope(op, Q);
     if (hs > kDecodeMaxHeadSize)
       fail(op, "head size " + std::to_string(hs) + " is above the CUDA kernel's limit of " +
                    std::to_string(kDecodeMaxHeadSize));
-    GS_CUDA_CALL(decode_attention_cuda(out_y, Q.data, Kc.data, Vc.data, P.ptr<const int64_t>(),
-                                       R, nh, T_, hs, proj, Q.dtype, stream));
+    GS_CUDA_CALL(decode_attention_cuda(Y.data, Q.data, Kc.data, Vc.data, P.ptr<const int64_t>(),
+                                       R, nh, T_, hs, Q.dtype, stream));
     return;
   }
   const int64_t p = *P.ptr<const int64_t>();
   dispatch_float(op, Q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    std::vector<T> scratch(proj.w ? R * nh * hs : 0);  // y before its projection
-    T* ys = proj.w ? scratch.data() : static_cast<T*>(out_y);
-    decode_attention_cpu<T>(ys, Q.ptr<const T>(), Kc.ptr<T>(), Vc.ptr<T>(), p, R, nh, T_, hs);
-    if (proj.w)
-      project_heads_cpu<T>(reinterpret_cast<acc_t<T>*>(proj.parts), ys,
-                           static_cast<const T*>(proj.w), R, nh, hs, proj.N);
+    decode_attention_cpu<T>(Y.ptr<T>(), Q.ptr<const T>(), Kc.ptr<T>(), Vc.ptr<T>(), p, R, nh, T_,
+                            hs);
   });
 }
 
@@ -383,16 +302,11 @@ void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb
 void register_decode(nb::module_& m) {
   m.def("decode_linear", &decode_linear, "out"_a, "x"_a, "weight"_a, "bias"_a.none(),
         "ln_weight"_a.none(), "ln_bias"_a.none(), "residual"_a.none(), "eps"_a, "gelu"_a,
-        "stream"_a = 0, "num_threads"_a = 0, "parts"_a = nb::none(), "merge_bias"_a = nb::none(),
-        "x_out"_a = nb::none(), nb::call_guard<nb::gil_scoped_release>(),
-        "out = act(weight @ layernorm?(x) + bias) + residual, row by row (decode.h); with parts "
-        "and x_out, x is first x + merge_bias + the parts' sum (decode_merge_linear), kept in "
-        "x_out.");
-  m.def("decode_attention", &decode_attention, "y"_a.none(), "qkv"_a, "k_cache"_a, "v_cache"_a,
-        "pos"_a, "stream"_a = 0, "proj_weight"_a = nb::none(), "parts"_a = nb::none(),
-        nb::call_guard<nb::gil_scoped_release>(),
-        "Write k, v at pos into the caches; y = one query's causal attention (decode.h); or, "
-        "with proj_weight and parts, each head's share of y's projection (decode_attention_proj).");
+        "stream"_a = 0, "num_threads"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "out = act(weight @ layernorm?(x) + bias) + residual, row by row (decode.h).");
+  m.def("decode_attention", &decode_attention, "y"_a, "qkv"_a, "k_cache"_a, "v_cache"_a,
+        "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
   m.def("decode_blocks", &decode_blocks, "out"_a, "token"_a, "pos"_a, "wte"_a, "wpe"_a,
         "layers"_a, "k_cache"_a, "v_cache"_a, "eps"_a, "stream"_a = 0, "num_threads"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),

@@ -32,9 +32,7 @@
 // a barrier over 132 blocks cost more than the programmatic launch it replaced.
 //
 // Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c decode.cu -I.
-#include <algorithm>
 #include <cmath>
-#include <string>
 #include <type_traits>
 
 #include "cuda_common.cuh"
@@ -47,92 +45,100 @@ namespace gs {
 namespace {
 
 constexpr int kAttnThreads = 256;
+static_assert(kDecodeMaxHeadSize <= kAttnThreads, "decode_attention: one q element a thread");
+// decode_attention's vector version: value rows a thread requests before the scores, and 16-byte
+// loads of a key row issued before the first is used
+constexpr int kValuesAhead = 8;
+constexpr int kRowLoads = 8;
 
 template <typename T, bool Vector>
 __global__ void __launch_bounds__(kLinearWarps * 32)
     decode_linear_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
                          const T* __restrict__ b, const T* __restrict__ ln_w,
                          const T* __restrict__ ln_b, const T* __restrict__ residual, int N, int K,
-                         float eps, bool gelu, MergeArgs<T> merge) {
+                         float eps, bool gelu) {
   extern __shared__ float row[];  // K floats: the (normalized) input row
   __shared__ float red[32];
-  linear_outputs<T, Vector>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu, merge,
-                            blockIdx.y, blockIdx.x * kLinearWarps, row, red);
+  linear_outputs<T, Vector>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu, blockIdx.y,
+                            blockIdx.x * kLinearWarps, row, red);
 }
 
 template <typename T, bool Vector>
 __global__ void __launch_bounds__(kAttnThreads)
     decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
                             T* __restrict__ vc, const int64_t* __restrict__ pos, int nh, int T_,
-                            int hs, const T* __restrict__ proj_w, float* __restrict__ parts,
-                            int N, bool staged) {
+                            int hs) {
   // V: elements per load (16 bytes in the vector version); a value row is read by hs / V
   // threads, so blockDim / (hs / V) keys are summed at once
   constexpr int V = Vector ? Vec16<T>::n : 1;
-  // q (hs; y once the scores are done, where proj_w projects it), scores (T), partial y
-  // (groups * hs), then (proj_w, vector version, `staged`) the head's slice of proj_w: N rows of
-  // hs (too wide for shared memory: read from global memory where it is used)
-  extern __shared__ float smem[];
+  extern __shared__ float smem[];  // q (hs), scores (T), partial y (groups * hs)
   __shared__ float red[32];
   // each region starts on a 16-byte boundary (compute-sanitizer's racecheck reported reads of
   // q racing with writes of s when hs = 13 left s unaligned right behind q)
-  const int lanes = hs / V, groups = blockDim.x / lanes;
   float* q = smem;
   float* s = q + round4(hs);
   float* part = s + round4(T_);
-  T* w_s = reinterpret_cast<T*>(part + groups * hs);
-  const int pitch = hs + 16 / int(sizeof(T));  // a 16-byte pad per row of w_s
   const int h = blockIdx.x, r = blockIdx.y, C = nh * hs, t = threadIdx.x;
   T* yh = y + int64_t(r) * C + h * hs;
-  float* ph = parts + (int64_t(r) * nh + h) * N;
   pdl_launch_dependents();
-  if constexpr (Vector) {  // the projection's weights do not depend on the kernel before
-    if (staged) {
-      for (int i = t; i < N * lanes; i += blockDim.x) {
-        const int n = i / lanes, c = (i % lanes) * V;
-        attn::cp_async_16(w_s + n * pitch + c, proj_w + int64_t(n) * C + h * hs + c, 16);
-      }
-      attn::cp_async_commit();
-    }
-  }
   pdl_wait();  // qkv is the previous kernel's output
+  // the position and this head's q, k, v are read at once (hs <= kDecodeMaxHeadSize <= the
+  // block: one element a thread), not the position first
+  const T* qr = qkv + int64_t(r) * 3 * C + h * hs;
+  T qd{}, kd{}, vd{};
+  if (t < hs) qd = qr[t], kd = qr[C + t], vd = qr[2 * C + t];
   const int64_t p64 = *pos;
   if (p64 < 0 || p64 >= T_) {  // cannot happen from the decoders; make it visible, not silent
-    if (proj_w) {
-      for (int n = t; n < N; n += blockDim.x) ph[n] = NAN;
-    } else {
-      for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
-    }
-    if (staged) attn::cp_async_wait<0>();
+    for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
     return;
   }
   const int p = static_cast<int>(p64);
-  const T* qr = qkv + int64_t(r) * 3 * C + h * hs;
   T* kh = kc + (int64_t(r) * nh + h) * T_ * hs;
   T* vh = vc + (int64_t(r) * nh + h) * T_ * hs;
-  for (int d = t; d < hs; d += blockDim.x) {
-    kh[int64_t(p) * hs + d] = qr[C + d];
-    vh[int64_t(p) * hs + d] = qr[2 * C + d];
-    q[d] = to_f32(qr[d]);
+  if (t < hs) {
+    kh[int64_t(p) * hs + t] = kd;
+    vh[int64_t(p) * hs + t] = vd;
+    q[t] = to_f32(qd);
   }
   __syncthreads();  // the new key/value are in the caches (global writes of this block) and q
+  // y's thread (g, c) sums V columns from c over keys g, g + groups, ... (below); its first
+  // kValuesAhead value rows are requested now, to travel while the scores are computed
+  const int lanes = hs / V, groups = blockDim.x / lanes;
+  const int g = t / lanes, c = (t % lanes) * V;
+  uint4 v_ahead[Vector ? kValuesAhead : 1];
+  if constexpr (Vector) {
+#pragma unroll
+    for (int a = 0; a < kValuesAhead; ++a) {
+      const int j = g + a * groups;
+      if (g < groups && j <= p)
+        v_ahead[a] = *reinterpret_cast<const uint4*>(vh + int64_t(j) * hs + c);
+    }
+  }
   // scores: one key per thread; its row's loads are independent, so they are all in flight
-  // at once (the latency of one L2 read, not hs of them)
+  // at once (the latency of one L2 read, not hs of them: kRowLoads 16-byte loads are issued
+  // before the first is used)
   const float scale = rsqrtf(float(hs));
   float m = -INFINITY;
   for (int j = t; j <= p; j += blockDim.x) {
     const T* kj = kh + int64_t(j) * hs;
     float dot = 0.0f;
-#pragma unroll 4
-    for (int d = 0; d < hs; d += V) {
-      float kv[V];
-      if constexpr (Vector) {
-        Vec16<T>::load(kj + d, kv);
-      } else {
-        kv[0] = to_f32(kj[d]);
-      }
+    if constexpr (Vector) {
+      for (int d0 = 0; d0 < hs; d0 += kRowLoads * V) {
+        uint4 raw[kRowLoads];
 #pragma unroll
-      for (int i = 0; i < V; ++i) dot = fmaf(q[d + i], kv[i], dot);
+        for (int a = 0; a < kRowLoads; ++a)
+          if (d0 + a * V < hs) raw[a] = *reinterpret_cast<const uint4*>(kj + d0 + a * V);
+#pragma unroll
+        for (int a = 0; a < kRowLoads; ++a) {
+          if (d0 + a * V >= hs) break;
+          float kv[V];
+          Vec16<T>::convert(raw[a], kv);
+#pragma unroll
+          for (int i = 0; i < V; ++i) dot = fmaf(q[d0 + a * V + i], kv[i], dot);
+        }
+      }
+    } else {
+      for (int d = 0; d < hs; ++d) dot = fmaf(q[d], to_f32(kj[d]), dot);
     }
     s[j] = dot * scale;
     m = fmaxf(m, s[j]);
@@ -142,13 +148,24 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int j = t; j <= p; j += blockDim.x) sum += (s[j] = __expf(s[j] - m));
   const float total = block_sum(sum, red);  // its leading __syncthreads also publishes s[]
   // y = sum_j s_j v_j: thread (g, c) sums V columns from c over keys g, g + groups, ...
-  const int g = t / lanes, c = (t % lanes) * V;
   if (g < groups) {
     float acc[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+    int j = g;
+    if constexpr (Vector) {  // the rows requested before the scores, then the rest
+#pragma unroll
+      for (int a = 0; a < kValuesAhead; ++a, j += groups) {
+        if (j > p) break;
+        float vv[V];
+        Vec16<T>::convert(v_ahead[a], vv);
+        const float sj = s[j];
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[i] = fmaf(sj, vv[i], acc[i]);
+      }
+    }
 #pragma unroll 4
-    for (int j = g; j <= p; j += groups) {
+    for (; j <= p; j += groups) {
       float vv[V];
       if constexpr (Vector) {
         Vec16<T>::load(vh + int64_t(j) * hs + c, vv);
@@ -166,29 +183,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int d = t; d < hs; d += blockDim.x) {
     float acc = 0.0f;
     for (int k = 0; k < groups; ++k) acc += part[k * hs + d];
-    const T yd = from_f32<T>(acc / total);
-    if (proj_w) q[d] = to_f32(yd);  // every thread is past its reads of q (block_sum's barriers)
-    else yh[d] = yd;
-  }
-  if (!proj_w) return;
-  // the head's share of the output projection: parts[n] = sum_d W[n, h hs + d] y[d]
-  if (staged) attn::cp_async_wait<0>();
-  __syncthreads();
-  for (int n = t; n < N; n += blockDim.x) {
-    float acc = 0.0f;
-    if constexpr (Vector) {
-      const T* wr = staged ? w_s + n * pitch : proj_w + int64_t(n) * C + h * hs;
-      for (int d = 0; d < hs; d += V) {
-        float wv[V];
-        Vec16<T>::load(wr + d, wv);
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc = fmaf(wv[i], q[d + i], acc);
-      }
-    } else {
-      const T* wr = proj_w + int64_t(n) * C + h * hs;
-      for (int d = 0; d < hs; ++d) acc = fmaf(to_f32(wr[d]), q[d], acc);
-    }
-    ph[n] = acc;
+    yh[d] = from_f32<T>(acc / total);
   }
 }
 
@@ -244,12 +239,9 @@ bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w
 template <typename T>
 void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, const T* ln_b,
                    const T* residual, int64_t R, int64_t N, int64_t K, double eps, bool gelu,
-                   const MergeArgs<T>& merge, cudaStream_t stream) {
+                   cudaStream_t stream) {
   if (R == 0) return;
-  // the tensor-core kernel has no merge: a merged row (a cached step's) takes the one-row one
-  if (!merge.parts &&
-      launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream))
-    return;
+  if (launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream)) return;
   static LaunchCheck vector_check, scalar_check;
   const int smem = static_cast<int>(K * sizeof(float));
   const bool vector = linear_vector_loads<T>(w, K);
@@ -260,63 +252,38 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
     vector_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, true>),
                         "decode_linear", "vector", kLinearWarps * 32, smem);
     launch_programmatic(decode_linear_kernel<T, true>, grid, kLinearWarps * 32, smem, stream,
-                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu,
-                        merge);
+                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
   } else {
     scalar_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, false>),
                         "decode_linear", "scalar", kLinearWarps * 32, smem);
     launch_programmatic(decode_linear_kernel<T, false>, grid, kLinearWarps * 32, smem, stream,
-                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu,
-                        merge);
+                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
   }
   check_launch("decode_linear", config);
 }
 
 template <typename T>
 void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int64_t R,
-                      int64_t nh, int64_t T_, int64_t hs, const T* proj_w, float* parts, int64_t N,
-                      cudaStream_t stream) {
-  // [vector][projection]: each instance raises its shared-memory limit once (below)
-  static LaunchCheck checks[2][2];
+                      int64_t nh, int64_t T_, int64_t hs, cudaStream_t stream) {
+  static LaunchCheck vector_check, scalar_check;
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  // 16-byte loads need 16-byte rows: hs a multiple of the vector width, aligned caches (and a
-  // projection's rows: its slices are copied 16 bytes at a time)
-  const bool proj_rows = !proj_w || (aligned(proj_w) && (nh * hs * sizeof(T)) % 16 == 0);
-  const bool vector = hs % Vec16<T>::n == 0 && aligned(kc) && aligned(vc) && proj_rows;
+  // 16-byte loads need 16-byte rows: hs a multiple of the vector width, aligned caches
+  const bool vector = hs % Vec16<T>::n == 0 && aligned(kc) && aligned(vc);
   const int64_t width = vector ? Vec16<T>::n : 1, groups = kAttnThreads / (hs / width);
-  int64_t smem = (round4(hs) + round4(T_) + groups * hs) * int64_t(sizeof(float));
+  const int smem = static_cast<int>((round4(hs) + round4(T_) + groups * hs) * sizeof(float));
   const dim3 grid(static_cast<unsigned>(nh), static_cast<unsigned>(R));
   const std::string config = "(R=" + std::to_string(R) + ", nh=" + std::to_string(nh) +
                              ", T=" + std::to_string(T_) + ", hs=" + std::to_string(hs) + ")";
-  // With a projection (vector version) its W slice is staged in shared memory where it fits:
-  // the limit of that instance is raised once, to the most this GPU gives up to decode.h's
-  // kDecodeProjMaxSharedBytes; a wider slice is read from global memory instead. Without, the
-  // attention's few KB stay under the default 48 KiB.
-  int64_t most = smem;
-  bool staged = false;
-  if (proj_w && vector) {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    most = std::min<int64_t>(kDecodeProjMaxSharedBytes, optin - 1024);
-    staged = smem + decode_proj_shared_bytes(N, hs, sizeof(T)) <= most;
-    if (staged) smem += decode_proj_shared_bytes(N, hs, sizeof(T));
-    most = std::max(most, smem);
-  }
-  LaunchCheck& check = checks[vector][proj_w != nullptr];
-  const std::string kind = std::string(vector ? "vector " : "scalar ") + config;
   if (vector) {
-    check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, true>),
-                 "decode_attention", kind, kAttnThreads, int(most));
-    launch_programmatic(decode_attention_kernel<T, true>, grid, kAttnThreads, int(smem), stream,
-                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N),
-                        staged);
+    vector_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, true>),
+                        "decode_attention", "vector " + config, kAttnThreads, smem);
+    launch_programmatic(decode_attention_kernel<T, true>, grid, kAttnThreads, smem, stream, y,
+                        qkv, kc, vc, pos, int(nh), int(T_), int(hs));
   } else {
-    check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, false>),
-                 "decode_attention", kind, kAttnThreads, int(most));
-    launch_programmatic(decode_attention_kernel<T, false>, grid, kAttnThreads, int(smem), stream,
-                        y, qkv, kc, vc, pos, int(nh), int(T_), int(hs), proj_w, parts, int(N),
-                        staged);
+    scalar_check.ensure(reinterpret_cast<const void*>(&decode_attention_kernel<T, false>),
+                        "decode_attention", "scalar " + config, kAttnThreads, smem);
+    launch_programmatic(decode_attention_kernel<T, false>, grid, kAttnThreads, smem, stream, y,
+                        qkv, kc, vc, pos, int(nh), int(T_), int(hs));
   }
   check_launch("decode_attention", config);
 }
@@ -325,32 +292,34 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
 
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
-                        double eps, bool gelu, const DecodeMerge& merge, DType dtype,
-                        uintptr_t stream) {
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    const MergeArgs<T> m{merge.parts, int(merge.heads), static_cast<const T*>(merge.bias),
-                         static_cast<T*>(merge.x_out)};
+                        double eps, bool gelu, DType dtype, uintptr_t stream) {
+  if (dtype == DType::bf16) {
+    using T = __nv_bfloat16;
     launch_linear<T>(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w),
                      static_cast<const T*>(b), static_cast<const T*>(ln_w),
                      static_cast<const T*>(ln_b), static_cast<const T*>(residual), R, N, K, eps,
-                     gelu, m, as_stream(stream));
-  };
-  if (dtype == DType::bf16) run(__nv_bfloat16{});
-  else run(float{});
+                     gelu, as_stream(stream));
+  } else {
+    launch_linear<float>(static_cast<float*>(out), static_cast<const float*>(x),
+                         static_cast<const float*>(w), static_cast<const float*>(b),
+                         static_cast<const float*>(ln_w), static_cast<const float*>(ln_b),
+                         static_cast<const float*>(residual), R, N, K, eps, gelu,
+                         as_stream(stream));
+  }
 }
 
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
-                           const DecodeProj& proj, DType dtype, uintptr_t stream) {
-  auto run = [&](auto tag) {
-    using V = decltype(tag);
+                           DType dtype, uintptr_t stream) {
+  if (dtype == DType::bf16) {
+    using V = __nv_bfloat16;
     launch_attention<V>(static_cast<V*>(y), static_cast<const V*>(qkv), static_cast<V*>(k_cache),
-                        static_cast<V*>(v_cache), pos, R, nh, T, hs,
-                        static_cast<const V*>(proj.w), proj.parts, proj.N, as_stream(stream));
-  };
-  if (dtype == DType::bf16) run(__nv_bfloat16{});
-  else run(float{});
+                        static_cast<V*>(v_cache), pos, R, nh, T, hs, as_stream(stream));
+  } else {
+    launch_attention<float>(static_cast<float*>(y), static_cast<const float*>(qkv),
+                            static_cast<float*>(k_cache), static_cast<float*>(v_cache), pos, R,
+                            nh, T, hs, as_stream(stream));
+  }
 }
 
 }  // namespace gs

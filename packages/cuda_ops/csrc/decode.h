@@ -22,17 +22,6 @@
 //   as the PyTorch decoders do. A p outside [0, T) writes nothing and sets y to NaN (the position
 //   lives on the device, so the host cannot check it without a synchronization).
 //
-// decode_attention_proj and decode_merge_linear take the attention's output projection
-// (attn.c_proj, W (N, C)) apart by head, so that it needs no launch of its own: the step's
-// c_proj launch (a whole dependent kernel) becomes work inside the two around it:
-//   parts = decode_attention_proj(qkv, k_cache, v_cache, pos, W)   the attention above, then
-//     parts[r, h, n] = sum_d W[n, h hs + d] y[r, h, d]   (y rounded to the dtype first, as the
-//     attention's output is; float, d ascending)                   parts (R, nh, N) float
-//   h, x = decode_merge_linear(x, parts, b_proj, W_fc, ...)        decode_linear of the row
-//     x'[r, n] = round(sum_h parts[r, h, n] + b_proj[n] + x[r, n])   (float, h ascending)
-//   which it also returns: the block's x + c_proj(y), as decode_linear(y, W, b, residual = x)
-//   gives it up to the order of the sum over the heads.
-//
 // decode_blocks: embedding and every block of the step above in one call, for each row b:
 //   x = wte[token[b]] + wpe[p]; for each layer l: the five ops above with layer l's weights and
 //   caches k_cache[l], v_cache[l] ((L, B, nh, T, hs)); out[b] = x after the last block. On CUDA
@@ -110,34 +99,11 @@ struct DecodeBlocksArgs {
 };
 
 void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t stream);
-// decode_merge_linear's input: the per-head projections, merged into decode_linear's row (x is
-// then the block's residual stream before the attention); none = plain decode_linear.
-struct DecodeMerge {
-  const float* parts = nullptr;  // (R, heads, K)
-  int64_t heads = 0;
-  const void* bias = nullptr;    // (K,), or null
-  void* x_out = nullptr;         // (R, K): the merged row, in the dtype
-};
-// decode_attention_proj's projection: W (N, nh * hs) and the per-head output (R, nh, N)
-struct DecodeProj {
-  const void* w = nullptr;
-  float* parts = nullptr;
-  int64_t N = 0;
-};
-// CUDA: a head's slice of W in shared memory (bytes: N rows of hs, each padded by 16 bytes so
-// neighbouring rows' 16-byte reads fall in different bank groups), where it fits this limit
-// (else the kernel reads W from global memory as it multiplies)
-constexpr int64_t decode_proj_shared_bytes(int64_t N, int64_t hs, int64_t elem_bytes) {
-  return N * (hs * elem_bytes + 16);
-}
-constexpr int64_t kDecodeProjMaxSharedBytes = 160 * 1024;
-
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
-                        double eps, bool gelu, const DecodeMerge& merge, DType dtype,
-                        uintptr_t stream);
+                        double eps, bool gelu, DType dtype, uintptr_t stream);
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
-                           const DecodeProj& proj, DType dtype, uintptr_t stream);
+                           DType dtype, uintptr_t stream);
 
 }  // namespace gs

@@ -1,5 +1,6 @@
 // decode_linear.cuh: one CTA's share of decode_linear's one-row kernel (decode.h has the
-// formula; decode.cu the design), as a device function.
+// formula; decode.cu the design), as a device function: decode_linear_kernel, and the dev
+// benches (dev/pdl_chain.cu), run it.
 #pragma once
 
 #include "cuda_common.cuh"
@@ -11,15 +12,10 @@ constexpr int kLinearWarps = 4;
 // 16-byte weight loads per lane issued before waiting for the previous kernel (launch_
 // programmatic): whole rows up to K = 2,048 in bfloat16 (1,024 in float32)
 constexpr int kLinearAhead = 8;
-
-// decode_merge_linear's input row (decode.h): parts (R, heads, K) float, bias (K,) or null,
-// x_out (R, K) written by the block of outputs 0 (none: plain decode_linear)
-template <typename T> struct MergeArgs {
-  const float* parts;
-  int heads;
-  const T* bias;
-  T* x_out;
-};
+// LayerNorm weights and biases a thread holds in registers from before that wait: its columns
+// t, t + blockDim, ... of the first kLnAhead (up to K = 1,024 with 128 threads; the rest are
+// read where they are used)
+constexpr int kLnAhead = 8;
 
 // Outputs n0 .. n0 + kLinearWarps - 1 of row r (warp w computes n0 + w; none past N), with the
 // block's kLinearWarps * 32 threads. row: K floats of shared memory for the (normalized)
@@ -32,8 +28,8 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
                                                const T* __restrict__ ln_w,
                                                const T* __restrict__ ln_b,
                                                const T* __restrict__ residual, int N, int K,
-                                               float eps, bool gelu, const MergeArgs<T>& merge,
-                                               int r, int n0, float* row, float* red) {
+                                               float eps, bool gelu, int r, int n0, float* row,
+                                               float* red) {
   constexpr int V = Vector ? Vec16<T>::n : 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = n0 + warp;
@@ -49,38 +45,24 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
       if (n < N && k < K) ahead[j] = *reinterpret_cast<const uint4*>(wn + k);
     }
   }
-  pdl_wait();  // x and residual are the previous kernel's output
-  const T* xr = x + int64_t(r) * K;
-  if (merge.parts) {  // x + c_proj(y) from the attention's per-head projections (decode.h)
-    const float* __restrict__ pr = merge.parts + int64_t(r) * merge.heads * K;
-    T* xo = n0 == 0 && merge.x_out ? merge.x_out + int64_t(r) * K : nullptr;
-    // kMergeCols columns a thread at a time, every head's load of them issued before any sum
-    // is stored (one L2 round trip, not one per column and head)
-    constexpr int kMergeCols = 4;
-    for (int k0 = threadIdx.x; k0 < K; k0 += kMergeCols * blockDim.x) {
-      float s[kMergeCols];
+  // So are the bias and the LayerNorm's parameters: read here, they are not an L2 round trip
+  // after the LayerNorm's sums and the dot product (each was ~0.6 us of a 3-us launch on the
+  // H100: benchmarks/profiles/pdl-chain-*.txt)
+  const float bias = b && n < N && lane == 0 ? to_f32(b[n]) : 0.0f;
+  float ln_wr[kLnAhead], ln_br[kLnAhead];
+  if (ln_w) {
 #pragma unroll
-      for (int j = 0; j < kMergeCols; ++j) s[j] = 0.0f;
-#pragma unroll 4
-      for (int h = 0; h < merge.heads; ++h)
-#pragma unroll
-        for (int j = 0; j < kMergeCols; ++j) {
-          const int k = k0 + j * blockDim.x;
-          if (k < K) s[j] += __ldcg(pr + int64_t(h) * K + k);
-        }
-#pragma unroll
-      for (int j = 0; j < kMergeCols; ++j) {
-        const int k = k0 + j * blockDim.x;
-        if (k >= K) break;
-        if (merge.bias) s[j] += to_f32(merge.bias[k]);
-        const T v = from_f32<T>(s[j] + to_f32(xr[k]));
-        row[k] = to_f32(v);
-        if (xo) xo[k] = v;
-      }
+    for (int j = 0; j < kLnAhead; ++j) {
+      const int k = threadIdx.x + j * blockDim.x;
+      ln_wr[j] = k < K ? to_f32(ln_w[k]) : 0.0f;
+      ln_br[j] = k < K && ln_b ? to_f32(ln_b[k]) : 0.0f;
     }
-  } else {
-    for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
   }
+  pdl_wait();  // x and residual are the previous kernel's output
+  // the residual's load goes out with x's
+  const float res = residual && n < N && lane == 0 ? to_f32(residual[int64_t(r) * N + n]) : 0.0f;
+  const T* xr = x + int64_t(r) * K;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
   __syncthreads();
   if (ln_w) {
     float s = 0.0f;
@@ -90,7 +72,12 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
     for (int k = threadIdx.x; k < K; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
     const float rstd = rsqrtf(block_sum(ss, red) / K + eps);
     __syncthreads();  // every thread has read row[] for the sums before it is overwritten
-    for (int k = threadIdx.x; k < K; k += blockDim.x)
+#pragma unroll
+    for (int j = 0; j < kLnAhead; ++j) {
+      const int k = threadIdx.x + j * blockDim.x;
+      if (k < K) row[k] = (row[k] - mean) * rstd * ln_wr[j] + ln_br[j];
+    }
+    for (int k = threadIdx.x + kLnAhead * blockDim.x; k < K; k += blockDim.x)
       row[k] = (row[k] - mean) * rstd * to_f32(ln_w[k]) + (ln_b ? to_f32(ln_b[k]) : 0.0f);
     __syncthreads();
   }
@@ -118,9 +105,9 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   }
   acc = warp_sum(acc);
   if (lane == 0) {
-    if (b) acc += to_f32(b[n]);
+    if (b) acc += bias;
     if (gelu) acc = gelu_tanh_f(acc);
-    if (residual) acc += to_f32(residual[int64_t(r) * N + n]);
+    if (residual) acc += res;
     out[int64_t(r) * N + n] = from_f32<T>(acc);
   }
 }

@@ -294,21 +294,18 @@ def test_cuda_window_gelu_in_the_matmul_is_the_tanh_gelu(
 @needs_cuda_ops
 @pytest.mark.parametrize("window", ["slide", "halve"])
 @pytest.mark.parametrize("io_kernels", [True, False])
-@pytest.mark.parametrize("proj_in_attention", [True, False])
 def test_fused_graph_decoder_writes_naives_greedy_text(
-    make_gpt, random_tokens, monkeypatch, window, io_kernels, proj_in_attention
+    make_gpt, random_tokens, monkeypatch, window, io_kernels
 ):
     from gptstack.model import fused_step
 
     monkeypatch.setattr(fused_step, "IO_KERNELS", io_kernels)
-    monkeypatch.setattr(fused_step, "PROJ_IN_ATTENTION", proj_in_attention)
     model = make_gpt(21, scramble=0.3)
     idx = random_tokens(21, 2, 7, model.config.vocab_size)
     expected = generate(model, idx, 45, temperature=0, window=window)
     decoder = GraphDecoder(model, batch_size=2, chunk=8, fused=True)
     got = torch.cat(list(decoder.generate(idx, 45, temperature=0, window=window)), dim=1)
     assert decoder.fused and decoder.io_kernels == io_kernels
-    assert decoder.step.proj_in_attention == proj_in_attention
     assert torch.equal(got, expected[:, 7:])
     assert not GraphDecoder(model, 2).fused  # on a CPU the default stays PyTorch's modules
 
@@ -389,15 +386,14 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
 @needs_cuda_ops
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window", ["slide", "halve"])
-@pytest.mark.parametrize("switch", ["IO_KERNELS", "ADVANCE_IN_SAMPLER", "PROJ_IN_ATTENTION"])
+@pytest.mark.parametrize("switch", ["IO_KERNELS", "ADVANCE_IN_SAMPLER"])
 def test_captured_io_kernels_write_the_pytorch_ops_text(
     make_gpt, random_tokens, monkeypatch, dtype, window, switch
 ):
     """The embedding and state update by decode_embed / window_embed / decode_advance
     (fused_step.IO_KERNELS), and the state updated by the sampler's last block instead of a
-    decode_advance launch (ADVANCE_IN_SAMPLER), and c_proj inside the attention's and the next
-    launch (PROJ_IN_ATTENTION) give the tokens of the ops they replace, greedy and drawn, in
-    graphs."""
+    decode_advance launch (ADVANCE_IN_SAMPLER), give the tokens of the ops they replace, greedy
+    and drawn, in graphs."""
     from gptstack.model import fused_step
 
     model = make_gpt(34, scramble=0.3, block_size=32).cuda().to(dtype)
@@ -406,9 +402,7 @@ def test_captured_io_kernels_write_the_pytorch_ops_text(
     for on in (True, False):
         monkeypatch.setattr(fused_step, switch, on)
         decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
-        flags = {"IO_KERNELS": decoder.io_kernels, "ADVANCE_IN_SAMPLER": decoder.advance_in_sampler,
-                 "PROJ_IN_ATTENTION": decoder.step.proj_in_attention}  # fmt: skip
-        assert flags[switch] == on
+        assert (decoder.io_kernels, decoder.advance_in_sampler)[switch != "IO_KERNELS"] == on
         greedy = decoder.generate(idx, 90, temperature=0, window=window)
         drawn = decoder.generate(idx, 90, seed=5, top_k=5, window=window)
         texts[on] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))

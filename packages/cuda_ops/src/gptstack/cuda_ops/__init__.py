@@ -14,13 +14,7 @@ from ._ext import _C
 from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
-from .decode import (
-    decode_attention,
-    decode_attention_proj,
-    decode_blocks,
-    decode_linear,
-    decode_merge_linear,
-)
+from .decode import decode_attention, decode_blocks, decode_linear
 from .decode_io import DecoderState, decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
@@ -54,11 +48,9 @@ __all__ = [
     "cross_entropy",
     "decode_advance",
     "decode_attention",
-    "decode_attention_proj",
     "decode_blocks",
     "decode_embed",
     "decode_linear",
-    "decode_merge_linear",
     "gelu_tanh",
     "gptstack_attention",
     "layernorm",

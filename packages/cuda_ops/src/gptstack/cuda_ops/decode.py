@@ -5,10 +5,6 @@
     x = decode_linear(y, w_proj, b_proj, residual=x)      # (R, C)
     h = decode_linear(x, w_fc, b_fc, ln_weight=ln2_w, ln_bias=ln2_b, gelu=True)
 
-    parts = decode_attention_proj(qkv, k_cache, v_cache, pos, w_proj)   # (R, nh, C) float
-    h, x = decode_merge_linear(x, parts, b_proj, w_fc, b_fc, ln_weight=ln2_w, ...)  # the two
-    # lines above without c_proj's launch
-
     x = decode_blocks(token, pos, wte, wpe, layers, k_cache, v_cache)  # every block at once
 
 A transformer block in five launches instead of ~28 (formulas and kernel layout: csrc/decode.h,
@@ -103,16 +99,26 @@ def _decode_attention_fake(qkv, k_cache, v_cache, pos):
     return torch.empty(qkv.size(0), qkv.size(1) // 3, dtype=qkv.dtype, device=qkv.device)
 
 
-def check_linear(
-    op: str,
+def decode_linear(
     x: Tensor,
     weight: Tensor,
     bias: Tensor | None = None,
+    *,
     ln_weight: Tensor | None = None,
     ln_bias: Tensor | None = None,
     residual: Tensor | None = None,
-) -> None:
-    """decode_linear's argument checks (decode_merge_linear's too): OpTypeError / OpInputError."""
+    gelu: bool = False,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """out = act(weight @ layernorm(x) + bias) + residual for each row of x.
+
+    x (R, K); weight (N, K) as nn.Linear stores it; bias (N,); ln_weight / ln_bias (K,): a
+    LayerNorm of each row first (ln_bias needs ln_weight); residual (R, N), added last; gelu:
+    the tanh GELU after the bias. One dtype throughout (float32 or bfloat16; float64 on the
+    CPU), contiguous, one device; computed in float32, rounded once. Returns (R, N).
+    Raises OpTypeError / OpInputError naming the argument.
+    """
+    op = "decode_linear"
     float_tensor(op, "x", x, min_dim=2)
     if x.dim() != 2:
         raise OpInputError(f"{op}: x must be (rows, K), got shape {tuple(x.shape)}")
@@ -134,29 +140,6 @@ def check_linear(
             like(op, "x", x, name, t, shape=shape)
     if ln_bias is not None and ln_weight is None:
         raise OpInputError(f"{op}: ln_bias without ln_weight; pass both, or ln_weight alone")
-
-
-def decode_linear(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    ln_weight: Tensor | None = None,
-    ln_bias: Tensor | None = None,
-    residual: Tensor | None = None,
-    gelu: bool = False,
-    eps: float = DEFAULT_EPS,
-) -> Tensor:
-    """out = act(weight @ layernorm(x) + bias) + residual for each row of x.
-
-    x (R, K); weight (N, K) as nn.Linear stores it; bias (N,); ln_weight / ln_bias (K,): a
-    LayerNorm of each row first (ln_bias needs ln_weight); residual (R, N), added last; gelu:
-    the tanh GELU after the bias. One dtype throughout (float32 or bfloat16; float64 on the
-    CPU), contiguous, one device; computed in float32, rounded once. Returns (R, N).
-    Raises OpTypeError / OpInputError naming the argument.
-    """
-    op = "decode_linear"
-    check_linear(op, x, weight, bias, ln_weight, ln_bias, residual)
     if not isinstance(gelu, bool):
         raise OpTypeError(f"{op}: gelu must be True or False, got {gelu!r}")
     op = (
@@ -176,13 +159,7 @@ def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor)
     so a CUDA graph replays with the current position; out of range gives NaN, not a write).
     Raises OpTypeError / OpInputError naming the argument.
     """
-    _check_attention("decode_attention", qkv, k_cache, v_cache, pos)
-    op = _decode_attention_impl if direct(qkv, k_cache, v_cache, pos) else _decode_attention
-    return op(qkv, k_cache, v_cache, pos)
-
-
-def _check_attention(op: str, qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor) -> None:
-    """decode_attention's argument checks (decode_attention_proj's too)."""
+    op = "decode_attention"
     float_tensor(op, "qkv", qkv, min_dim=2)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         like(op, "qkv", qkv, name, t)
@@ -202,130 +179,8 @@ def _check_attention(op: str, qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos
         raise OpTypeError(f"{op}: pos must be an int64 tensor of one element, got {pos!r}")
     if pos.device != qkv.device:
         raise OpInputError(f"{op}: pos is on {pos.device} but qkv is on {qkv.device}")
-
-
-# --- the attention's output projection without a launch of its own (csrc/decode.h) ------------
-
-
-def _parts_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The per-head parts' dtype: float32 (float64 for float64 rows, on the CPU)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _decode_attention_proj_impl(
-    qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, proj_weight: Tensor
-) -> Tensor:
-    parts = _decode_attention_proj_fake(qkv, k_cache, v_cache, pos, proj_weight)
-    _C.decode_attention(
-        None, dl(qkv), dl(k_cache), dl(v_cache), dl(pos), stream_of(qkv),
-        proj_weight=dl(proj_weight), parts=dl(parts),
-    )  # fmt: skip
-    return parts
-
-
-_decode_attention_proj = torch.library.custom_op(
-    "gptstack::decode_attention_proj", mutates_args=("k_cache", "v_cache")
-)(_decode_attention_proj_impl)
-
-
-@_decode_attention_proj.register_fake
-def _decode_attention_proj_fake(qkv, k_cache, v_cache, pos, proj_weight):
-    R, nh = k_cache.shape[:2]
-    return torch.empty(R, nh, proj_weight.size(0), dtype=_parts_dtype(qkv.dtype), device=qkv.device)
-
-
-def decode_attention_proj(
-    qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, proj_weight: Tensor
-) -> Tensor:
-    """decode_attention, then each head's share of its output projection: parts (R, nh, N)
-    where parts[r, h] = proj_weight[:, h*hs:(h+1)*hs] @ y[r, h] (y rounded to qkv's dtype, as
-    decode_attention returns it; float32, float64 for float64). proj_weight (N, C) as
-    nn.Linear stores it (attn.c_proj.weight). With decode_merge_linear after it, the block's
-    c_proj needs no launch of its own (csrc/decode.h). Raises OpTypeError / OpInputError."""
-    op = "decode_attention_proj"
-    _check_attention(op, qkv, k_cache, v_cache, pos)
-    C = k_cache.size(1) * k_cache.size(3)
-    like(op, "qkv", qkv, "proj_weight", proj_weight)
-    if proj_weight.dim() != 2 or proj_weight.size(1) != C:
-        raise OpInputError(
-            f"{op}: proj_weight must be (N, {C}) for caches of shape {tuple(k_cache.shape)}, "
-            f"got {tuple(proj_weight.shape)}"
-        )
-    plain = direct(qkv, k_cache, v_cache, pos, proj_weight)
-    fn = _decode_attention_proj_impl if plain else _decode_attention_proj
-    return fn(qkv, k_cache, v_cache, pos, proj_weight)
-
-
-def _decode_merge_linear_impl(
-    x: Tensor,
-    parts: Tensor,
-    merge_bias: Tensor | None,
-    weight: Tensor,
-    bias: Tensor | None,
-    ln_weight: Tensor | None,
-    ln_bias: Tensor | None,
-    eps: float,
-    gelu: bool,
-) -> tuple[Tensor, Tensor]:
-    out, x_new = _decode_merge_linear_fake(x, parts, merge_bias, weight)
-    _C.decode_linear(
-        dl(out), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), None, eps, gelu,
-        stream_of(x), threads(), parts=dl(parts), merge_bias=dl(merge_bias), x_out=dl(x_new),
-    )  # fmt: skip
-    return out, x_new
-
-
-_decode_merge_linear = torch.library.custom_op("gptstack::decode_merge_linear", mutates_args=())(
-    _decode_merge_linear_impl
-)
-
-
-@_decode_merge_linear.register_fake
-def _decode_merge_linear_fake(x, parts, merge_bias, weight, *_rest):
-    out = torch.empty(x.size(0), weight.size(0), dtype=x.dtype, device=x.device)
-    return out, torch.empty_like(x)
-
-
-def decode_merge_linear(
-    x: Tensor,
-    parts: Tensor,
-    merge_bias: Tensor | None,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    ln_weight: Tensor | None = None,
-    ln_bias: Tensor | None = None,
-    gelu: bool = False,
-    eps: float = DEFAULT_EPS,
-) -> tuple[Tensor, Tensor]:
-    """(out, x_new): x_new = x + merge_bias + parts.sum(1) (in float, heads in order, rounded
-    once to x's dtype), out = decode_linear(x_new, weight, bias, ln_weight=..., ...).
-
-    x (R, K): the block's residual stream; parts (R, heads, K) from decode_attention_proj;
-    merge_bias (K,) or None: c_proj's bias. x_new is what decode_linear(y, c_proj.weight,
-    c_proj.bias, residual=x) gives, up to the order of the sum over heads.
-    Raises OpTypeError / OpInputError naming the argument.
-    """
-    op = "decode_merge_linear"
-    check_linear(op, x, weight, bias, ln_weight, ln_bias)
-    R, K = x.shape
-    want = _parts_dtype(x.dtype)
-    if not isinstance(parts, Tensor) or parts.dtype != want or parts.dim() != 3:
-        raise OpTypeError(f"{op}: parts must be a {want} (R, heads, K) tensor, got {parts!r}")
-    if parts.size(0) != R or parts.size(2) != K or parts.size(1) < 1:
-        raise OpInputError(
-            f"{op}: parts must be ({R}, heads, {K}) for x of shape {tuple(x.shape)}, got "
-            f"{tuple(parts.shape)}"
-        )
-    if parts.device != x.device or not parts.is_contiguous():
-        raise OpInputError(f"{op}: parts must be contiguous and on {x.device}")
-    if merge_bias is not None:
-        like(op, "x", x, "merge_bias", merge_bias, shape=(K,))
-    if not isinstance(gelu, bool):
-        raise OpTypeError(f"{op}: gelu must be True or False, got {gelu!r}")
-    plain = direct(x, parts, merge_bias, weight, bias, ln_weight, ln_bias)
-    fn = _decode_merge_linear_impl if plain else _decode_merge_linear
-    return fn(x, parts, merge_bias, weight, bias, ln_weight, ln_bias, float(eps), gelu)
+    op = _decode_attention_impl if direct(qkv, k_cache, v_cache, pos) else _decode_attention
+    return op(qkv, k_cache, v_cache, pos)
 
 
 def _decode_blocks_impl(

@@ -6,9 +6,8 @@
     logits = step.slide(window, token)        # = step.window(cat(window[:, 1:], token))
 
 `step(token, pos)` is `model(token, last_only=True, kv_cache=cache, pos=pos)`: one new position
-against the cache, 4 launches per block (c_proj inside the attention's and the next launch:
-PROJ_IN_ATTENTION) plus 2 (the embedding, ln_f + LM head) instead of ~28 per block
-(csrc/decode.h has the layout). Opt-in (`ONE_LAUNCH = True`, or a step's
+against the cache, 5 launches per block plus 2 (the embedding, ln_f + LM head) instead of ~28
+per block (csrc/decode.h has the layout). Opt-in (`ONE_LAUNCH = True`, or a step's
 `blocks_in_one_launch`), a small model on sm_90 runs the embedding and every block as one
 launch instead: a thread-block cluster of 16 SMs passing each phase's output through their
 shared memory (decode_blocks), the same bits, but slower on the H200 so far (ONE_LAUNCH below).
@@ -94,14 +93,6 @@ IO_KERNELS = True
 # decode_advance launch after it. The A/B switch of the benchmarks.
 ADVANCE_IN_SAMPLER = True
 
-# The cached step's c_proj without a launch of its own: True = each head's attention CTA also
-# multiplies its output by its columns of c_proj (decode_attention_proj) and the next launch,
-# ln_2 + c_fc + GELU, first adds the heads' parts and the residual (decode_merge_linear): four
-# dependent launches a block instead of five. The sum over heads is in another order than
-# c_proj's one dot product, so the residual stream can differ in its last bit. The A/B switch of
-# the benchmarks.
-PROJ_IN_ATTENTION = True
-
 # decode_blocks reads every weight of a step with 16 SMs (~1 TB/s on the H200, against ~4 for
 # the op-by-op kernels spread over the whole GPU), so it is only for small models:
 # shakespeare-char's blocks are 21 MB in bfloat16.
@@ -163,8 +154,6 @@ class FusedDecodeStep:
         self.zero_bias_epilogue = ZERO_BIAS_EPILOGUE
         w = model.h[0].mlp.c_fc.weight
         self._fc_zero_bias = torch.zeros(w.size(0), dtype=w.dtype, device=w.device)
-        # the cached step's c_proj inside the attention and the next launch (PROJ_IN_ATTENTION)
-        self.proj_in_attention = PROJ_IN_ATTENTION
         self._layers = [  # decode_blocks' order; None for a missing bias
             attrgetter(name)(block) for block in model.h for name in self.ops.decode.LAYER_TENSORS
         ]
@@ -184,22 +173,13 @@ class FusedDecodeStep:
             tok, p = token[:, 0], pos.view(1)
             x = m.wte.weight.index_select(0, tok) + m.wpe.weight.index_select(0, p)
         for i, block in enumerate(m.h):
-            attn, mlp = block.attn, block.mlp
+            attn = block.attn
             qkv = ops.decode_linear(
                 x, attn.c_attn.weight, attn.c_attn.bias,
                 ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
             )  # fmt: skip
-            k, v = self.cache.k[i], self.cache.v[i]
-            if not self.proj_in_attention:
-                y = ops.decode_attention(qkv, k, v, pos)  # (B, C)
-                x = self._after_attention(block, x, y)
-                continue
-            parts = ops.decode_attention_proj(qkv, k, v, pos, attn.c_proj.weight)  # (B, nh, C)
-            h, x = ops.decode_merge_linear(
-                x, parts, attn.c_proj.bias, mlp.c_fc.weight, mlp.c_fc.bias,
-                ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, gelu=True, eps=eps,
-            )  # fmt: skip
-            x = ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
+            y = ops.decode_attention(qkv, self.cache.k[i], self.cache.v[i], pos)  # (B, C)
+            x = self._after_attention(block, x, y)
         return self._head(x)
 
     def _after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
