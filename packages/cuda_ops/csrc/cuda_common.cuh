@@ -42,6 +42,16 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// Reads of what the kernels before wrote, in a kernel launched as their programmatic dependent:
+// through L2 (ld.global.cg). Such a kernel starts while they still run, so a `const __restrict__`
+// input the compiler reads by the non-coherent path (ld.global.nc: read-only for the kernel's
+// lifetime, which these are not) could come from a line cached before they wrote it: the graph
+// decoder's drawn texts differed from run to run once the kernels got faster (2026-12-06).
+template <typename T>
+__device__ __forceinline__ T load_produced(const T* p) {
+  return __ldcg(p);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

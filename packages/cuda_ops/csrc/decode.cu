@@ -86,8 +86,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   // block: one element a thread), not the position first
   const T* qr = qkv + int64_t(r) * 3 * C + h * hs;
   T qd{}, kd{}, vd{};
-  if (t < hs) qd = qr[t], kd = qr[C + t], vd = qr[2 * C + t];
-  const int64_t p64 = *pos;
+  if (t < hs)
+    qd = load_produced(qr + t), kd = load_produced(qr + C + t), vd = load_produced(qr + 2 * C + t);
+  const int64_t p64 = load_produced(pos);
   if (p64 < 0 || p64 >= T_) {  // cannot happen from the decoders; make it visible, not silent
     for (int d = t; d < hs; d += blockDim.x) yh[d] = from_f32<T>(NAN);
     return;
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int a = 0; a < kValuesAhead; ++a) {
       const int j = g + a * groups;
       if (g < groups && j <= p)
-        v_ahead[a] = *reinterpret_cast<const uint4*>(vh + int64_t(j) * hs + c);
+        v_ahead[a] = load_produced(reinterpret_cast<const uint4*>(vh + int64_t(j) * hs + c));
     }
   }
   // scores: one key per thread; its row's loads are independent, so they are all in flight
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         uint4 raw[kRowLoads];
 #pragma unroll
         for (int a = 0; a < kRowLoads; ++a)
-          if (d0 + a * V < hs) raw[a] = *reinterpret_cast<const uint4*>(kj + d0 + a * V);
+          if (d0 + a * V < hs) raw[a] = load_produced(reinterpret_cast<const uint4*>(kj + d0 + a * V));
 #pragma unroll
         for (int a = 0; a < kRowLoads; ++a) {
           if (d0 + a * V >= hs) break;
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kAttnThreads)
         }
       }
     } else {
-      for (int d = 0; d < hs; ++d) dot = fmaf(q[d], to_f32(kj[d]), dot);
+      for (int d = 0; d < hs; ++d) dot = fmaf(q[d], to_f32(load_produced(kj + d)), dot);
     }
     s[j] = dot * scale;
     m = fmaxf(m, s[j]);
@@ -168,9 +169,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (; j <= p; j += groups) {
       float vv[V];
       if constexpr (Vector) {
-        Vec16<T>::load(vh + int64_t(j) * hs + c, vv);
+        Vec16<T>::convert(load_produced(reinterpret_cast<const uint4*>(vh + int64_t(j) * hs + c)),
+                          vv);
       } else {
-        vv[0] = to_f32(vh[int64_t(j) * hs + c]);
+        vv[0] = to_f32(load_produced(vh + int64_t(j) * hs + c));
       }
       const float sj = s[j];
 #pragma unroll

@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float bias = rows[0].lane_bias(W(0, kAttnB));
   pdl_launch_dependents();
   pdl_wait();  // token, pos and the caches come from the kernels before
-  const int64_t p64 = *a.pos, tok = a.token[b];
+  const int64_t p64 = load_produced(a.pos), tok = load_produced(a.token + b);
   const bool valid = p64 >= 0 && p64 < Tc && p64 < a.wpe_rows && tok >= 0 && tok < a.vocab;
   const int p = valid ? static_cast<int>(p64) : 0;
   {

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kEmbedThreads)
   pdl_launch_dependents();
   pdl_wait();  // token and pos are the previous step's
   const int b = blockIdx.x;
-  const int64_t id = token[b], p = *pos;
+  const int64_t id = load_produced(token + b), p = load_produced(pos);
   embed_row(x + int64_t(b) * C, wte, wpe, id, p, id >= 0 && id < vocab && p >= 0 && p < positions,
             C);
 }
@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kEmbedThreads)
   pdl_launch_dependents();
   pdl_wait();  // window and token are the previous step's
   const int t = blockIdx.x, b = blockIdx.y;
-  const int64_t id = t < T_ - 1 ? window[int64_t(b) * T_ + t + 1] : token[b];
+  const int64_t id =
+      load_produced(t < T_ - 1 ? window + int64_t(b) * T_ + t + 1 : token + b);
   embed_row(x + (int64_t(b) * T_ + t) * C, wte, wpe, id, t, id >= 0 && id < vocab, C);
 }
 

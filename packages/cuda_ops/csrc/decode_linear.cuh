@@ -60,9 +60,10 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   }
   pdl_wait();  // x and residual are the previous kernel's output
   // the residual's load goes out with x's
-  const float res = residual && n < N && lane == 0 ? to_f32(residual[int64_t(r) * N + n]) : 0.0f;
+  const float res =
+      residual && n < N && lane == 0 ? to_f32(load_produced(residual + int64_t(r) * N + n)) : 0.0f;
   const T* xr = x + int64_t(r) * K;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(xr[k]);
+  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(load_produced(xr + k));
   __syncthreads();
   if (ln_w) {
     float s = 0.0f;

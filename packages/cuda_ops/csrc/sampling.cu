@@ -33,7 +33,7 @@ __device__ __forceinline__ float from_order_key(uint32_t k) {
 
 template <typename T>
 __device__ __forceinline__ float scaled(const T* row, int i, float temperature) {
-  return to_f32(row[i]) / temperature;  // a true division, as sampling.py's logits / temperature
+  return to_f32(load_produced(row + i)) / temperature;  // a true division, as sampling.py's logits / temperature
 }
 
 // The k-th largest z of the row (1 <= k < V), every thread gets it.
