@@ -23,6 +23,14 @@
 //   shakespeare-char's T = 256 on the H200: six blocks, each waiting on one L2 read after
 //   another.
 //
+// 2026-12-06: a dependent launch costs ~0.7 us on the H100 (dev/pdl_chain.cu), so each kernel's
+//   own chain of reads decides its time. decode_linear reads its bias and LayerNorm parameters
+//   before the wait and its residual with x (decode_linear.cuh); decode_attention reads the
+//   position with q, k, v, and requests its first value rows before the scores: cached step
+//   118.6 -> 109.3 us at shakespeare-char (H100). Everything an earlier kernel wrote is read
+//   with load_produced (cuda_common.cuh): the non-coherent path a `const __restrict__` input
+//   may take is unsafe for a programmatic dependent.
+//
 // Tried and reverted (commits 1e654ba, 1238e18): the whole step as one persistent kernel, its
 // blocks running the ~31 ops in order with a grid-wide barrier between them (an atomic arrival
 // per block, then a spin on a generation word). Bit for bit the op-by-op step, but slower on the
@@ -128,7 +136,8 @@ __global__ void __launch_bounds__(kAttnThreads)
         uint4 raw[kRowLoads];
 #pragma unroll
         for (int a = 0; a < kRowLoads; ++a)
-          if (d0 + a * V < hs) raw[a] = load_produced(reinterpret_cast<const uint4*>(kj + d0 + a * V));
+          if (d0 + a * V < hs)
+            raw[a] = load_produced(reinterpret_cast<const uint4*>(kj + d0 + a * V));
 #pragma unroll
         for (int a = 0; a < kRowLoads; ++a) {
           if (d0 + a * V >= hs) break;

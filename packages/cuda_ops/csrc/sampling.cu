@@ -33,7 +33,9 @@ __device__ __forceinline__ float from_order_key(uint32_t k) {
 
 template <typename T>
 __device__ __forceinline__ float scaled(const T* row, int i, float temperature) {
-  return to_f32(load_produced(row + i)) / temperature;  // a true division, as sampling.py's logits / temperature
+  // a true division, as sampling.py's logits / temperature; the logits through L2 (the LM
+  // head's kernel wrote them: load_produced)
+  return to_f32(load_produced(row + i)) / temperature;
 }
 
 // The k-th largest z of the row (1 <= k < V), every thread gets it.
