@@ -5,9 +5,12 @@
 # processes, build A then build B, ROUNDS times, on the checkpoints that
 # benchmarks/gpu_decode_window.sh's train step wrote (runs/shakespeare-char, runs/esp32).
 #
-#   here:  bash packages/cuda_ops/scripts/prebuild_for_device.sh .device/site          (A: the tree)
+#   here, from the repository root (A: the tree, B: <commit>):
+#          bash packages/cuda_ops/scripts/prebuild_for_device.sh .device/site
 #          git worktree add /tmp/before <commit> && (cd /tmp/before &&
-#            bash packages/cuda_ops/scripts/prebuild_for_device.sh "$PWD_OF_REPO/.device/site-before")
+#            bash packages/cuda_ops/scripts/prebuild_for_device.sh "$OLDPWD/.device/site-before")
+#          git worktree remove --force /tmp/before
+#   (carry .device: both builds and the data, under the device tool's 64 MiB)
 #   there (after gpu_decode_window.sh STAGES="build train ..." in the same call):
 #          A=.device/site B=.device/site-before bash benchmarks/gpu_build_ab.sh
 # Results: $OUT/ab/{A,B}-{speed,profile}-ROUND/ (sample-speed-*.json, profile-decode-*.json)

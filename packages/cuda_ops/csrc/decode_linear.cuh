@@ -21,8 +21,10 @@ constexpr int kLnAhead = 8;
 // block's kLinearWarps * 32 threads. row: K floats of shared memory for the (normalized)
 // input row; red: 32 floats. Calls pdl_launch_dependents and pdl_wait (x and residual are the
 // previous kernel's output; the weights are requested before waiting for it). Every thread
-// returns (no early exit), so a caller may synchronize the block afterwards.
-template <typename T, bool Vector>
+// returns (no early exit), so a caller may synchronize the block afterwards. VectorRow: x in
+// 16-byte loads (K a multiple of 16 bytes, x 16-byte aligned); not used by decode.cu yet, only
+// timed by dev/pdl_chain.cu against the scalar loads.
+template <typename T, bool Vector, bool VectorRow = false>
 __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __restrict__ x,
                                                const T* __restrict__ w, const T* __restrict__ b,
                                                const T* __restrict__ ln_w,
@@ -63,7 +65,18 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   const float res =
       residual && n < N && lane == 0 ? to_f32(load_produced(residual + int64_t(r) * N + n)) : 0.0f;
   const T* xr = x + int64_t(r) * K;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(load_produced(xr + k));
+  if constexpr (VectorRow) {
+    constexpr int E = Vec16<T>::n;
+    const uint4* xv = reinterpret_cast<const uint4*>(xr);
+    for (int i = threadIdx.x; i < K / E; i += blockDim.x) {
+      float f[E];
+      Vec16<T>::convert(load_produced(xv + i), f);
+#pragma unroll
+      for (int e = 0; e < E; ++e) row[i * E + e] = f[e];
+    }
+  } else {
+    for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(load_produced(xr + k));
+  }
   __syncthreads();
   if (ln_w) {
     float s = 0.0f;

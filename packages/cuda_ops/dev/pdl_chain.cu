@@ -43,8 +43,9 @@ __global__ void hop_kernel(const float* in, float* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = in[0] + 1.0f;
 }
 
-// decode_linear.cuh's linear_outputs before 2026-12-06 (afternoon): the bias, the LayerNorm's
-// parameters and the residual read where they are used, after the dependency wait
+// decode_linear.cuh's linear_outputs before 2026-12-06's reads ahead of the wait (76117b8): the
+// bias, the LayerNorm's parameters and the residual read where they are used, after the
+// dependency wait, and x by whatever path the compiler chose (ld.global.nc)
 template <typename T, bool Vector>
 __device__ __forceinline__ void linear_outputs_before(T* __restrict__ out, const T* __restrict__ x,
                                                const T* __restrict__ w, const T* __restrict__ b,
@@ -115,23 +116,24 @@ __device__ __forceinline__ void linear_outputs_before(T* __restrict__ out, const
   }
 }
 
-// decode_linear's one-row kernel (decode_linear.cuh, or the version before), as decode.cu
-// launches it, with a LayerNorm weight and bias and a residual where given
-template <bool Before>
+// decode_linear's one-row kernel as decode.cu launches it (kTree), with x in 16-byte loads
+// (kVectorRow: decode_linear.cuh's VectorRow), or the version before 2026-12-06's reads ahead of
+// the wait (kBefore, x by the non-coherent path); a LayerNorm and a residual where given
+enum Variant { kTree, kVectorRow, kBefore };
+template <Variant variant>
 __global__ void __launch_bounds__(gs::kLinearWarps * 32)
     linear_kernel(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
                   const __nv_bfloat16* ln_w, const __nv_bfloat16* ln_b,
                   const __nv_bfloat16* residual, int N, int K) {
   extern __shared__ float row[];
   __shared__ float red[32];
-  if constexpr (Before)
+  const int n0 = blockIdx.x * gs::kLinearWarps;
+  if constexpr (variant == kBefore)
     linear_outputs_before<__nv_bfloat16, true>(out, x, w, nullptr, ln_w, ln_b, residual, N, K,
-                                               1e-5f, false, 0, blockIdx.x * gs::kLinearWarps,
-                                               row, red);
+                                               1e-5f, false, 0, n0, row, red);
   else
-    gs::linear_outputs<__nv_bfloat16, true>(out, x, w, nullptr, ln_w, ln_b, residual, N, K,
-                                            1e-5f, false, 0, blockIdx.x * gs::kLinearWarps,
-                                            row, red);
+    gs::linear_outputs<__nv_bfloat16, true, variant == kVectorRow>(
+        out, x, w, nullptr, ln_w, ln_b, residual, N, K, 1e-5f, false, 0, n0, row, red);
 }
 
 template <typename K, typename... A>
@@ -217,8 +219,8 @@ int main() {
   // decode_linear at the decode step's shapes, N = K so each output is the next one's input:
   // plain, with a LayerNorm (weight and bias), with a residual (the kernel's input of two
   // launches before); the kernel in the tree and the version before it
-  std::printf("%-52s %10s %10s %10s\n", "decode_linear, PDL (grid x threads)", "tree us",
-              "before us", "plain us");
+  std::printf("%-44s %9s %9s %9s %9s\n", "decode_linear, PDL (grid x threads)", "tree us",
+              "vec-x us", "before us", "plain us");
   for (int K : {256, 384, 1536}) {
     for (int kind = 0; kind < 3; ++kind) {
       const bool ln = kind == 1, res = kind == 2;
@@ -239,14 +241,15 @@ int main() {
                  static_cast<const __nv_bfloat16*>(res ? x[(i + 2) % 3] : nullptr), K, K);
         });
       };
-      const double tree = chain(true, linear_kernel<false>);
-      const double before = chain(true, linear_kernel<true>);
-      const double plain = chain(false, linear_kernel<false>);
+      const double tree = chain(true, linear_kernel<kTree>);
+      const double vector_row = chain(true, linear_kernel<kVectorRow>);
+      const double before = chain(true, linear_kernel<kBefore>);
+      const double plain = chain(false, linear_kernel<kTree>);
       char name[64];
       std::snprintf(name, sizeof name, "K = N = %d%s (%d x %d)", K,
                     ln ? " + LayerNorm" : res ? " + residual" : "", blocks,
                     gs::kLinearWarps * 32);
-      std::printf("%-52s %10.2f %10.2f %10.2f\n", name, tree, before, plain);
+      std::printf("%-44s %9.2f %9.2f %9.2f %9.2f\n", name, tree, vector_row, before, plain);
       for (void* p : {static_cast<void*>(w), static_cast<void*>(ln_w), static_cast<void*>(ln_b),
                       static_cast<void*>(x[0]), static_cast<void*>(x[1]), static_cast<void*>(x[2])})
         CHECK(cudaFree(p));
