@@ -21,10 +21,12 @@ constexpr int kLnAhead = 8;
 // block's kLinearWarps * 32 threads. row: K floats of shared memory for the (normalized)
 // input row; red: 32 floats. Calls pdl_launch_dependents and pdl_wait (x and residual are the
 // previous kernel's output; the weights are requested before waiting for it). Every thread
-// returns (no early exit), so a caller may synchronize the block afterwards. VectorRow: x in
-// 16-byte loads (K a multiple of 16 bytes, x 16-byte aligned); not used by decode.cu yet, only
-// timed by dev/pdl_chain.cu against the scalar loads.
-template <typename T, bool Vector, bool VectorRow = false>
+// returns (no early exit), so a caller may synchronize the block afterwards. Two variants,
+// not used by decode.cu yet, only timed by dev/pdl_chain.cu against the defaults: VectorRow, x
+// in 16-byte loads (K a multiple of 16 bytes, x 16-byte aligned); WarpStats, every warp sums
+// the whole row for the LayerNorm's mean and variance itself (shuffles, no block barrier
+// between the passes; other bits than the block sums, and than decode_blocks' LayerNorm).
+template <typename T, bool Vector, bool VectorRow = false, bool WarpStats = false>
 __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __restrict__ x,
                                                const T* __restrict__ w, const T* __restrict__ b,
                                                const T* __restrict__ ln_w,
@@ -79,12 +81,22 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   }
   __syncthreads();
   if (ln_w) {
-    float s = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) s += row[k];
-    const float mean = block_sum(s, red) / K;
-    float ss = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
-    const float rstd = rsqrtf(block_sum(ss, red) / K + eps);
+    float mean, rstd;
+    if constexpr (WarpStats) {
+      float s = 0.0f;
+      for (int k = lane; k < K; k += 32) s += row[k];
+      mean = warp_sum(s) / K;
+      float ss = 0.0f;
+      for (int k = lane; k < K; k += 32) ss += (row[k] - mean) * (row[k] - mean);
+      rstd = rsqrtf(warp_sum(ss) / K + eps);
+    } else {
+      float s = 0.0f;
+      for (int k = threadIdx.x; k < K; k += blockDim.x) s += row[k];
+      mean = block_sum(s, red) / K;
+      float ss = 0.0f;
+      for (int k = threadIdx.x; k < K; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
+      rstd = rsqrtf(block_sum(ss, red) / K + eps);
+    }
     __syncthreads();  // every thread has read row[] for the sums before it is overwritten
 #pragma unroll
     for (int j = 0; j < kLnAhead; ++j) {

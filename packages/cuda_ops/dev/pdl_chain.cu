@@ -117,9 +117,10 @@ __device__ __forceinline__ void linear_outputs_before(T* __restrict__ out, const
 }
 
 // decode_linear's one-row kernel as decode.cu launches it (kTree), with x in 16-byte loads
-// (kVectorRow: decode_linear.cuh's VectorRow), or the version before 2026-12-06's reads ahead of
-// the wait (kBefore, x by the non-coherent path); a LayerNorm and a residual where given
-enum Variant { kTree, kVectorRow, kBefore };
+// (kVectorRow: decode_linear.cuh's VectorRow), with the LayerNorm's statistics summed by every
+// warp (kWarpStats: WarpStats), or the version before 2026-12-06's reads ahead of the wait
+// (kBefore, x by the non-coherent path); a LayerNorm and a residual where given
+enum Variant { kTree, kVectorRow, kWarpStats, kBefore };
 template <Variant variant>
 __global__ void __launch_bounds__(gs::kLinearWarps * 32)
     linear_kernel(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(gs::kLinearWarps * 32)
     linear_outputs_before<__nv_bfloat16, true>(out, x, w, nullptr, ln_w, ln_b, residual, N, K,
                                                1e-5f, false, 0, n0, row, red);
   else
-    gs::linear_outputs<__nv_bfloat16, true, variant == kVectorRow>(
+    gs::linear_outputs<__nv_bfloat16, true, variant == kVectorRow, variant == kWarpStats>(
         out, x, w, nullptr, ln_w, ln_b, residual, N, K, 1e-5f, false, 0, n0, row, red);
 }
 
@@ -219,8 +220,8 @@ int main() {
   // decode_linear at the decode step's shapes, N = K so each output is the next one's input:
   // plain, with a LayerNorm (weight and bias), with a residual (the kernel's input of two
   // launches before); the kernel in the tree and the version before it
-  std::printf("%-44s %9s %9s %9s %9s\n", "decode_linear, PDL (grid x threads)", "tree us",
-              "vec-x us", "before us", "plain us");
+  std::printf("%-40s %8s %8s %8s %8s %8s\n", "decode_linear, PDL (grid x threads)", "tree us",
+              "vec-x us", "warp-ln", "before", "plain us");
   for (int K : {256, 384, 1536}) {
     for (int kind = 0; kind < 3; ++kind) {
       const bool ln = kind == 1, res = kind == 2;
@@ -243,13 +244,15 @@ int main() {
       };
       const double tree = chain(true, linear_kernel<kTree>);
       const double vector_row = chain(true, linear_kernel<kVectorRow>);
+      const double warp_stats = chain(true, linear_kernel<kWarpStats>);
       const double before = chain(true, linear_kernel<kBefore>);
       const double plain = chain(false, linear_kernel<kTree>);
       char name[64];
       std::snprintf(name, sizeof name, "K = N = %d%s (%d x %d)", K,
                     ln ? " + LayerNorm" : res ? " + residual" : "", blocks,
                     gs::kLinearWarps * 32);
-      std::printf("%-44s %9.2f %9.2f %9.2f %9.2f\n", name, tree, vector_row, before, plain);
+      std::printf("%-40s %8.2f %8.2f %8.2f %8.2f %8.2f\n", name, tree, vector_row, warp_stats,
+                  before, plain);
       for (void* p : {static_cast<void*>(w), static_cast<void*>(ln_w), static_cast<void*>(ln_b),
                       static_cast<void*>(x[0]), static_cast<void*>(x[1]), static_cast<void*>(x[2])})
         CHECK(cudaFree(p));
