@@ -16,9 +16,11 @@ shared memory (decode_blocks), the same bits, but slower on the H200 so far (ONE
 full (every position is re-run: absolute positions shift by one per token): cuBLAS matmuls
 (the MLP's first with its bias and GELU in cuBLASLt's epilogue) with the fused LayerNorm,
 residual-add + LayerNorm and attention kernels between them, and only the last row through
-the last block's attention and everything after it. A batch-1 step is launch bound, so
-fewer launches is what makes the graph decoder fast (tests compare both with the model; H200
-numbers: benchmarks/README.md).
+the last block's attention and everything after it. A batch-1 step is latency bound: a chain
+of dependent kernels, each ~0.7 us of launch (programmatic, on the H100:
+cuda_ops/dev/pdl_chain.cu) plus its own chain of reads, reductions and barriers, so fewer
+launches and shorter chains are what make the graph decoder fast (tests compare both with the
+model; numbers: the README's sampling paragraphs).
 Dropout is never applied (decoding runs in eval mode).
 """
 
