@@ -30,18 +30,18 @@ def main() -> None:
         merged: dict = {}
         for build, label in (("A", args.a), ("B", args.b)):
             rows = {"tokens_per_s": [], "decode_step_us": [], "slide_step_us": []}
+            config = None
             for speed in sorted(args.ab_dir.glob(f"{build}-speed-*/{name}")):
                 result = json.loads(speed.read_text())
                 merged.setdefault("header", result)
                 ((config, row),) = result["configs"].items()
-                rows["config"] = config
                 rows["tokens_per_s"] += row["tokens_per_s"]
                 profile = speed.parent.parent / speed.parent.name.replace("speed", "profile")
                 steps = json.loads((profile / f"profile-decode-{run}.json").read_text())
                 rows["decode_step_us"].append(steps["configs"]["gptstack"]["decode_step_us"])
                 rows["slide_step_us"].append(steps["configs"]["gptstack"]["slide_step_us"])
             rows["tokens_per_s_median"] = statistics.median(rows["tokens_per_s"])
-            merged.setdefault("configs", {})[f"{rows.pop('config')} @{label}"] = rows
+            merged.setdefault("configs", {})[f"{config} @{label}"] = rows
         header = merged.pop("header")
         out = {
             "kind": "sample-speed",

@@ -12,6 +12,7 @@
 //   nvcc -arch=sm_90a -O3 -std=c++17 --expt-relaxed-constexpr -I packages/cuda_ops/csrc \
 //       packages/cuda_ops/dev/pdl_chain.cu -o /tmp/pdl_chain && /tmp/pdl_chain
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -43,84 +44,12 @@ __global__ void hop_kernel(const float* in, float* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = in[0] + 1.0f;
 }
 
-// decode_linear.cuh's linear_outputs before 2026-12-06's reads ahead of the wait (76117b8): the
-// bias, the LayerNorm's parameters and the residual read where they are used, after the
-// dependency wait, and x by whatever path the compiler chose (ld.global.nc)
-template <typename T, bool Vector>
-__device__ __forceinline__ void linear_outputs_before(T* __restrict__ out, const T* __restrict__ x,
-                                               const T* __restrict__ w, const T* __restrict__ b,
-                                               const T* __restrict__ ln_w,
-                                               const T* __restrict__ ln_b,
-                                               const T* __restrict__ residual, int N, int K,
-                                               float eps, bool gelu, int r, int n0, float* row,
-                                               float* red) {
-  constexpr int V = Vector ? gs::Vec16<T>::n : 1;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = n0 + warp;
-  const T* wn = w + int64_t(n < N ? n : 0) * K;
-  gs::pdl_launch_dependents();
-  // The weights do not depend on the kernel before this one: their first loads go out before
-  // waiting for it (lane covers columns (j * 32 + lane) * V .. + V - 1 of load j).
-  uint4 ahead[Vector ? gs::kLinearAhead : 1];
-  if constexpr (Vector) {
-#pragma unroll
-    for (int j = 0; j < gs::kLinearAhead; ++j) {
-      const int k = (j * 32 + lane) * V;
-      if (n < N && k < K) ahead[j] = *reinterpret_cast<const uint4*>(wn + k);
-    }
-  }
-  gs::pdl_wait();  // x and residual are the previous kernel's output
-  const T* xr = x + int64_t(r) * K;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = gs::to_f32(xr[k]);
-  __syncthreads();
-  if (ln_w) {
-    float s = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) s += row[k];
-    const float mean = gs::block_sum(s, red) / K;
-    float ss = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
-    const float rstd = rsqrtf(gs::block_sum(ss, red) / K + eps);
-    __syncthreads();  // every thread has read row[] for the sums before it is overwritten
-    for (int k = threadIdx.x; k < K; k += blockDim.x)
-      row[k] = (row[k] - mean) * rstd * gs::to_f32(ln_w[k]) + (ln_b ? gs::to_f32(ln_b[k]) : 0.0f);
-    __syncthreads();
-  }
-  if (n >= N) return;
-  float acc = 0.0f;
-  if constexpr (Vector) {
-#pragma unroll
-    for (int j = 0; j < gs::kLinearAhead; ++j) {
-      const int k = (j * 32 + lane) * V;
-      if (k < K) {
-        float wv[V];
-        gs::Vec16<T>::convert(ahead[j], wv);
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
-      }
-    }
-    for (int k = (gs::kLinearAhead * 32 + lane) * V; k < K; k += 32 * V) {
-      float wv[V];
-      gs::Vec16<T>::load(wn + k, wv);
-#pragma unroll
-      for (int i = 0; i < V; ++i) acc = fmaf(wv[i], row[k + i], acc);
-    }
-  } else {
-    for (int k = lane; k < K; k += 32) acc = fmaf(gs::to_f32(wn[k]), row[k], acc);
-  }
-  acc = gs::warp_sum(acc);
-  if (lane == 0) {
-    if (b) acc += gs::to_f32(b[n]);
-    if (gelu) acc = gs::gelu_tanh_f(acc);
-    if (residual) acc += gs::to_f32(residual[int64_t(r) * N + n]);
-    out[int64_t(r) * N + n] = gs::from_f32<T>(acc);
-  }
-}
-
 // decode_linear's one-row kernel as decode.cu launches it (kTree), with x in 16-byte loads
-// (kVectorRow: decode_linear.cuh's VectorRow), with the LayerNorm's statistics summed by every
-// warp (kWarpStats: WarpStats), or the version before 2026-12-06's reads ahead of the wait
-// (kBefore, x by the non-coherent path); a LayerNorm and a residual where given
-enum Variant { kTree, kVectorRow, kWarpStats, kBefore };
+// (kVectorRow: decode_linear.cuh's VectorRow) or with the LayerNorm's statistics summed by every
+// warp (kWarpStats: WarpStats); a LayerNorm and a residual where given. (The version before
+// 2026-12-06's reads ahead of the wait was timed by this file at 0aa121e:
+// benchmarks/profiles/pdl-chain-h100-20261206-0aa121e.txt.)
+enum Variant { kTree, kVectorRow, kWarpStats };
 template <Variant variant>
 __global__ void __launch_bounds__(gs::kLinearWarps * 32)
     linear_kernel(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
@@ -128,13 +57,9 @@ __global__ void __launch_bounds__(gs::kLinearWarps * 32)
                   const __nv_bfloat16* residual, int N, int K) {
   extern __shared__ float row[];
   __shared__ float red[32];
-  const int n0 = blockIdx.x * gs::kLinearWarps;
-  if constexpr (variant == kBefore)
-    linear_outputs_before<__nv_bfloat16, true>(out, x, w, nullptr, ln_w, ln_b, residual, N, K,
-                                               1e-5f, false, 0, n0, row, red);
-  else
-    gs::linear_outputs<__nv_bfloat16, true, variant == kVectorRow, variant == kWarpStats>(
-        out, x, w, nullptr, ln_w, ln_b, residual, N, K, 1e-5f, false, 0, n0, row, red);
+  gs::linear_outputs<__nv_bfloat16, true, variant == kVectorRow, variant == kWarpStats>(
+      out, x, w, nullptr, ln_w, ln_b, residual, N, K, 1e-5f, false, 0,
+      blockIdx.x * gs::kLinearWarps, row, red);
 }
 
 template <typename K, typename... A>
@@ -183,6 +108,14 @@ double time_chain(F enqueue) {
   return us[us.size() / 2];
 }
 
+std::vector<float> to_host(const __nv_bfloat16* d, int n) {
+  std::vector<__nv_bfloat16> bits(n);
+  CHECK(cudaMemcpy(bits.data(), d, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (int i = 0; i < n; ++i) out[i] = __bfloat162float(bits[i]);
+  return out;
+}
+
 __nv_bfloat16* random_bf16(size_t n, float scale, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-scale, scale);
   std::vector<__nv_bfloat16> host(n);
@@ -219,9 +152,11 @@ int main() {
   std::mt19937 rng(7);
   // decode_linear at the decode step's shapes, N = K so each output is the next one's input:
   // plain, with a LayerNorm (weight and bias), with a residual (the kernel's input of two
-  // launches before); the kernel in the tree and the version before it
-  std::printf("%-40s %8s %8s %8s %8s %8s\n", "decode_linear, PDL (grid x threads)", "tree us",
-              "vec-x us", "warp-ln", "before", "plain us");
+  // launches before); the kernel in the tree and its two variants, whose outputs of one launch
+  // are checked against the tree's first (max |difference|: 0 for vec-x, the same arithmetic;
+  // bf16 rounding for warp-ln, whose sums run in another order)
+  std::printf("%-40s %8s %8s %8s %8s %10s %10s\n", "decode_linear, PDL (grid x threads)",
+              "tree us", "vec-x us", "warp-ln", "plain us", "vec-x diff", "warp diff");
   for (int K : {256, 384, 1536}) {
     for (int kind = 0; kind < 3; ++kind) {
       const bool ln = kind == 1, res = kind == 2;
@@ -242,17 +177,34 @@ int main() {
                  static_cast<const __nv_bfloat16*>(res ? x[(i + 2) % 3] : nullptr), K, K);
         });
       };
+      // one launch of each from the same inputs into x[1], against the tree's
+      auto once = [&](auto kernel) {
+        launch(false, kernel, blocks, gs::kLinearWarps * 32, smem, nullptr, x[1],
+               static_cast<const __nv_bfloat16*>(x[0]), static_cast<const __nv_bfloat16*>(w),
+               static_cast<const __nv_bfloat16*>(ln ? ln_w : nullptr),
+               static_cast<const __nv_bfloat16*>(ln ? ln_b : nullptr),
+               static_cast<const __nv_bfloat16*>(res ? x[2] : nullptr), K, K);
+        CHECK(cudaDeviceSynchronize());
+        return to_host(x[1], K);
+      };
+      auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+        float m = 0.0f;
+        for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+        return m;
+      };
+      const std::vector<float> want = once(linear_kernel<kTree>);
+      const float vector_diff = max_diff(once(linear_kernel<kVectorRow>), want);
+      const float warp_diff = max_diff(once(linear_kernel<kWarpStats>), want);
       const double tree = chain(true, linear_kernel<kTree>);
       const double vector_row = chain(true, linear_kernel<kVectorRow>);
       const double warp_stats = chain(true, linear_kernel<kWarpStats>);
-      const double before = chain(true, linear_kernel<kBefore>);
       const double plain = chain(false, linear_kernel<kTree>);
       char name[64];
       std::snprintf(name, sizeof name, "K = N = %d%s (%d x %d)", K,
                     ln ? " + LayerNorm" : res ? " + residual" : "", blocks,
                     gs::kLinearWarps * 32);
-      std::printf("%-40s %8.2f %8.2f %8.2f %8.2f %8.2f\n", name, tree, vector_row, warp_stats,
-                  before, plain);
+      std::printf("%-40s %8.2f %8.2f %8.2f %8.2f %10.2g %10.2g\n", name, tree, vector_row,
+                  warp_stats, plain, vector_diff, warp_diff);
       for (void* p : {static_cast<void*>(w), static_cast<void*>(ln_w), static_cast<void*>(ln_b),
                       static_cast<void*>(x[0]), static_cast<void*>(x[1]), static_cast<void*>(x[2])})
         CHECK(cudaFree(p));
