@@ -59,7 +59,7 @@ static_assert(kDecodeMaxHeadSize <= kAttnThreads, "decode_attention: one q eleme
 constexpr int kValuesAhead = 8;
 constexpr int kRowLoads = 8;
 
-template <typename T, bool Vector>
+template <typename T, bool Vector, bool VectorRow>
 __global__ void __launch_bounds__(kLinearWarps * 32)
     decode_linear_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
                          const T* __restrict__ b, const T* __restrict__ ln_w,
@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
                          float eps, bool gelu) {
   extern __shared__ float row[];  // K floats: the (normalized) input row
   __shared__ float red[32];
-  linear_outputs<T, Vector>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu, blockIdx.y,
-                            blockIdx.x * kLinearWarps, row, red);
+  linear_outputs<T, Vector, VectorRow, true>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu,
+                                              blockIdx.y, blockIdx.x * kLinearWarps, row, red);
 }
 
 template <typename T, bool Vector>
@@ -253,23 +253,26 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
                    cudaStream_t stream) {
   if (R == 0) return;
   if (launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream)) return;
-  static LaunchCheck vector_check, scalar_check;
   const int smem = static_cast<int>(K * sizeof(float));
   const bool vector = linear_vector_loads<T>(w, K);
+  // x in 16-byte loads too where its rows are 16-byte aligned (then the weights' are)
+  const bool vector_row = vector && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const dim3 grid(ceil_div(N, kLinearWarps), static_cast<unsigned>(R));
   const std::string config = "(R=" + std::to_string(R) + ", N=" + std::to_string(N) +
                              ", K=" + std::to_string(K) + ")";
-  if (vector) {
-    vector_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, true>),
-                        "decode_linear", "vector", kLinearWarps * 32, smem);
-    launch_programmatic(decode_linear_kernel<T, true>, grid, kLinearWarps * 32, smem, stream,
-                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
-  } else {
-    scalar_check.ensure(reinterpret_cast<const void*>(&decode_linear_kernel<T, false>),
-                        "decode_linear", "scalar", kLinearWarps * 32, smem);
-    launch_programmatic(decode_linear_kernel<T, false>, grid, kLinearWarps * 32, smem, stream,
-                        out, x, w, b, ln_w, ln_b, residual, int(N), int(K), float(eps), gelu);
-  }
+  auto run = [&](auto kernel, LaunchCheck& check, const char* variant) {
+    check.ensure(reinterpret_cast<const void*>(kernel), "decode_linear", variant,
+                 kLinearWarps * 32, smem);
+    launch_programmatic(kernel, grid, kLinearWarps * 32, smem, stream, out, x, w, b, ln_w, ln_b,
+                        residual, int(N), int(K), float(eps), gelu);
+  };
+  static LaunchCheck vector_row_check, vector_check, scalar_check;
+  if (vector_row)
+    run(decode_linear_kernel<T, true, true>, vector_row_check, "vector");
+  else if (vector)
+    run(decode_linear_kernel<T, true, false>, vector_check, "vector weights");
+  else
+    run(decode_linear_kernel<T, false, false>, scalar_check, "scalar");
   check_launch("decode_linear", config);
 }
 

@@ -17,15 +17,56 @@ constexpr int kLinearAhead = 8;
 // read where they are used)
 constexpr int kLnAhead = 8;
 
+// 16-byte loads of x a thread issues before storing the first (VectorRow): rows up to
+// 4 * 128 * 8 = 4,096 bf16 in one round trip
+constexpr int kRowAhead = 4;
+
+// 16 bytes of T stored as floats at row (16-byte aligned): two float4 stores for bf16
+template <typename T>
+__device__ __forceinline__ void store_row(float* row, uint4 raw) {
+  float f[Vec16<T>::n];
+  Vec16<T>::convert(raw, f);
+#pragma unroll
+  for (int e = 0; e < Vec16<T>::n; e += 4)
+    *reinterpret_cast<float4*>(row + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+}
+
+// What block_sum returns over decode_linear's kLinearWarps * 32 threads for the LayerNorm's sums
+// (thread t adding row[k] for k = t, t + 128, ...: Squares false; (row[k] - mean)^2: true), by
+// one warp alone with the same additions in the same order, so the same bits and no barrier:
+// lane l keeps the partial sum of thread w * 32 + l for each warp w, reduces the four across the
+// warp as warp_sum does, and adds the four totals as block_sum's second warp_sum does (lanes
+// >= 4 hold 0 there, so every lane ends with (t0 + t2) + (t1 + t3)).
+template <bool Squares>
+__device__ __forceinline__ float warp_row_sum(const float* row, int K, int lane, float mean) {
+  static_assert(kLinearWarps == 4, "warp_row_sum repeats block_sum's order for 4 warps");
+  float p[kLinearWarps] = {};
+  for (int k0 = lane; k0 < K; k0 += kLinearWarps * 32) {
+#pragma unroll
+    for (int w = 0; w < kLinearWarps; ++w) {
+      const int k = k0 + w * 32;
+      if (k < K) {
+        if constexpr (Squares)
+          p[w] += (row[k] - mean) * (row[k] - mean);
+        else
+          p[w] += row[k];
+      }
+    }
+  }
+#pragma unroll
+  for (int w = 0; w < kLinearWarps; ++w) p[w] = warp_sum(p[w]);
+  return (p[0] + p[2]) + (p[1] + p[3]);
+}
+
 // Outputs n0 .. n0 + kLinearWarps - 1 of row r (warp w computes n0 + w; none past N), with the
 // block's kLinearWarps * 32 threads. row: K floats of shared memory for the (normalized)
 // input row; red: 32 floats. Calls pdl_launch_dependents and pdl_wait (x and residual are the
 // previous kernel's output; the weights are requested before waiting for it). Every thread
-// returns (no early exit), so a caller may synchronize the block afterwards. Two variants,
-// not used by decode.cu yet, only timed by dev/pdl_chain.cu against the defaults: VectorRow, x
-// in 16-byte loads (K a multiple of 16 bytes, x 16-byte aligned); WarpStats, every warp sums
-// the whole row for the LayerNorm's mean and variance itself (shuffles, no block barrier
-// between the passes; other bits than the block sums, and than decode_blocks' LayerNorm).
+// returns (no early exit), so a caller may synchronize the block afterwards. Options, each
+// the same bits as without it (dev/pdl_chain.cu times and checks them): VectorRow, x in 16-byte
+// loads all issued at once (K a multiple of 16 bytes, x 16-byte aligned), not one 2-byte L2
+// read after another; WarpStats, every warp sums the row for the LayerNorm's mean and variance
+// itself in block_sum's order (warp_row_sum), without the four barriers of two block sums.
 template <typename T, bool Vector, bool VectorRow = false, bool WarpStats = false>
 __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __restrict__ x,
                                                const T* __restrict__ w, const T* __restrict__ b,
@@ -68,14 +109,24 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
       residual && n < N && lane == 0 ? to_f32(load_produced(residual + int64_t(r) * N + n)) : 0.0f;
   const T* xr = x + int64_t(r) * K;
   if constexpr (VectorRow) {
+    // every 16-byte load of the row is issued before the first is stored (one L2 round trip
+    // for rows up to kRowAhead * blockDim * 16 bytes), not one load after another
     constexpr int E = Vec16<T>::n;
     const uint4* xv = reinterpret_cast<const uint4*>(xr);
-    for (int i = threadIdx.x; i < K / E; i += blockDim.x) {
-      float f[E];
-      Vec16<T>::convert(load_produced(xv + i), f);
+    const int packs = K / E;
+    uint4 raw[kRowAhead];
 #pragma unroll
-      for (int e = 0; e < E; ++e) row[i * E + e] = f[e];
+    for (int a = 0; a < kRowAhead; ++a) {
+      const int i = threadIdx.x + a * blockDim.x;
+      if (i < packs) raw[a] = load_produced(xv + i);
     }
+#pragma unroll
+    for (int a = 0; a < kRowAhead; ++a) {
+      const int i = threadIdx.x + a * blockDim.x;
+      if (i < packs) store_row<T>(row + i * E, raw[a]);
+    }
+    for (int i = threadIdx.x + kRowAhead * blockDim.x; i < packs; i += blockDim.x)
+      store_row<T>(row + i * E, load_produced(xv + i));
   } else {
     for (int k = threadIdx.x; k < K; k += blockDim.x) row[k] = to_f32(load_produced(xr + k));
   }
@@ -83,12 +134,8 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   if (ln_w) {
     float mean, rstd;
     if constexpr (WarpStats) {
-      float s = 0.0f;
-      for (int k = lane; k < K; k += 32) s += row[k];
-      mean = warp_sum(s) / K;
-      float ss = 0.0f;
-      for (int k = lane; k < K; k += 32) ss += (row[k] - mean) * (row[k] - mean);
-      rstd = rsqrtf(warp_sum(ss) / K + eps);
+      mean = warp_row_sum<false>(row, K, lane, 0.0f) / K;
+      rstd = rsqrtf(warp_row_sum<true>(row, K, lane, mean) / K + eps);
     } else {
       float s = 0.0f;
       for (int k = threadIdx.x; k < K; k += blockDim.x) s += row[k];
