@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
                          float eps, bool gelu) {
   extern __shared__ float row[];  // K floats: the (normalized) input row
   __shared__ float red[32];
-  linear_outputs<T, Vector, VectorRow, true>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu,
-                                              blockIdx.y, blockIdx.x * kLinearWarps, row, red);
+  linear_outputs<T, Vector, VectorRow>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu,
+                                        blockIdx.y, blockIdx.x * kLinearWarps, row, red);
 }
 
 template <typename T, bool Vector>

@@ -31,43 +31,15 @@ __device__ __forceinline__ void store_row(float* row, uint4 raw) {
     *reinterpret_cast<float4*>(row + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
 }
 
-// What block_sum returns over decode_linear's kLinearWarps * 32 threads for the LayerNorm's sums
-// (thread t adding row[k] for k = t, t + 128, ...: Squares false; (row[k] - mean)^2: true), by
-// one warp alone with the same additions in the same order, so the same bits and no barrier:
-// lane l keeps the partial sum of thread w * 32 + l for each warp w, reduces the four across the
-// warp as warp_sum does, and adds the four totals as block_sum's second warp_sum does (lanes
-// >= 4 hold 0 there, so every lane ends with (t0 + t2) + (t1 + t3)).
-template <bool Squares>
-__device__ __forceinline__ float warp_row_sum(const float* row, int K, int lane, float mean) {
-  static_assert(kLinearWarps == 4, "warp_row_sum repeats block_sum's order for 4 warps");
-  float p[kLinearWarps] = {};
-  for (int k0 = lane; k0 < K; k0 += kLinearWarps * 32) {
-#pragma unroll
-    for (int w = 0; w < kLinearWarps; ++w) {
-      const int k = k0 + w * 32;
-      if (k < K) {
-        if constexpr (Squares)
-          p[w] += (row[k] - mean) * (row[k] - mean);
-        else
-          p[w] += row[k];
-      }
-    }
-  }
-#pragma unroll
-  for (int w = 0; w < kLinearWarps; ++w) p[w] = warp_sum(p[w]);
-  return (p[0] + p[2]) + (p[1] + p[3]);
-}
-
 // Outputs n0 .. n0 + kLinearWarps - 1 of row r (warp w computes n0 + w; none past N), with the
 // block's kLinearWarps * 32 threads. row: K floats of shared memory for the (normalized)
 // input row; red: 32 floats. Calls pdl_launch_dependents and pdl_wait (x and residual are the
 // previous kernel's output; the weights are requested before waiting for it). Every thread
-// returns (no early exit), so a caller may synchronize the block afterwards. Options, each
-// the same bits as without it (dev/pdl_chain.cu times and checks them): VectorRow, x in 16-byte
-// loads all issued at once (K a multiple of 16 bytes, x 16-byte aligned), not one 2-byte L2
-// read after another; WarpStats, every warp sums the row for the LayerNorm's mean and variance
-// itself in block_sum's order (warp_row_sum), without the four barriers of two block sums.
-template <typename T, bool Vector, bool VectorRow = false, bool WarpStats = false>
+// returns (no early exit), so a caller may synchronize the block afterwards. VectorRow: x in
+// 16-byte loads all issued at once (K a multiple of 16 bytes, x 16-byte aligned), not one
+// 2-byte L2 read after another: 5.78 -> 2.63 us at K = 1,536, 1.92 -> 1.53 at 384, the same
+// bits (dev/pdl_chain.cu, H100).
+template <typename T, bool Vector, bool VectorRow>
 __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __restrict__ x,
                                                const T* __restrict__ w, const T* __restrict__ b,
                                                const T* __restrict__ ln_w,
@@ -132,18 +104,12 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   }
   __syncthreads();
   if (ln_w) {
-    float mean, rstd;
-    if constexpr (WarpStats) {
-      mean = warp_row_sum<false>(row, K, lane, 0.0f) / K;
-      rstd = rsqrtf(warp_row_sum<true>(row, K, lane, mean) / K + eps);
-    } else {
-      float s = 0.0f;
-      for (int k = threadIdx.x; k < K; k += blockDim.x) s += row[k];
-      mean = block_sum(s, red) / K;
-      float ss = 0.0f;
-      for (int k = threadIdx.x; k < K; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
-      rstd = rsqrtf(block_sum(ss, red) / K + eps);
-    }
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) s += row[k];
+    const float mean = block_sum(s, red) / K;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
+    const float rstd = rsqrtf(block_sum(ss, red) / K + eps);
     __syncthreads();  // every thread has read row[] for the sums before it is overwritten
 #pragma unroll
     for (int j = 0; j < kLnAhead; ++j) {

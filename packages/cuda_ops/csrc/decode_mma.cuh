@@ -7,8 +7,9 @@
 // matmul, with the LayerNorm, residual add and GELU around it as kernels of their own
 // (benchmarks/profiles/profile-decode-shakespeare-char-gptstack-h200-20261204.txt). This kernel
 // does the whole of out = act(LN?(x) W^T + b) + residual in one launch:
-//   - one CTA of 4 warps (2 x 2) per 32-row x (16 * NT)-column tile of out, each warp a 16 x 8NT
-//     slice by mma.m16n8k16 (bf16 in, fp32 accumulate; attention_mma.cuh's fragment layouts);
+//   - one CTA of 8 warps per 32-row x (16 * NT)-column tile of out: all 8 copy and normalize,
+//     4 of them (2 x 2) multiply, each a 16 x 8NT slice by mma.m16n8k16 (bf16 in, fp32
+//     accumulate; attention_mma.cuh's fragment layouts);
 //   - the whole K extent of both operands in shared memory (rows padded by 16 bytes so the 8 rows
 //     an ldmatrix reads fall in 8 different bank groups): no k pipeline, one wait;
 //   - the CTA's weight rows are requested (cp.async) *before* pdl_wait, so under programmatic
@@ -17,9 +18,9 @@
 //     memory before that wait too (loading them per element from global memory inside the
 //     LayerNorm loop made the first version ~3x slower than cuBLAS: one L2 round trip each);
 //   - the residual's loads go out right after the wait, into registers, while x arrives;
-//   - a LayerNorm of each x row (a quad of threads a row, two passes over shared memory: mean,
-//     then centred squares, as decode_linear's other kernels) is applied in place and rounded
-//     to bf16, the mma's input;
+//   - a LayerNorm of each x row (a warp a row, each warp's 4 rows side by side so their
+//     shuffles overlap; two passes over shared memory: mean, then centred squares, as
+//     decode_linear's other kernels) is applied in place and rounded to bf16, the mma's input;
 //   - bias, GELU and the residual are added to the fp32 accumulators, and out rounded once.
 // So it differs from the one-row kernel (decode.cu) only by that bf16 rounding of the normalized
 // row, which is what the window's LayerNorm kernel followed by a matmul did before.
@@ -60,10 +61,18 @@ struct Args {
   bool gelu;
 };
 
-constexpr int kThreads = 128;  // 4 warps, 2 along the rows x 2 along the columns
-constexpr int kRows = 32;      // rows of out per CTA
+// 8 warps copy the operands and normalize the rows; the first 4 (2 along the rows x 2 along the
+// columns) multiply. One CTA of 4 warps ran ~2,300 dependent instructions a warp at esp32's
+// c_attn (the copies' divisions, a quad's serial LayerNorm over a quarter row) with one warp a
+// scheduler to hide them: 8.1 us under ncu where cuBLAS took 4.5
+// (benchmarks/profiles/ncu-window-h100-20261206-c6c9409.txt).
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMmaWarps = 4;
+constexpr int kRows = 32;  // rows of out per CTA
+constexpr int kRowsPerWarp = kRows / kWarps;  // the rows a warp normalizes
 
-// NT 8-column mma tiles per warp: 4 (64 columns a CTA) while both operands' K extent fits
+// NT 8-column mma tiles per mma warp: 4 (64 columns a CTA) while both operands' K extent fits
 // shared memory twice per SM, else 2 (32 columns)
 template <int NT> constexpr int cols() { return 2 * 8 * NT; }
 constexpr int64_t pitch(int64_t K) { return K + 8; }  // elements; K % 16 == 0
@@ -81,6 +90,34 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
 }
+// A value the kernel before wrote (see cuda_common.cuh's load_produced)
+__device__ __forceinline__ uint16_t load_bits_produced(const uint16_t* p) {
+#ifdef GS_ATTN_EMULATE
+  return *p;
+#else
+  return __ldcg(reinterpret_cast<const unsigned short*>(p));
+#endif
+}
+// The sum over the warp of each of kRowsPerWarp values, the rows' butterflies interleaved
+__device__ __forceinline__ void warp_sums(float (&v)[kRowsPerWarp]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+}
+
+// rows [0, rows) of a (rows, K) bf16 matrix at src (row r past `valid` zero-filled) into the
+// shared rows of pitch P at dst: warp w copies rows w, w + kWarps, ..., its lanes 16-byte chunks
+__device__ __forceinline__ void copy_rows(uint16_t* dst, const uint16_t* src, int rows,
+                                          int valid, int K, int P, int warp, int lane) {
+  const int chunks = K / 8;
+  for (int r = warp; r < rows; r += kWarps) {
+    const bool ok = r < valid;
+    const uint16_t* s = src + int64_t(ok ? r : 0) * K;
+    for (int ch = lane; ch < chunks; ch += 32)
+      cp_async_16(dst + r * P + ch * 8, s + ch * 8, ok ? 16 : 0);
+  }
+}
 
 template <int NT>
 __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args a) {
@@ -94,16 +131,12 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   uint16_t* b_s = lnb_s + K;                          // [kCols]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int r0 = blockIdx.y * kRows, n0 = blockIdx.x * kCols;
-  const int wm = warp / 2, wn = warp % 2;
+  const int wm = warp / 2, wn = warp % 2;  // of the mma warps
 
   pdl_launch_dependents();
   // Nothing of the weights depends on the kernel before: all of it is on its way (or, for
   // the small vectors, in shared memory) before waiting for that kernel.
-  for (int c = tid; c < kCols * chunks; c += kThreads) {
-    const int r = c / chunks, ch = c % chunks;
-    const bool ok = n0 + r < a.N;
-    cp_async_16(w_s + r * P + ch * 8, a.w + int64_t(ok ? n0 + r : 0) * K + ch * 8, ok ? 16 : 0);
-  }
+  copy_rows(w_s, a.w + int64_t(n0) * K, kCols, a.N - n0, K, P, warp, lane);
   cp_async_commit();
   if (a.ln_w)
     for (int k = tid; k < K; k += kThreads) {
@@ -113,63 +146,70 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   for (int c = tid; c < kCols; c += kThreads)
     sts(b_s + c, a.b && n0 + c < a.N ? a.b[n0 + c] : uint16_t(0));
   pdl_wait();  // x and residual are the previous kernel's output
-  for (int c = tid; c < kRows * chunks; c += kThreads) {
-    const int r = c / chunks, ch = c % chunks;
-    const bool ok = r0 + r < a.R;
-    cp_async_16(x_s + r * P + ch * 8, a.x + int64_t(ok ? r0 + r : 0) * K + ch * 8, ok ? 16 : 0);
-  }
+  copy_rows(x_s, a.x + int64_t(r0) * K, kRows, a.R - r0, K, P, warp, lane);
   cp_async_commit();
   // the residual's loads go out now and land in registers during the products
   float res[NT][4] = {};
-  if (a.residual) {
+  if (a.residual && warp < kMmaWarps) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int row = r0 + wm * 16 + g + 8 * (i >> 1);
         const int col = n0 + wn * 8 * NT + nt * 8 + 2 * t + (i & 1);
-        if (row < a.R && col < a.N) res[nt][i] = bf16_bits(a.residual[int64_t(row) * a.N + col]);
+        if (row < a.R && col < a.N)
+          res[nt][i] = bf16_bits(load_bits_produced(a.residual + int64_t(row) * a.N + col));
       }
   }
   cp_async_wait<0>();
   __syncthreads();
 
-  if (a.ln_w) {  // four threads a row (a quad), 16-byte chunks q, q + 4, ... of it
-    const int r = tid / 4, q = tid % 4;
-    uint16_t* row = x_s + r * P;
-    float s = 0.0f;
-#pragma unroll 4
-    for (int ch = q; ch < chunks; ch += 4) {
-      float f[8];
-      unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
+  if (a.ln_w) {  // warp w normalizes rows w, w + kWarps, ...: its lanes take 16-byte chunks
+    uint16_t* rows[kRowsPerWarp];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s += f[i];
-    }
-    const float mean = quad_sum(s) / K;
-    float ss = 0.0f;
-#pragma unroll 4
-    for (int ch = q; ch < chunks; ch += 4) {
-      float f[8];
-      unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
+    for (int i = 0; i < kRowsPerWarp; ++i) rows[i] = x_s + (warp + i * kWarps) * P;
+    float mean[kRowsPerWarp] = {}, rstd[kRowsPerWarp] = {};
+    for (int ch = lane; ch < chunks; ch += 32)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) ss += (f[i] - mean) * (f[i] - mean);
-    }
-    const float rstd = 1.0f / sqrtf(quad_sum(ss) / K + a.eps);
-#pragma unroll 4
-    for (int ch = q; ch < chunks; ch += 4) {
-      float f[8], lw[8], lb[8];
-      unpack8(lds(reinterpret_cast<const uint4*>(row + ch * 8)), f);
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        float f[8];
+        unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) mean[i] += f[e];
+      }
+    warp_sums(mean);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) mean[i] /= K;
+    for (int ch = lane; ch < chunks; ch += 32)
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        float f[8];
+        unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) rstd[i] += (f[e] - mean[i]) * (f[e] - mean[i]);
+      }
+    warp_sums(rstd);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) rstd[i] = 1.0f / sqrtf(rstd[i] / K + a.eps);
+    for (int ch = lane; ch < chunks; ch += 32) {
+      float lw[8], lb[8];
       unpack8(lds(reinterpret_cast<const uint4*>(lnw_s + ch * 8)), lw);
       unpack8(lds(reinterpret_cast<const uint4*>(lnb_s + ch * 8)), lb);
-      uint32_t o[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        o[i] = pack_bf16((f[2 * i] - mean) * rstd * lw[2 * i] + lb[2 * i],
-                         (f[2 * i + 1] - mean) * rstd * lw[2 * i + 1] + lb[2 * i + 1]);
-      sts(reinterpret_cast<uint4*>(row + ch * 8), uint4{o[0], o[1], o[2], o[3]});
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        float f[8];
+        unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
+        uint32_t o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o[e] = pack_bf16((f[2 * e] - mean[i]) * rstd[i] * lw[2 * e] + lb[2 * e],
+                           (f[2 * e + 1] - mean[i]) * rstd[i] * lw[2 * e + 1] + lb[2 * e + 1]);
+        sts(reinterpret_cast<uint4*>(rows[i] + ch * 8), uint4{o[0], o[1], o[2], o[3]});
+      }
     }
     __syncthreads();
   }
+  if (warp >= kMmaWarps) return;
 
   // out tile = x_s (16 rows of this warp) times w_s (8NT rows of this warp)^T
   const uint16_t* a_s = x_s + wm * 16 * P;

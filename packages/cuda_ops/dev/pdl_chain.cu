@@ -44,25 +44,22 @@ __global__ void hop_kernel(const float* in, float* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = in[0] + 1.0f;
 }
 
-// decode_linear's one-row kernel (decode_linear.cuh) with neither of its options (kPlainRow:
-// x read 2 bytes at a time, the LayerNorm's sums by block reductions, as decode.cu ran it
-// before 2026-12-06's evening), with x in 16-byte loads (kVectorRow), with the LayerNorm's
-// statistics summed by every warp (kWarpStats), and with both (kBoth, what decode.cu runs
-// where x and the weights are 16-byte aligned); a LayerNorm and a residual where given.
-// (The version before 2026-12-06's reads ahead of the wait was timed by this file at 0aa121e:
-// benchmarks/profiles/pdl-chain-h100-20261206-0aa121e.txt.)
-enum Variant { kPlainRow, kVectorRow, kWarpStats, kBoth };
-template <Variant variant>
+// decode_linear's one-row kernel (decode_linear.cuh) with x read 2 bytes at a time (false,
+// as decode.cu ran it until 2026-12-06's evening) and in 16-byte loads all issued at once
+// (true, what decode.cu runs where x and the weights are 16-byte aligned); a LayerNorm and
+// a residual where given. (At 0aa121e this file timed the version before 2026-12-06's reads
+// ahead of the wait, at c6c9409 also the LayerNorm's sums by every warp in block_sum's order
+// instead of two block sums, slower: benchmarks/profiles/pdl-chain-h100-20261206-*.txt.)
+template <bool VectorRow>
 __global__ void __launch_bounds__(gs::kLinearWarps * 32)
     linear_kernel(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
                   const __nv_bfloat16* ln_w, const __nv_bfloat16* ln_b,
                   const __nv_bfloat16* residual, int N, int K) {
   extern __shared__ float row[];
   __shared__ float red[32];
-  gs::linear_outputs<__nv_bfloat16, true, variant == kVectorRow || variant == kBoth,
-                     variant == kWarpStats || variant == kBoth>(
-      out, x, w, nullptr, ln_w, ln_b, residual, N, K, 1e-5f, false, 0,
-      blockIdx.x * gs::kLinearWarps, row, red);
+  gs::linear_outputs<__nv_bfloat16, true, VectorRow>(out, x, w, nullptr, ln_w, ln_b, residual, N,
+                                                     K, 1e-5f, false, 0,
+                                                     blockIdx.x * gs::kLinearWarps, row, red);
 }
 
 template <typename K, typename... A>
@@ -155,11 +152,11 @@ int main() {
   std::mt19937 rng(7);
   // decode_linear at the decode step's shapes, N = K so each output is the next one's input:
   // plain, with a LayerNorm (weight and bias), with a residual (the kernel's input of two
-  // launches before); the four variants, whose outputs of one launch are checked against the
-  // first's (max |difference|: 0 expected, the same arithmetic in the same order); "no PDL" is
-  // kBoth launched the ordinary way
-  std::printf("%-40s %8s %8s %8s %8s %8s %9s\n", "decode_linear, PDL (grid x threads)",
-              "before", "vec-x", "warp-ln", "both", "no PDL", "max diff");
+  // launches before); both ways of reading x, the outputs of one launch of each checked
+  // against each other (max |difference|: 0 expected, the same arithmetic in the same order);
+  // "no PDL" is the vector row launched the ordinary way
+  std::printf("%-40s %8s %8s %8s %9s\n", "decode_linear, PDL (grid x threads)", "2-byte x",
+              "16-byte", "no PDL", "max diff");
   for (int K : {256, 384, 1536}) {
     for (int kind = 0; kind < 3; ++kind) {
       const bool ln = kind == 1, res = kind == 2;
@@ -180,7 +177,7 @@ int main() {
                  static_cast<const __nv_bfloat16*>(res ? x[(i + 2) % 3] : nullptr), K, K);
         });
       };
-      // one launch of each from the same inputs into x[1], against kPlainRow's
+      // one launch from the same inputs into x[1]
       auto once = [&](auto kernel) {
         launch(false, kernel, blocks, gs::kLinearWarps * 32, smem, nullptr, x[1],
                static_cast<const __nv_bfloat16*>(x[0]), static_cast<const __nv_bfloat16*>(w),
@@ -195,21 +192,15 @@ int main() {
         for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
         return m;
       };
-      const std::vector<float> want = once(linear_kernel<kPlainRow>);
-      const float diff = std::max({max_diff(once(linear_kernel<kVectorRow>), want),
-                                   max_diff(once(linear_kernel<kWarpStats>), want),
-                                   max_diff(once(linear_kernel<kBoth>), want)});
-      const double before = chain(true, linear_kernel<kPlainRow>);
-      const double vector_row = chain(true, linear_kernel<kVectorRow>);
-      const double warp_stats = chain(true, linear_kernel<kWarpStats>);
-      const double both = chain(true, linear_kernel<kBoth>);
-      const double plain = chain(false, linear_kernel<kBoth>);
+      const float diff = max_diff(once(linear_kernel<true>), once(linear_kernel<false>));
+      const double plain_row = chain(true, linear_kernel<false>);
+      const double vector_row = chain(true, linear_kernel<true>);
+      const double no_pdl = chain(false, linear_kernel<true>);
       char name[64];
       std::snprintf(name, sizeof name, "K = N = %d%s (%d x %d)", K,
                     ln ? " + LayerNorm" : res ? " + residual" : "", blocks,
                     gs::kLinearWarps * 32);
-      std::printf("%-40s %8.2f %8.2f %8.2f %8.2f %8.2f %9.2g\n", name, before, vector_row,
-                  warp_stats, both, plain, diff);
+      std::printf("%-40s %8.2f %8.2f %8.2f %9.2g\n", name, plain_row, vector_row, no_pdl, diff);
       for (void* p : {static_cast<void*>(w), static_cast<void*>(ln_w), static_cast<void*>(ln_b),
                       static_cast<void*>(x[0]), static_cast<void*>(x[1]), static_cast<void*>(x[2])})
         CHECK(cudaFree(p));
