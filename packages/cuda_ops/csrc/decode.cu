@@ -224,24 +224,23 @@ bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w
     // instance's shared-memory limit is raised once, to the most any K of its range needs
     // (LaunchCheck runs once per instance: raised to the first call's K, a later, wider call
     // failed with cudaErrorInvalidValue).
-    if (ml::shared_bytes<4>(K) <= kTwoPerSm) {
+    auto launch = [&](auto kernel, auto nt) {
+      constexpr int NT = decltype(nt)::value;
       static LaunchCheck check;
-      const int smem = static_cast<int>(ml::shared_bytes<4>(K));
-      check.ensure(reinterpret_cast<const void*>(&ml::decode_linear_mma_kernel<4>),
-                   "decode_linear", "tensor-core 32x64", ml::kThreads, kTwoPerSm);
-      launch_programmatic(ml::decode_linear_mma_kernel<4>,
-                          dim3(ceil_div(N, ml::cols<4>()), ceil_div(R, ml::kRows)), ml::kThreads,
-                          smem, stream, a);
-    } else {
-      static LaunchCheck check;
-      const int smem = static_cast<int>(ml::shared_bytes<2>(K));
-      check.ensure(reinterpret_cast<const void*>(&ml::decode_linear_mma_kernel<2>),
-                   "decode_linear", "tensor-core 32x32", ml::kThreads,
-                   static_cast<int>(ml::shared_bytes<2>(kDecodeMmaMaxK)));
-      launch_programmatic(ml::decode_linear_mma_kernel<2>,
-                          dim3(ceil_div(N, ml::cols<2>()), ceil_div(R, ml::kRows)), ml::kThreads,
-                          smem, stream, a);
-    }
+      const int limit = NT == 4 ? kTwoPerSm : static_cast<int>(ml::shared_bytes<2>(kDecodeMmaMaxK));
+      check.ensure(reinterpret_cast<const void*>(kernel.value), "decode_linear",
+                   NT == 4 ? "tensor-core 32x64" : "tensor-core 32x32", ml::kThreads, limit);
+      launch_programmatic(kernel.value, dim3(ceil_div(N, ml::cols<NT>()), ceil_div(R, ml::kRows)),
+                          ml::kThreads, static_cast<int>(ml::shared_bytes<NT>(K)), stream, a);
+    };
+    if (ml::shared_bytes<4>(K) <= kTwoPerSm)
+      ml::with_kernel_for<4>(int(K), [&](auto kernel) {
+        launch(kernel, std::integral_constant<int, 4>{});
+      });
+    else
+      ml::with_kernel_for<2>(int(K), [&](auto kernel) {
+        launch(kernel, std::integral_constant<int, 2>{});
+      });
     check_launch("decode_linear", config);
     return true;
   }

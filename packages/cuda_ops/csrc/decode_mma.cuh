@@ -31,6 +31,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "attention_mma.cuh"
 #include "gelu_tanh.cuh"
@@ -71,6 +73,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMmaWarps = 4;
 constexpr int kRows = 32;  // rows of out per CTA
 constexpr int kRowsPerWarp = kRows / kWarps;  // the rows a warp normalizes
+// The widths K the kernel is compiled for as constants (C and 4C of the esp32, shakespeare-char
+// and gpt2-124m presets; 3,072 is past kDecodeMmaMaxK); any other K runs the generic kernel
+constexpr int kFixedWidths[] = {256, 384, 768, 1024, 1536};
 
 // NT 8-column mma tiles per mma warp: 4 (64 columns a CTA) while both operands' K extent fits
 // shared memory twice per SM, else 2 (32 columns)
@@ -98,6 +103,16 @@ __device__ __forceinline__ uint16_t load_bits_produced(const uint16_t* p) {
   return __ldcg(reinterpret_cast<const unsigned short*>(p));
 #endif
 }
+// Two adjacent values the kernel before wrote, 4-byte aligned, as one word
+__device__ __forceinline__ uint32_t load_pair_produced(const uint16_t* p) {
+#ifdef GS_ATTN_EMULATE
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#else
+  return __ldcg(reinterpret_cast<const unsigned int*>(p));
+#endif
+}
 // The sum over the warp of each of kRowsPerWarp values, the rows' butterflies interleaved
 __device__ __forceinline__ void warp_sums(float (&v)[kRowsPerWarp]) {
 #pragma unroll
@@ -106,24 +121,37 @@ __device__ __forceinline__ void warp_sums(float (&v)[kRowsPerWarp]) {
     for (int i = 0; i < kRowsPerWarp; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
 }
 
-// rows [0, rows) of a (rows, K) bf16 matrix at src (row r past `valid` zero-filled) into the
-// shared rows of pitch P at dst: warp w copies rows w, w + kWarps, ..., its lanes 16-byte chunks
-__device__ __forceinline__ void copy_rows(uint16_t* dst, const uint16_t* src, int rows,
-                                          int valid, int K, int P, int warp, int lane) {
-  const int chunks = K / 8;
-  for (int r = warp; r < rows; r += kWarps) {
+// rows [0, Rows) of a (Rows, K) bf16 matrix at src (row r past `valid` zero-filled) into the
+// shared rows of pitch P at dst: warp w copies rows w, w + kWarps, ..., its lanes 16-byte
+// chunks. Loops of fixed counts, so that with K a constant they unroll into bare copies.
+template <int Rows>
+__device__ __forceinline__ void copy_rows(uint16_t* dst, const uint16_t* src, int valid, int K,
+                                          int P, int warp, int lane) {
+  static_assert(Rows % kWarps == 0, "copy_rows: whole rows a warp");
+  const int chunks = K / 8, per_lane = (chunks + 31) / 32;
+#pragma unroll
+  for (int i = 0; i < Rows / kWarps; ++i) {
+    const int r = warp + i * kWarps;
     const bool ok = r < valid;
-    const uint16_t* s = src + int64_t(ok ? r : 0) * K;
-    for (int ch = lane; ch < chunks; ch += 32)
-      cp_async_16(dst + r * P + ch * 8, s + ch * 8, ok ? 16 : 0);
+    const uint16_t* s = src + (ok ? r : 0) * K;
+#pragma unroll
+    for (int j = 0; j < per_lane; ++j) {
+      const int ch = lane + 32 * j;
+      if (ch < chunks) cp_async_16(dst + r * P + ch * 8, s + ch * 8, ok ? 16 : 0);
+    }
   }
 }
 
-template <int NT>
+// KC: K as a compile-time constant (the widths of the project's presets, kFixedWidths), or 0
+// for any K. With K known the copies, the LayerNorm's loops and the addresses compile to a few
+// instructions each: the runtime-K kernel executed ~1,500 instructions a warp at esp32's c_attn,
+// ~1,000 of them after the dependency wait, each a dependent step of ~5 cycles with two warps
+// a scheduler (benchmarks/profiles/ncu-window-source-h100-20261206-e8a5792.csv).
+template <int NT, int KC = 0>
 __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args a) {
   constexpr int kCols = cols<NT>();
   GS_DYNAMIC_SHARED(smem);
-  const int K = a.K, P = static_cast<int>(pitch(K)), chunks = K / 8;  // 16-byte chunks a row
+  const int K = KC ? KC : a.K, P = static_cast<int>(pitch(K)), chunks = K / 8;  // 16-byte chunks
   uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][P]
   uint16_t* w_s = x_s + kRows * P;                    // [kCols][P]
   uint16_t* lnw_s = w_s + kCols * P;                  // [K]
@@ -136,30 +164,53 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   pdl_launch_dependents();
   // Nothing of the weights depends on the kernel before: all of it is on its way (or, for
   // the small vectors, in shared memory) before waiting for that kernel.
-  copy_rows(w_s, a.w + int64_t(n0) * K, kCols, a.N - n0, K, P, warp, lane);
-  cp_async_commit();
-  if (a.ln_w)
-    for (int k = tid; k < K; k += kThreads) {
-      sts(lnw_s + k, a.ln_w[k]);
-      sts(lnb_s + k, a.ln_b ? a.ln_b[k] : uint16_t(0));
+  copy_rows<kCols>(w_s, a.w + int64_t(n0) * K, a.N - n0, K, P, warp, lane);
+  if (a.ln_w) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (aligned(a.ln_w) && (!a.ln_b || aligned(a.ln_b))) {  // as copies in flight, like w's
+      const int per_thread = (chunks + kThreads - 1) / kThreads;
+#pragma unroll
+      for (int j = 0; j < per_thread; ++j) {
+        const int ch = tid + kThreads * j;
+        if (ch >= chunks) break;
+        cp_async_16(lnw_s + ch * 8, a.ln_w + ch * 8, 16);
+        cp_async_16(lnb_s + ch * 8, (a.ln_b ? a.ln_b : a.ln_w) + ch * 8, a.ln_b ? 16 : 0);
+      }
+    } else {
+      for (int k = tid; k < K; k += kThreads) {
+        sts(lnw_s + k, a.ln_w[k]);
+        sts(lnb_s + k, a.ln_b ? a.ln_b[k] : uint16_t(0));
+      }
     }
+  }
+  cp_async_commit();
   for (int c = tid; c < kCols; c += kThreads)
     sts(b_s + c, a.b && n0 + c < a.N ? a.b[n0 + c] : uint16_t(0));
   pdl_wait();  // x and residual are the previous kernel's output
-  copy_rows(x_s, a.x + int64_t(r0) * K, kRows, a.R - r0, K, P, warp, lane);
+  copy_rows<kRows>(x_s, a.x + int64_t(r0) * K, a.R - r0, K, P, warp, lane);
   cp_async_commit();
   // the residual's loads go out now and land in registers during the products
-  float res[NT][4] = {};
+  float res[NT][4] = {};  // (nt, 2 hh + e): row g + 8 hh, column nt * 8 + 2 t + e of the slice
   if (a.residual && warp < kMmaWarps) {
+    // both columns of a pair in one 4-byte load where rows have an even length
+    const bool pairs = a.N % 2 == 0 && reinterpret_cast<uintptr_t>(a.residual) % 4 == 0;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = r0 + wm * 16 + g + 8 * hh;
+      if (row >= a.R) continue;
+      const uint16_t* rr = a.residual + int64_t(row) * a.N;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = r0 + wm * 16 + g + 8 * (i >> 1);
-        const int col = n0 + wn * 8 * NT + nt * 8 + 2 * t + (i & 1);
-        if (row < a.R && col < a.N)
-          res[nt][i] = bf16_bits(load_bits_produced(a.residual + int64_t(row) * a.N + col));
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = n0 + wn * 8 * NT + nt * 8 + 2 * t;
+        if (pairs && col + 1 < a.N) {
+          const uint32_t v = load_pair_produced(rr + col);
+          res[nt][2 * hh] = bf16_lo(v), res[nt][2 * hh + 1] = bf16_hi(v);
+        } else {
+          if (col < a.N) res[nt][2 * hh] = bf16_bits(load_bits_produced(rr + col));
+          if (col + 1 < a.N) res[nt][2 * hh + 1] = bf16_bits(load_bits_produced(rr + col + 1));
+        }
       }
+    }
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -169,7 +220,11 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) rows[i] = x_s + (warp + i * kWarps) * P;
     float mean[kRowsPerWarp] = {}, rstd[kRowsPerWarp] = {};
-    for (int ch = lane; ch < chunks; ch += 32)
+    const int per_lane = (chunks + 31) / 32;
+#pragma unroll
+    for (int j = 0; j < per_lane; ++j) {
+      const int ch = lane + 32 * j;
+      if (ch >= chunks) break;
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         float f[8];
@@ -177,10 +232,15 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
 #pragma unroll
         for (int e = 0; e < 8; ++e) mean[i] += f[e];
       }
+    }
     warp_sums(mean);
+    const float inv_k = 1.0f / K;
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) mean[i] /= K;
-    for (int ch = lane; ch < chunks; ch += 32)
+    for (int i = 0; i < kRowsPerWarp; ++i) mean[i] *= inv_k;
+#pragma unroll
+    for (int j = 0; j < per_lane; ++j) {
+      const int ch = lane + 32 * j;
+      if (ch >= chunks) break;
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         float f[8];
@@ -188,10 +248,18 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
 #pragma unroll
         for (int e = 0; e < 8; ++e) rstd[i] += (f[e] - mean[i]) * (f[e] - mean[i]);
       }
+    }
     warp_sums(rstd);
+    float shift[kRowsPerWarp];  // (f - mean) * rstd = f * rstd + shift
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) rstd[i] = 1.0f / sqrtf(rstd[i] / K + a.eps);
-    for (int ch = lane; ch < chunks; ch += 32) {
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      rstd[i] = rsqrtf(rstd[i] * inv_k + a.eps);
+      shift[i] = -mean[i] * rstd[i];
+    }
+#pragma unroll
+    for (int j = 0; j < per_lane; ++j) {
+      const int ch = lane + 32 * j;
+      if (ch >= chunks) break;
       float lw[8], lb[8];
       unpack8(lds(reinterpret_cast<const uint4*>(lnw_s + ch * 8)), lw);
       unpack8(lds(reinterpret_cast<const uint4*>(lnb_s + ch * 8)), lb);
@@ -202,8 +270,9 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
         uint32_t o[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          o[e] = pack_bf16((f[2 * e] - mean[i]) * rstd[i] * lw[2 * e] + lb[2 * e],
-                           (f[2 * e + 1] - mean[i]) * rstd[i] * lw[2 * e + 1] + lb[2 * e + 1]);
+          o[e] = pack_bf16(fmaf(fmaf(f[2 * e], rstd[i], shift[i]), lw[2 * e], lb[2 * e]),
+                           fmaf(fmaf(f[2 * e + 1], rstd[i], shift[i]), lw[2 * e + 1],
+                                lb[2 * e + 1]));
         sts(reinterpret_cast<uint4*>(rows[i] + ch * 8), uint4{o[0], o[1], o[2], o[3]});
       }
     }
@@ -253,6 +322,23 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
         if (col + 1 < a.N) o[1] = static_cast<uint16_t>(packed >> 16);
       }
     }
+}
+
+// f(kernel) with the instance of decode_linear_mma_kernel<NT> that runs width K: the fixed-width
+// one where K is in kFixedWidths, else the generic one. kernel is a std::integral_constant
+// holding the kernel's address, a type of its own per instance (so a launcher's function-local
+// static, LaunchCheck's, is per instance); decode.cu and the emulator's check both dispatch so.
+template <int NT, int I = 0, typename F>
+void with_kernel_for(int K, F&& f) {
+  constexpr int kCount = sizeof(kFixedWidths) / sizeof(kFixedWidths[0]);
+  if constexpr (I < kCount) {
+    constexpr int KC = kFixedWidths[I];
+    if (K == KC)
+      return f(std::integral_constant<void (*)(Args), &decode_linear_mma_kernel<NT, KC>>{});
+    return with_kernel_for<NT, I + 1>(K, f);
+  } else {
+    return f(std::integral_constant<void (*)(Args), &decode_linear_mma_kernel<NT, 0>>{});
+  }
 }
 
 }  // namespace gs::mma_linear

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "decode_linear.cuh"
+#include "decode_mma.cuh"
 
 namespace gs {
 bool programmatic_launch_enabled() { return true; }  // common.cpp's switch (not linked here)
@@ -205,6 +206,56 @@ int main() {
                       static_cast<void*>(x[0]), static_cast<void*>(x[1]), static_cast<void*>(x[2])})
         CHECK(cudaFree(p));
     }
+  }
+  // decode_linear's tensor-core kernel (decode_mma.cuh) at the slide window's shapes, in a
+  // chain where each call's residual is the output of two calls before (N = K, so x stays the
+  // same shape): what the window's matrices would cost as programmatic dependents; and the
+  // smallest call (one CTA, one k step) for the kernel's own floor
+  std::printf("%-52s %10s %10s\n", "tensor-core decode_linear (R x K x N, grid)", "PDL us",
+              "plain us");
+  const int mma_shapes[][4] = {{32, 16, 64, 0}, {64, 256, 256, 0}, {64, 256, 256, 1},
+                               {64, 256, 768, 1},  {256, 384, 384, 0}, {256, 384, 1152, 1}};
+  for (const auto& sh : mma_shapes) {
+    const int R = sh[0], K = sh[1], N = sh[2];
+    const bool ln = sh[3];
+    namespace ml = gs::mma_linear;
+    __nv_bfloat16* w = random_bf16(size_t(N) * K, 1.0f / K, rng);
+    __nv_bfloat16* ln_w = random_bf16(K, 1.0f, rng);
+    __nv_bfloat16* ln_b = random_bf16(K, 1.0f, rng);
+    // x is read as (R, K) and out written as (R, N): buffers of the larger, rotated
+    const size_t elems = size_t(R) * std::max(K, N);
+    __nv_bfloat16* bufs[3] = {random_bf16(elems, 1.0f, rng), random_bf16(elems, 1.0f, rng),
+                              random_bf16(elems, 1.0f, rng)};
+    const int smem = static_cast<int>(ml::shared_bytes<4>(K));
+    CHECK(cudaFuncSetAttribute(ml::decode_linear_mma_kernel<4>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const dim3 grid((N + ml::cols<4>() - 1) / ml::cols<4>(), (R + ml::kRows - 1) / ml::kRows);
+    auto bits = [](const __nv_bfloat16* p) { return reinterpret_cast<const uint16_t*>(p); };
+    double t[2];
+    for (int pdl = 1; pdl >= 0; --pdl)
+      t[1 - pdl] = time_chain([&](cudaStream_t st, int i) {
+        const ml::Args a{reinterpret_cast<uint16_t*>(bufs[(i + 1) % 3]), bits(bufs[i % 3]),
+                         bits(w), nullptr, ln ? bits(ln_w) : nullptr, ln ? bits(ln_b) : nullptr,
+                         N == K ? bits(bufs[(i + 2) % 3]) : nullptr, R, N, K, 1e-5f, false};
+        cudaLaunchConfig_t config = {};
+        config.gridDim = grid;
+        config.blockDim = dim3(ml::kThreads);
+        config.dynamicSmemBytes = smem;
+        config.stream = st;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        if (pdl) config.attrs = attr, config.numAttrs = 1;
+        CHECK(cudaLaunchKernelEx(&config, ml::decode_linear_mma_kernel<4>, a));
+      });
+    char name[64];
+    std::snprintf(name, sizeof name, "%d x %d x %d%s%s (%d x %d)", R, K, N,
+                  ln ? " + LayerNorm" : "", N == K ? " + residual" : "", grid.x, grid.y);
+    std::printf("%-52s %10.2f %10.2f\n", name, t[0], t[1]);
+    for (void* p : {static_cast<void*>(w), static_cast<void*>(ln_w), static_cast<void*>(ln_b),
+                    static_cast<void*>(bufs[0]), static_cast<void*>(bufs[1]),
+                    static_cast<void*>(bufs[2])})
+      CHECK(cudaFree(p));
   }
   return 0;
 }

@@ -83,10 +83,12 @@ bool run_case(const Case& c, std::mt19937& rng) {
   const dim3 grid((c.N + cols - 1) / cols, (c.R + kRows - 1) / kRows);
   std::string error;
   try {
+    // the instance decode.cu launches: fixed-width where K is one of kFixedWidths
+    auto run = [&](auto kernel) { emu::launch(kernel.value, grid, dim3(kThreads), smem, a); };
     if (c.nt == 4)
-      emu::launch(decode_linear_mma_kernel<4>, grid, dim3(kThreads), smem, a);
+      with_kernel_for<4>(c.K, run);
     else
-      emu::launch(decode_linear_mma_kernel<2>, grid, dim3(kThreads), smem, a);
+      with_kernel_for<2>(c.K, run);
   } catch (const emu::Error& e) {
     error = e.what();
   }
@@ -133,6 +135,8 @@ int main(int argc, char** argv) {
         {4, 70, 130, 32, true, true, true, true},     // three row tiles, three column tiles
         {4, 64, 64, 384, true, true, true, true},     // shakespeare-char's c_fc slice
         {2, 32, 32, 1536, false, false, true, true},  // and its mlp.c_proj slice
+        {4, 40, 80, 256, true, false, true, false},   // esp32's c_attn, with tails
+        {2, 33, 40, 1024, false, false, false, true}, // esp32's mlp.c_proj, with tails
     };
   std::mt19937 rng(std::random_device{}());
   bool all = true;

@@ -53,6 +53,7 @@ struct float4 {
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 inline int min(int a, int b) { return a < b ? a : b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // the device's MUFU.RSQ
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
