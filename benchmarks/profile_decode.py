@@ -8,8 +8,8 @@ each token re-runs the whole window (the absolute positions shift, so nothing ca
 reused: naive's rule, nanoGPT's). This script times both phases apart for each one-token step
 (kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
 "gptstack-rows-window" = the same with the slide window's matrices through decode_linear's
-tensor-core kernel (LayerNorm, GELU and residual inside it; opt-in, fused_step.WINDOW_ROWS)
-instead of cuBLAS matmuls between LayerNorm and GELU kernels, "gptstack-one-launch" = the
+tensor-core kernel at any width (LayerNorm, GELU and residual inside it; by default only up to
+fused_step.WINDOW_ROWS rows) instead of cuBLAS matmuls between LayerNorm and GELU kernels, "gptstack-one-launch" = the
 cached step's blocks as one decode_blocks launch instead of op by op, "gptstack-sdpa-window" =
 SDPA for the slide window's attention, "gptstack-plain-window" = the slide window without
 cuBLASLt's GELU epilogue and the last-row attention (fused_step.WINDOW_EPILOGUES off),
@@ -91,7 +91,7 @@ def main() -> None:
             decoders["gptstack-torch-io"].step.io_kernels = False
         if "gptstack-rows-window" in decoders:
             step = decoders["gptstack-rows-window"].step
-            step.window_rows = step.rows_kernel_runs()
+            step.window_rows = 1 << 30 if step.rows_kernel_runs() else 0  # at any width
             if not step.window_rows:
                 print(f"{run.name}: gptstack-rows-window runs cuBLAS matmuls (not bf16?)")
         for k, d in decoders.items():  # capture every graph both phases need

@@ -61,13 +61,20 @@ CONFIGS = {  # name -> sample() options
         "programmatic_launch": False,
     },
     # the slide window's matrices through decode_linear's tensor-core kernel (LayerNorm, GELU
-    # and residual fused: 5 launches a block; opt-in, fused_step.WINDOW_ROWS), not cuBLAS
-    # matmuls between LayerNorm and GELU kernels (8)
+    # and residual fused: 5 launches a block) at any width (by default up to
+    # fused_step.WINDOW_ROWS rows), or through cuBLAS matmuls between LayerNorm and GELU
+    # kernels (7) at any width
     "graph bf16 fused rows-window": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_rows": True,
+        "window_rows": 1 << 30,
+    },
+    "graph bf16 fused cublas-window": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "window_rows": 0,
     },
     # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
     # after the MLP's first matmul, and the last block's attention computed for every row

@@ -190,24 +190,26 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   copy_rows<kRows>(x_s, a.x + int64_t(r0) * K, a.R - r0, K, P, warp, lane);
   cp_async_commit();
   // the residual's loads go out now and land in registers during the products
-  float res[NT][4] = {};  // (nt, 2 hh + e): row g + 8 hh, column nt * 8 + 2 t + e of the slice
+  // res[nt][hh]: the residual's pair of row g + 8 hh, columns nt * 8 + 2 t + {0, 1} of the slice
+  // (low, high half), as raw bf16 bits: every load is issued here, none waited for before the
+  // epilogue (converted where it is consumed, a use right after each load held the next back)
+  uint32_t res[NT][2] = {};
   if (a.residual && warp < kMmaWarps) {
-    // both columns of a pair in one 4-byte load where rows have an even length
     const bool pairs = a.N % 2 == 0 && reinterpret_cast<uintptr_t>(a.residual) % 4 == 0;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int row = r0 + wm * 16 + g + 8 * hh;
-      if (row >= a.R) continue;
-      const uint16_t* rr = a.residual + int64_t(row) * a.N;
+      const uint16_t* rr = a.residual + int64_t(row < a.R ? row : 0) * a.N;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int col = n0 + wn * 8 * NT + nt * 8 + 2 * t;
-        if (pairs && col + 1 < a.N) {
-          const uint32_t v = load_pair_produced(rr + col);
-          res[nt][2 * hh] = bf16_lo(v), res[nt][2 * hh + 1] = bf16_hi(v);
+        if (row >= a.R) continue;
+        if (pairs) {  // N even: col + 1 < N whenever col < N
+          if (col < a.N) res[nt][hh] = load_pair_produced(rr + col);
         } else {
-          if (col < a.N) res[nt][2 * hh] = bf16_bits(load_bits_produced(rr + col));
-          if (col + 1 < a.N) res[nt][2 * hh + 1] = bf16_bits(load_bits_produced(rr + col + 1));
+          const uint32_t lo = col < a.N ? load_bits_produced(rr + col) : 0u;
+          const uint32_t hi = col + 1 < a.N ? load_bits_produced(rr + col + 1) : 0u;
+          res[nt][hh] = lo | (hi << 16);
         }
       }
     }
@@ -311,7 +313,7 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
       for (int e = 0; e < 2; ++e) {
         v[e] = acc[nt][2 * hh + e] + bf16_bits(lds(b_s + cl + e));  // 0 without a bias
         if (a.gelu) v[e] = gelu_tanh_f(v[e]);
-        v[e] += res[nt][2 * hh + e];  // 0 without a residual
+        v[e] += e ? bf16_hi(res[nt][hh]) : bf16_lo(res[nt][hh]);  // 0 without a residual
       }
       const uint32_t packed = pack_bf16(v[0], v[1]);
       uint16_t* o = a.out + int64_t(row) * a.N + col;

@@ -210,7 +210,7 @@ def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens
     idx = random_tokens(31, 2, 16, cfg.vocab_size)
     step = FusedDecodeStep(model, cache)
     assert not step.rows_kernel_runs() and not step.window_rows  # on a CPU: PyTorch's matmuls
-    step.window_rows = True
+    step.window_rows = idx.numel()
     with torch.no_grad():
         ref, _ = model(idx, last_only=True)
         got = step.window(idx)
@@ -222,8 +222,8 @@ def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens
 @needs_cuda
 @needs_cuda_ops
 def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_tokens, rel_err):
-    """On CUDA in bfloat16 window() can take the tensor-core decode_linear path (opt-in:
-    fused_step.WINDOW_ROWS) and agrees with the model's bf16 forward and with the cuBLAS-matmul
+    """On CUDA in bfloat16 window() can take the tensor-core decode_linear path (up to
+    fused_step.WINDOW_ROWS rows) and agrees with the model's bf16 forward and with the cuBLAS-matmul
     window to bf16 tolerance."""
     from gptstack.model import fused_step
     from gptstack.model.fused_step import FusedDecodeStep
@@ -239,12 +239,12 @@ def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_to
     idx = random_tokens(33, 1, cfg.block_size, cfg.vocab_size).cuda()
     step = FusedDecodeStep(model, cache)
     assert step.rows_kernel_runs() and step.window_rows == fused_step.WINDOW_ROWS
-    step.window_rows = True
+    step.window_rows = idx.numel()
     with torch.no_grad():
         ref = model.float()(idx, last_only=True)[0][:, -1]
         model.to(torch.bfloat16)
         got = step.window(idx).float()
-        step.window_rows = False
+        step.window_rows = 0
         matmuls = step.window(idx).float()
     assert rel_err(got, ref) < 3e-2 and rel_err(matmuls, ref) < 3e-2
 

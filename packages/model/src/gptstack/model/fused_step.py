@@ -67,12 +67,14 @@ def unsupported_reason(model, device: torch.device) -> str | None:
 # (blocks_reason), the A/B switch of the benchmarks.
 ONE_LAUNCH = False
 
-# window(): True = every block's matrices through decode_linear's tensor-core kernel where it
-# runs (FusedDecodeStep.rows_kernel_runs: 5 launches a block), False = cuBLAS matmuls between the
-# fused LayerNorm, add + LayerNorm and GELU kernels. Off: it lost end to end on the H100
-# (5,316 vs 6,320 tok/s at shakespeare-char, 7,145 vs 7,446 at esp32; the README's sampling
-# paragraph). The A/B switch of the benchmarks, like ONE_LAUNCH.
-WINDOW_ROWS = False
+# window(): the most rows (B * T) a slide window may have for its blocks' matrices to run
+# through decode_linear's tensor-core kernel (LayerNorm, GELU and residual inside it: 5 launches
+# a block, where FusedDecodeStep.rows_kernel_runs); a wider window, or 0, runs cuBLAS matmuls
+# between the fused LayerNorm, add + LayerNorm and GELU kernels (7). Side by side on the H100
+# (2026-12-06, evening, the kernel compiled for the presets' widths): 8,955 vs 8,363 tok/s at
+# esp32 (64 rows), 6,506 vs 7,722 at shakespeare-char (256 rows: there it reads the weights
+# once per 32-row tile, ~10 MB of L2 traffic a matrix). The A/B switch of the benchmarks.
+WINDOW_ROWS = 64
 
 # window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
 # model has none) and the tanh GELU in cuBLASLt's epilogue (torch._addmm_activation: one launch
@@ -144,9 +146,9 @@ class FusedDecodeStep:
         self.native_attention = True
         # every block in one launch (decode_blocks): opt-in, see ONE_LAUNCH
         self.blocks_in_one_launch = ONE_LAUNCH and blocks_reason(model, device) is None
-        # window() through decode_linear (see WINDOW_ROWS); tests set it True on a CPU too,
-        # where the rows run through the CPU reference
-        self.window_rows = WINDOW_ROWS and self.rows_kernel_runs()
+        # window() through decode_linear up to this many rows (see WINDOW_ROWS); tests set it on
+        # a CPU too, where the rows run through the CPU reference
+        self.window_rows = WINDOW_ROWS if self.rows_kernel_runs() else 0
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
@@ -275,7 +277,7 @@ class FusedDecodeStep:
         """window() for the embedded rows x (B, T, C)."""
         m = self.model
         B, T, C = x.shape
-        if B * T < self.ops.decode.MMA_MIN_ROWS or not self.window_rows:
+        if not self.ops.decode.MMA_MIN_ROWS <= B * T <= self.window_rows:
             return self._window_matmuls(x)
         ops, eps = self.ops, self.eps
         x = x.view(B * T, C)
