@@ -9,10 +9,11 @@ reused: naive's rule, nanoGPT's). This script times both phases apart for each o
 (kernels "torch" = PyTorch's modules, "gptstack" = the fused decode kernels and sampler,
 "gptstack-rows-window" = the same with the slide window's matrices through decode_linear's
 tensor-core kernel at any width (LayerNorm, GELU and residual inside it; by default only up to
-fused_step.WINDOW_ROWS rows) instead of cuBLAS matmuls between LayerNorm and GELU kernels, "gptstack-one-launch" = the
-cached step's blocks as one decode_blocks launch instead of op by op, "gptstack-sdpa-window" =
-SDPA for the slide window's attention, "gptstack-plain-window" = the slide window without
-cuBLASLt's GELU epilogue and the last-row attention (fused_step.WINDOW_EPILOGUES off),
+fused_step.WINDOW_ROWS rows) instead of cuBLAS matmuls between LayerNorm and GELU kernels,
+"gptstack-one-launch" = the cached step's blocks as one decode_blocks launch instead of op by
+op, "gptstack-sdpa-window" = SDPA for the slide window's attention, "gptstack-plain-window" =
+the slide window without cuBLASLt's GELU epilogue and the last-row attention
+(fused_step.WINDOW_EPILOGUES off),
 "gptstack-split-attention" = the window's attention by the opt-in split-keys kernel instead
 of the 4-warp one, "gptstack-torch-io" = the fed ids' embedding and the state update after
 each token by PyTorch's ops instead of decode_embed / window_embed / decode_advance
