@@ -22,8 +22,15 @@
 //     shuffles overlap; two passes over shared memory: mean, then centred squares, as
 //     decode_linear's other kernels) is applied in place and rounded to bf16, the mma's input;
 //   - bias, GELU and the residual are added to the fp32 accumulators, and out rounded once.
-// So it differs from the one-row kernel (decode.cu) only by that bf16 rounding of the normalized
-// row, which is what the window's LayerNorm kernel followed by a matmul did before.
+// So it differs from the one-row kernel (decode.cu) by that bf16 rounding of the normalized row
+// (what the window's LayerNorm kernel followed by a matmul does too) and the order of its sums.
+//
+// Where it wins (H100, 2026-12-06; gptstack.model.fused_step.WINDOW_ROWS): at esp32's window of
+// 64 rows, 2.5-3.9 us a matrix in a chain of dependent calls against 4.1-6.7 us for cuBLAS
+// with the LayerNorm or GELU kernel beside it (scripts/window_linear_bench.py), 8,919 vs 8,558
+// tok/s end to end. Not at shakespeare-char's 256 rows: each CTA reads its weight slice and
+// x tile from L2 for a 32 x 64 tile, ~10 MB a matrix, 7.2 vs 5.7 us at c_attn; bigger tiles
+// need a k pipeline (the whole K extent does not fit shared memory twice at K = 1,536).
 //
 // Built with GS_ATTN_EMULATE, the same device code runs on the CPU under the warp emulator
 // (attention_emu/decode_mma_check.cpp, run by tests/test_decode.py).
@@ -146,7 +153,7 @@ __device__ __forceinline__ void copy_rows(uint16_t* dst, const uint16_t* src, in
 // for any K. With K known the copies, the LayerNorm's loops and the addresses compile to a few
 // instructions each: the runtime-K kernel executed ~1,500 instructions a warp at esp32's c_attn,
 // ~1,000 of them after the dependency wait, each a dependent step of ~5 cycles with two warps
-// a scheduler (benchmarks/profiles/ncu-window-source-h100-20261206-e8a5792.csv).
+// a scheduler (benchmarks/profiles/ncu-window-source-h100-20261206-e8a5792.csv.gz).
 template <int NT, int KC = 0>
 __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args a) {
   constexpr int kCols = cols<NT>();

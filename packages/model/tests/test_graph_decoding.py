@@ -218,6 +218,34 @@ def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens
     assert rel_err(got, ref[:, -1]) < 1e-5
 
 
+@needs_cuda_ops
+def test_window_rows_limit_picks_the_path(make_gpt, random_tokens, rel_err):
+    """A window of at most step.window_rows rows (B * T) runs its matrices through decode_linear,
+    a wider one through the matmuls; both give the model's logits."""
+    from gptstack.model.fused_step import FusedDecodeStep
+    from gptstack.model.kv_cache import StaticKVCache
+
+    model = make_gpt(37, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
+    cfg = model.config
+    cache = StaticKVCache(
+        cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.head_size, device="cpu",
+        dtype=torch.float32,
+    )  # fmt: skip
+    idx = random_tokens(37, 2, 16, cfg.vocab_size)
+    step = FusedDecodeStep(model, cache)
+    calls = []
+    matmuls = step._window_matmuls
+    step._window_matmuls = lambda x: calls.append(x.shape) or matmuls(x)
+    with torch.no_grad():
+        ref = model(idx, last_only=True)[0][:, -1]
+        for limit, want_matmuls in ((idx.numel(), False), (idx.numel() - 1, True)):
+            calls.clear()
+            step.window_rows = limit
+            got = step.window(idx)
+            assert bool(calls) == want_matmuls, f"window_rows={limit}: matmuls ran {calls}"
+            assert rel_err(got, ref) < 1e-5
+
+
 @pytest.mark.cuda
 @needs_cuda
 @needs_cuda_ops
