@@ -83,7 +83,9 @@ void launch_forward(const FwdArgs& a, const Dims& d, cudaStream_t s) {
   ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
                config_of(HS, NW, kDrop, "forward"), C::kThreads, C::kSmemBytes);
   const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh));
-  launch_kernel(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
+  // a programmatic dependent (the kernel waits before its first read): in the slide window the
+  // tensor-core decode_linear after it loads its weights while it runs
+  launch_programmatic(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
   check_launch("causal_attention", shape_of(d));
 }
 

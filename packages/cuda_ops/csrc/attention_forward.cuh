@@ -141,6 +141,12 @@ __global__ void __launch_bounds__(32 * NW) attention_forward_mma_kernel(const Fw
   const uint16_t* k_g = a.k.row(b, h, 0);
   const uint16_t* v_g = a.v.row(b, h, 0);
 
+  // Launched as a programmatic dependent (launch_programmatic): the next kernel may start its
+  // own loads of what does not depend on this one (decode_linear's weights in the slide
+  // window) now; q, k, v are the previous kernel's output, and nothing is read or written
+  // before it is complete.
+  pdl_launch_dependents();
+  pdl_wait();
   load_rows_async<C::kRows, HS, C::kThreads>(q_s, P, a.q.row(b, h, q0), a.q.st, T - q0, tid);
   load_rows_async<KT, HS, C::kThreads>(k_s, P, k_g, a.k.st, T, tid);
   load_rows_async<KT, HS, C::kThreads>(v_s, P, v_g, a.v.st, T, tid);

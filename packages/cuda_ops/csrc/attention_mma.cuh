@@ -17,8 +17,14 @@
 
 #ifdef GS_ATTN_EMULATE
 #include "attention_emu/emu.h"
+namespace gs {  // programmatic dependent launch (cuda_common.cuh): the emulator runs one kernel
+inline void pdl_launch_dependents() {}  // at a time
+inline void pdl_wait() {}
+}  // namespace gs
 #else
 #include <cuda_bf16.h>
+
+#include "cuda_common.cuh"  // pdl_launch_dependents, pdl_wait
 #endif
 
 // The kernel's dynamic shared memory (16-byte aligned; its size is given at launch).

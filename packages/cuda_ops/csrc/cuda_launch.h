@@ -84,6 +84,13 @@ void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t sme
   }
   cudaLaunchKernelEx(&config, kernel, static_cast<P>(args)...);
 }
+#else
+// The emulator runs one kernel at a time: an ordinary (emulated) launch
+template <typename... P, typename... A>
+void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, const A&... args) {
+  launch_kernel(kernel, grid, block, smem, stream, args...);
+}
 #endif
 
 // Dynamic shared memory a block may use without asking (CUDA C++ Programming Guide, "Shared

@@ -44,15 +44,6 @@
 #include "attention_mma.cuh"
 #include "gelu_tanh.cuh"
 
-#ifdef GS_ATTN_EMULATE
-namespace gs {
-inline void pdl_launch_dependents() {}  // the emulator runs one kernel at a time
-inline void pdl_wait() {}
-}  // namespace gs
-#else
-#include "cuda_common.cuh"
-#endif
-
 namespace gs::mma_linear {
 
 using namespace gs::attn;
