@@ -71,8 +71,8 @@ ONE_LAUNCH = False
 # through decode_linear's tensor-core kernel (LayerNorm, GELU and residual inside it: 5 launches
 # a block, where FusedDecodeStep.rows_kernel_runs); a wider window, or 0, runs cuBLAS matmuls
 # between the fused LayerNorm, add + LayerNorm and GELU kernels (7). Side by side on the H100
-# (2026-12-06, evening, the kernel compiled for the presets' widths): 8,955 vs 8,363 tok/s at
-# esp32 (64 rows), 6,506 vs 7,722 at shakespeare-char (256 rows: there it reads the weights
+# (2026-12-06, evening, the kernel compiled for the presets' widths): 8,919 vs 8,558 tok/s at
+# esp32 (64 rows), 6,948 vs 7,906 at shakespeare-char (256 rows: there it reads the weights
 # once per 32-row tile, ~10 MB of L2 traffic a matrix). The A/B switch of the benchmarks.
 WINDOW_ROWS = 64
 
