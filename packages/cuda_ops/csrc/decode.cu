@@ -254,7 +254,8 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
   if (launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream)) return;
   const int smem = static_cast<int>(K * sizeof(float));
   const bool vector = linear_vector_loads<T>(w, K);
-  // x in 16-byte loads too where its rows are 16-byte aligned (then the weights' are)
+  // x in 16-byte loads too where it is 16-byte aligned (its rows then are: K is a multiple of
+  // 16 bytes wherever the weights are read so)
   const bool vector_row = vector && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const dim3 grid(ceil_div(N, kLinearWarps), static_cast<unsigned>(R));
   const std::string config = "(R=" + std::to_string(R) + ", N=" + std::to_string(N) +

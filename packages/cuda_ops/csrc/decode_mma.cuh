@@ -62,9 +62,9 @@ struct Args {
 };
 
 // 8 warps copy the operands and normalize the rows; the first 4 (2 along the rows x 2 along the
-// columns) multiply. One CTA of 4 warps ran ~2,300 dependent instructions a warp at esp32's
-// c_attn (the copies' divisions, a quad's serial LayerNorm over a quarter row) with one warp a
-// scheduler to hide them: 8.1 us under ncu where cuBLAS took 4.5
+// columns) multiply. One CTA of 4 warps issued ~2,300 instructions a warp at esp32's c_attn (by
+// its issue rate under ncu: the copies' divisions, a quad's serial LayerNorm over a quarter row)
+// with one warp a scheduler to hide their latencies: 8.1 us where cuBLAS took 4.5
 // (benchmarks/profiles/ncu-window-h100-20261206-c6c9409.txt).
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;

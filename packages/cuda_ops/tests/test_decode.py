@@ -244,6 +244,21 @@ def test_cuda_linear_unaligned_weight_takes_scalar_kernel(gen):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+def test_cuda_linear_unaligned_input_with_aligned_weights(gen, dtype):
+    """x not 16-byte aligned, the weights aligned: the kernel reads the weights in 16-byte loads
+    and x one element at a time (the 16-byte reads of x need an aligned row), with the
+    LayerNorm and the residual as the decode step uses them."""
+    R, K, N = 2, 64, 24
+    base = torch.randn(1 + R * K, generator=gen).to(dtype).cuda()
+    x = base[1:].view(R, K)  # 2 or 4 bytes past an aligned address
+    w, b, lw, lb, res = (t.cuda() for t in _linear_inputs(R, K, N, dtype, gen)[1:])
+    got = ops.decode_linear(x, w, b, ln_weight=lw, ln_bias=lb, residual=res)
+    want = _linear_reference(x, w, b, lw, lb, res, gelu=False)
+    assert_close(got, want, dtype, "unaligned x")
+
+
+@pytest.mark.cuda
 def test_cuda_graph_replay_reads_the_position_each_time(gen):
     qkv = torch.randn(1, 3 * 4 * 16, generator=gen).cuda()
     kc, vc = torch.zeros(1, 4, 32, 16).cuda(), torch.zeros(1, 4, 32, 16).cuda()
