@@ -6,7 +6,9 @@ AB_DIR holds {A,B}-speed-ROUND/sample-speed-RUN.json and {A,B}-profile-ROUND/pro
 (one process per build and round, alternated on one GPU). Writes OUT_PREFIX-RUN.json: kind
 "sample-speed" with one configuration per build ("graph bf16 fused @NAME"), its tokens/s of
 every round and their median, and the cached and slide step times of profile_decode.py per
-round; the environment is build A's first round's.
+round; the environment is build A's first round's, its `git` the commit given as --a (the
+device's checkout reports whatever commit its copy of the repository holds, not the build's),
+and `builds` names both.
 """
 
 from __future__ import annotations
@@ -52,7 +54,11 @@ def main() -> None:
             "date": header["date"],
             "method": "benchmarks/gpu_build_ab.sh: the two builds in alternating processes, "
             "one round of sample_speed.py and profile_decode.py each per build and round",
-            "environment": header["environment"],
+            "environment": {
+                **header["environment"],
+                "git": {"commit": args.a, "source": "merge_build_ab.py --a (build A)"},
+            },
+            "builds": {"A": args.a, "B": args.b},
             "configs": merged["configs"],
         }
         path = Path(f"{args.out}-{run}.json")
