@@ -12,9 +12,13 @@
 #          git worktree remove --force /tmp/before
 #   (carry .device: both builds and the data, under the device tool's 64 MiB)
 #   there (after gpu_decode_window.sh STAGES="build train ..." in the same call):
-#          A=.device/site B=.device/site-before bash benchmarks/gpu_build_ab.sh
+#          A_COMMIT=<tree> B_COMMIT=<commit> A=.device/site B=.device/site-before \
+#            bash benchmarks/gpu_build_ab.sh
 # Results: $OUT/ab/{A,B}-{speed,profile}-ROUND/ (sample-speed-*.json, profile-decode-*.json)
-# and a summary of each round's tokens/s and step times in $OUT/ab/summary.txt.
+# and a summary of each round's tokens/s and step times in $OUT/ab/summary.txt. A_COMMIT and
+# B_COMMIT (optional) are what each build is: its processes record it as the JSON's git commit
+# (GPTSTACK_GIT_COMMIT), which the device's checkout cannot know. Merge the rounds here with
+# benchmarks/merge_build_ab.py.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,6 +36,8 @@ for r in $(seq 1 "$ROUNDS"); do
   for build in A B; do
     site=${!build}
     echo "== round $r, build $build ($site: $(cat "$site/SOURCES"))"
+    commit_var=${build}_COMMIT
+    export GPTSTACK_GIT_COMMIT=${!commit_var:-unknown}
     PYTHONPATH=$ROOT/$site$SRC timeout 120 python3 benchmarks/sample_speed.py \
       --ckpt runs/shakespeare-char --ckpt runs/esp32 --rounds 1 --configs "$CONFIGS" \
       --out "$OUT/ab/$build-speed-$r" 2>&1 | grep -v "round 0" | tail -n 2
