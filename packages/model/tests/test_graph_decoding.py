@@ -140,6 +140,20 @@ def test_eager_graph_decoder_yields_each_chunk_before_running_the_next(
     assert sum(k for k, _ in seen) == 40
 
 
+def _fused_step(model, batch: int):
+    """A FusedDecodeStep of model over a fresh static cache of `batch` rows, on the model's
+    device and in its dtype."""
+    from gptstack.model.fused_step import FusedDecodeStep
+    from gptstack.model.kv_cache import StaticKVCache
+
+    cfg, w = model.config, model.wte.weight
+    cache = StaticKVCache(
+        cfg.n_layer, batch, cfg.n_head, cfg.block_size, cfg.head_size, device=w.device,
+        dtype=w.dtype,
+    )  # fmt: skip
+    return FusedDecodeStep(model, cache)
+
+
 @needs_cuda_ops
 @pytest.mark.parametrize("bias", [True, False])
 def test_fused_step_matches_the_models_one_token_forward(make_gpt, random_tokens, rel_err, bias):
@@ -176,19 +190,12 @@ def test_fused_step_matches_the_models_one_token_forward(make_gpt, random_tokens
 )
 @pytest.mark.parametrize("T", [1, 9, 16])
 def test_fused_window_matches_the_models_forward(make_gpt, random_tokens, rel_err, shape, T):
-    from gptstack.model.fused_step import FusedDecodeStep
-    from gptstack.model.kv_cache import StaticKVCache
-
     model = make_gpt(29, scramble=0.3, **shape)
     cfg = model.config
-    cache = StaticKVCache(
-        cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.head_size, device="cpu",
-        dtype=torch.float32,
-    )  # fmt: skip
     idx = random_tokens(29 + T, 2, T, cfg.vocab_size)
     with torch.no_grad():
         ref, _ = model(idx, last_only=True)
-        got = FusedDecodeStep(model, cache).window(idx)
+        got = _fused_step(model, 2).window(idx)
     assert got.shape == (2, cfg.vocab_size)
     assert rel_err(got, ref[:, -1]) < 1e-5
 
@@ -198,17 +205,10 @@ def test_fused_window_matches_the_models_forward(make_gpt, random_tokens, rel_er
 def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens, rel_err, bias):
     """window() with every block's matrices through decode_linear (its CUDA bf16 path, here
     forced onto the CPU reference: window_rows) against the model."""
-    from gptstack.model.fused_step import FusedDecodeStep
-    from gptstack.model.kv_cache import StaticKVCache
-
     model = make_gpt(31, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=bias)
     cfg = model.config
-    cache = StaticKVCache(
-        cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.head_size, device="cpu",
-        dtype=torch.float32,
-    )  # fmt: skip
     idx = random_tokens(31, 2, 16, cfg.vocab_size)
-    step = FusedDecodeStep(model, cache)
+    step = _fused_step(model, 2)
     assert not step.rows_kernel_runs() and not step.window_rows  # on a CPU: PyTorch's matmuls
     step.window_rows = idx.numel()
     with torch.no_grad():
@@ -222,17 +222,9 @@ def test_fused_window_on_rows_matches_the_models_forward(make_gpt, random_tokens
 def test_window_rows_limit_picks_the_path(make_gpt, random_tokens, rel_err):
     """A window of at most step.window_rows rows (B * T) runs its matrices through decode_linear,
     a wider one through the matmuls; both give the model's logits."""
-    from gptstack.model.fused_step import FusedDecodeStep
-    from gptstack.model.kv_cache import StaticKVCache
-
     model = make_gpt(37, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
-    cfg = model.config
-    cache = StaticKVCache(
-        cfg.n_layer, 2, cfg.n_head, cfg.block_size, cfg.head_size, device="cpu",
-        dtype=torch.float32,
-    )  # fmt: skip
-    idx = random_tokens(37, 2, 16, cfg.vocab_size)
-    step = FusedDecodeStep(model, cache)
+    idx = random_tokens(37, 2, 16, model.config.vocab_size)
+    step = _fused_step(model, 2)
     calls = []
     matmuls = step._window_matmuls
     step._window_matmuls = lambda x: calls.append(x.shape) or matmuls(x)
@@ -254,18 +246,12 @@ def test_cuda_bf16_window_runs_on_rows_and_matches_the_model(make_gpt, random_to
     fused_step.WINDOW_ROWS rows) and agrees with the model's bf16 forward and with the cuBLAS-matmul
     window to bf16 tolerance."""
     from gptstack.model import fused_step
-    from gptstack.model.fused_step import FusedDecodeStep
-    from gptstack.model.kv_cache import StaticKVCache
 
     model = make_gpt(33, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
     model = model.to("cuda", torch.bfloat16)
     cfg = model.config
-    cache = StaticKVCache(
-        cfg.n_layer, 1, cfg.n_head, cfg.block_size, cfg.head_size, device="cuda",
-        dtype=torch.bfloat16,
-    )  # fmt: skip
     idx = random_tokens(33, 1, cfg.block_size, cfg.vocab_size).cuda()
-    step = FusedDecodeStep(model, cache)
+    step = _fused_step(model, 1)
     assert step.rows_kernel_runs() and step.window_rows == fused_step.WINDOW_ROWS
     step.window_rows = idx.numel()
     with torch.no_grad():
@@ -289,17 +275,11 @@ def test_cuda_window_gelu_in_the_matmul_is_the_tanh_gelu(
     cuBLASLt's epilogue (torch._addmm_activation) computes the model's tanh GELU, not the erf
     form, and the whole window with it and the last-row attention agrees with the window
     without them."""
-    from gptstack.model.fused_step import FusedDecodeStep
-    from gptstack.model.kv_cache import StaticKVCache
-
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 is fp32 here
     model = make_gpt(35, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=bias)
     model = model.to("cuda", dtype)
     cfg = model.config
-    cache = StaticKVCache(
-        cfg.n_layer, 1, cfg.n_head, cfg.block_size, cfg.head_size, device="cuda", dtype=dtype
-    )
-    step = FusedDecodeStep(model, cache)
+    step = _fused_step(model, 1)
     fc = model.h[0].mlp.c_fc
     gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(1 << 30, ())))
     h = torch.randn(cfg.block_size, cfg.n_embd, device="cuda", generator=gen).to(dtype)
