@@ -221,34 +221,32 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
     for (int i = 0; i < kRowsPerWarp; ++i) rows[i] = x_s + (warp + i * kWarps) * P;
     float mean[kRowsPerWarp] = {}, rstd[kRowsPerWarp] = {};
     const int per_lane = (chunks + 31) / 32;
+    // visit(i, f): the 8 values f of each 16-byte chunk this lane holds of each row i
+    auto each_chunk = [&](auto&& visit) {
 #pragma unroll
-    for (int j = 0; j < per_lane; ++j) {
-      const int ch = lane + 32 * j;
-      if (ch >= chunks) break;
+      for (int j = 0; j < per_lane; ++j) {
+        const int ch = lane + 32 * j;
+        if (ch >= chunks) break;
 #pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) {
-        float f[8];
-        unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) mean[i] += f[e];
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          float f[8];
+          unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
+          visit(i, f);
+        }
       }
-    }
+    };
+    each_chunk([&](int i, const float (&f)[8]) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) mean[i] += f[e];
+    });
     warp_sums(mean);
     const float inv_k = 1.0f / K;
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) mean[i] *= inv_k;
+    each_chunk([&](int i, const float (&f)[8]) {
 #pragma unroll
-    for (int j = 0; j < per_lane; ++j) {
-      const int ch = lane + 32 * j;
-      if (ch >= chunks) break;
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) {
-        float f[8];
-        unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) rstd[i] += (f[e] - mean[i]) * (f[e] - mean[i]);
-      }
-    }
+      for (int e = 0; e < 8; ++e) rstd[i] += (f[e] - mean[i]) * (f[e] - mean[i]);
+    });
     warp_sums(rstd);
     float shift[kRowsPerWarp];  // (f - mean) * rstd = f * rstd + shift
 #pragma unroll
