@@ -64,9 +64,9 @@ __global__ void __launch_bounds__(gs::kLinearWarps * 32)
 }
 
 template <typename K, typename... A>
-void launch(bool pdl, K kernel, int blocks, int threads, int smem, cudaStream_t s, A... args) {
+void launch(bool pdl, K kernel, dim3 grid, int threads, int smem, cudaStream_t s, A... args) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
+  config.gridDim = grid;
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem;
   config.stream = s;
@@ -227,27 +227,22 @@ int main() {
     __nv_bfloat16* bufs[3] = {random_bf16(elems, 1.0f, rng), random_bf16(elems, 1.0f, rng),
                               random_bf16(elems, 1.0f, rng)};
     const int smem = static_cast<int>(ml::shared_bytes<4>(K));
-    CHECK(cudaFuncSetAttribute(ml::decode_linear_mma_kernel<4>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const dim3 grid((N + ml::cols<4>() - 1) / ml::cols<4>(), (R + ml::kRows - 1) / ml::kRows);
     auto bits = [](const __nv_bfloat16* p) { return reinterpret_cast<const uint16_t*>(p); };
     double t[2];
-    for (int pdl = 1; pdl >= 0; --pdl)
-      t[1 - pdl] = time_chain([&](cudaStream_t st, int i) {
-        const ml::Args a{reinterpret_cast<uint16_t*>(bufs[(i + 1) % 3]), bits(bufs[i % 3]),
-                         bits(w), nullptr, ln ? bits(ln_w) : nullptr, ln ? bits(ln_b) : nullptr,
-                         N == K ? bits(bufs[(i + 2) % 3]) : nullptr, R, N, K, 1e-5f, false};
-        cudaLaunchConfig_t config = {};
-        config.gridDim = grid;
-        config.blockDim = dim3(ml::kThreads);
-        config.dynamicSmemBytes = smem;
-        config.stream = st;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        if (pdl) config.attrs = attr, config.numAttrs = 1;
-        CHECK(cudaLaunchKernelEx(&config, ml::decode_linear_mma_kernel<4>, a));
-      });
+    // the instance decode.cu launches for this K (fixed-width where K is one of kFixedWidths)
+    ml::with_kernel_for<4>(K, [&](auto kernel) {
+      CHECK(cudaFuncSetAttribute(kernel.value, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem));
+      for (int pdl = 1; pdl >= 0; --pdl)
+        t[1 - pdl] = time_chain([&](cudaStream_t st, int i) {
+          const ml::Args a{reinterpret_cast<uint16_t*>(bufs[(i + 1) % 3]), bits(bufs[i % 3]),
+                           bits(w), nullptr, ln ? bits(ln_w) : nullptr,
+                           ln ? bits(ln_b) : nullptr, N == K ? bits(bufs[(i + 2) % 3]) : nullptr,
+                           R, N, K, 1e-5f, false};
+          launch(pdl, kernel.value, grid, ml::kThreads, smem, st, a);
+        });
+    });
     char name[64];
     std::snprintf(name, sizeof name, "%d x %d x %d%s%s (%d x %d)", R, K, N,
                   ln ? " + LayerNorm" : "", N == K ? " + residual" : "", grid.x, grid.y);
