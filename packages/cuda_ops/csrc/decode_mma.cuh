@@ -93,12 +93,13 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
 }
-// A value the kernel before wrote (see cuda_common.cuh's load_produced)
+// A value the kernel before wrote, as bf16 bits (cuda_common.cuh's load_produced; a plain read
+// under the emulator)
 __device__ __forceinline__ uint16_t load_bits_produced(const uint16_t* p) {
 #ifdef GS_ATTN_EMULATE
   return *p;
 #else
-  return __ldcg(reinterpret_cast<const unsigned short*>(p));
+  return load_produced(reinterpret_cast<const unsigned short*>(p));
 #endif
 }
 // Two adjacent values the kernel before wrote, 4-byte aligned, as one word
@@ -108,7 +109,7 @@ __device__ __forceinline__ uint32_t load_pair_produced(const uint16_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 #else
-  return __ldcg(reinterpret_cast<const unsigned int*>(p));
+  return load_produced(reinterpret_cast<const unsigned int*>(p));
 #endif
 }
 // The sum over the warp of each of kRowsPerWarp values, the rows' butterflies interleaved

@@ -335,4 +335,4 @@ def test_tensor_core_linear_under_the_emulator(tmp_path):
     )  # fmt: skip
     run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("ok  ") == 9, run.stdout
+    assert run.stdout.count("ok  ") == 10, run.stdout

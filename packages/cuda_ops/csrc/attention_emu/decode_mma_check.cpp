@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
         {2, 32, 32, 1536, false, false, true, true},  // and its mlp.c_proj slice
         {4, 40, 80, 256, true, false, true, false},   // esp32's c_attn, with tails
         {2, 33, 40, 1024, false, false, false, true}, // esp32's mlp.c_proj, with tails
+        {2, 40, 48, 768, true, true, true, true},     // gpt2-124m's width, with tails
     };
   std::mt19937 rng(std::random_device{}());
   bool all = true;
