@@ -5,6 +5,10 @@ one CUDA graph, replayed; median microseconds a call over rounds, the two altern
 
     python3 packages/cuda_ops/scripts/window_linear_bench.py \
         [--preset-c 384] [--rows 256] [--json F]
+
+--once runs each matrix twice through both paths, untimed: the driver for `ncu` (e.g.
+`ncu -k regex:decode_linear_mma python3 .../window_linear_bench.py --preset-c 256 --rows 64
+--once`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--once", action="store_true", help="each path twice, untimed (for ncu)")
     args = ap.parse_args()
     C, R = args.preset_c, args.rows
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -90,6 +95,10 @@ def main() -> None:
         def matmul(inp=inp, w=w, b=b):
             return F.linear(inp, w, b)
 
+        if args.once:
+            for _ in range(2):
+                ours(), before()
+            continue
         times = {
             "decode_linear": [],
             "decode_linear no-PDL": [],
@@ -115,7 +124,7 @@ def main() -> None:
             f"F.linear alone {med['F.linear alone']:6.2f} us",
             flush=True,
         )
-    if args.json:
+    if args.json and not args.once:
         record = {
             "kind": "window-linear-bench",
             "device": torch.cuda.get_device_name(),
