@@ -76,6 +76,15 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_rows": 0,
     },
+    # the slide window's c_attn and attention as two launches (decode_linear, causal_attention)
+    # instead of one window_attention launch where the window is short
+    # (fused_step.WINDOW_ATTENTION)
+    "graph bf16 fused two-launch-attention": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "window_attention": False,
+    },
     # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
     # after the MLP's first matmul, and the last block's attention computed for every row
     "graph bf16 fused plain-window": {
@@ -141,6 +150,7 @@ CPU_CONFIGS = {
 DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
+DEFAULT_WINDOW_ATTENTION = fused_step.WINDOW_ATTENTION
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
@@ -197,6 +207,9 @@ def main() -> None:
                 fused_step.WINDOW_EPILOGUES = options.pop(
                     "window_epilogues", DEFAULT_WINDOW_EPILOGUES
                 )
+                fused_step.WINDOW_ATTENTION = options.pop(
+                    "window_attention", DEFAULT_WINDOW_ATTENTION
+                )
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
                 fused_step.ADVANCE_IN_SAMPLER = options.pop(
                     "advance_in_sampler", DEFAULT_ADVANCE_IN_SAMPLER
@@ -228,6 +241,7 @@ def main() -> None:
                     set_one_launch(DEFAULT_ONE_LAUNCH)
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                     fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
+                    fused_step.WINDOW_ATTENTION = DEFAULT_WINDOW_ATTENTION
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE

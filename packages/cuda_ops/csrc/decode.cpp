@@ -214,6 +214,34 @@ void decode_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
   });
 }
 
+// true where the CUDA kernel ran; false: no fused kernel for this call (CPU, another dtype or
+// shape), the caller runs decode_linear and causal_attention
+bool window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> weight, OptArray bias,
+                      nb::ndarray<> ln_weight, OptArray ln_bias, int64_t nh, double eps,
+                      uintptr_t stream) {
+  const char* op = "window_attention";
+  (void)stream, (void)eps;
+  Tensor X = view(op, "x", x), W = view(op, "weight", weight), Y = view(op, "y", y),
+         LW = view(op, "ln_weight", ln_weight);
+  check_dtype(op, "x", X, {DType::f32, DType::bf16, DType::f64});
+  if (X.ndim() != 3) fail(op, "x must be (B, T, C), got shape " + shape_str(X.shape));
+  const int64_t B = X.size(0), T = X.size(1), C = X.size(2);
+  if (nh < 1 || C % nh != 0)
+    fail(op, "n_head = " + std::to_string(nh) + " does not divide C = " + std::to_string(C));
+  check_arg(op, X, "weight", W, X.dtype, {3 * C, C});
+  check_arg(op, X, "y", Y, X.dtype, {B, T, C});
+  check_arg(op, X, "ln_weight", LW, X.dtype, {C});
+  const void* b = optional_arg(op, X, "bias", bias, {3 * C});
+  const void* lb = optional_arg(op, X, "ln_bias", ln_bias, {C});
+  bool launched = false;
+  if (X.cuda) {
+    CudaScope scope(op, X);
+    GS_CUDA_CALL(launched = window_attention_cuda(Y.data, X.data, W.data, b, LW.data, lb, B, T,
+                                                  C, nh, eps, X.dtype, stream));
+  }
+  return launched;
+}
+
 void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb::ndarray<> wte,
                    nb::ndarray<> wpe, const std::vector<OptArray>& layers, nb::ndarray<> k_cache,
                    nb::ndarray<> v_cache, double eps, uintptr_t stream, int num_threads) {
@@ -307,6 +335,11 @@ void register_decode(nb::module_& m) {
   m.def("decode_attention", &decode_attention, "y"_a, "qkv"_a, "k_cache"_a, "v_cache"_a,
         "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
+  m.def("window_attention", &window_attention, "y"_a, "x"_a, "weight"_a, "bias"_a.none(),
+        "ln_weight"_a, "ln_bias"_a.none(), "n_head"_a, "eps"_a, "stream"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "y = causal attention of the heads of decode_linear(x, ln = ln_weight) in one CUDA "
+        "launch (decode.h); returns False where no kernel runs this call.");
   m.def("decode_blocks", &decode_blocks, "out"_a, "token"_a, "pos"_a, "wte"_a, "wpe"_a,
         "layers"_a, "k_cache"_a, "v_cache"_a, "eps"_a, "stream"_a = 0, "num_threads"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),
@@ -324,6 +357,7 @@ void register_decode(nb::module_& m) {
   m.attr("decode_max_k") = kDecodeMaxK;
   m.attr("decode_mma_min_rows") = kDecodeMmaMinRows;
   m.attr("decode_mma_max_k") = kDecodeMmaMaxK;
+  m.attr("window_attention_max_t") = kWindowAttentionMaxT;
 }
 
 }  // namespace gs

@@ -46,6 +46,15 @@ constexpr int64_t kDecodeMaxK = 12288;
 constexpr int64_t kDecodeMmaMinRows = 16;
 constexpr int64_t kDecodeMmaMaxK = 1744;
 
+// window_attention, for each sequence b of T rows of x (B * T, C) (the slide window's step):
+//   qkv = decode_linear(x[b], c_attn, ln = ln_1), then y[b] = causal attention of its heads
+//   (qkv's three C-blocks, as causal_attention takes them), (B * T, C). On CUDA in bfloat16,
+//   where the window is short (T <= kWindowAttentionMaxT, head size 32 or 64, the head's weight
+//   rows and x fitting one CTA's shared memory) one launch (window_attention.cu): the bits of
+//   decode_linear's tensor-core kernel followed by the attention forward. Elsewhere
+//   window_attention_cuda returns false and the caller runs those two ops.
+constexpr int64_t kWindowAttentionMaxT = 64;
+
 // decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
 enum DecodeLayerTensor {
   kLn1W, kLn1B, kAttnW, kAttnB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFc2W, kFc2B,
@@ -102,6 +111,9 @@ void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t str
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
                         double eps, bool gelu, DType dtype, uintptr_t stream);
+bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
+                           const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
+                           double eps, DType dtype, uintptr_t stream);
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
                            DType dtype, uintptr_t stream);

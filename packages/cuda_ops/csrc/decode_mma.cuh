@@ -112,12 +112,12 @@ __device__ __forceinline__ uint32_t load_pair_produced(const uint16_t* p) {
   return load_produced(reinterpret_cast<const unsigned int*>(p));
 #endif
 }
-// The sum over the warp of each of kRowsPerWarp values, the rows' butterflies interleaved
-__device__ __forceinline__ void warp_sums(float (&v)[kRowsPerWarp]) {
+// The sum over the warp of each of N values, the rows' butterflies interleaved
+template <int N> __device__ __forceinline__ void warp_sums(float (&v)[N]) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1)
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
 }
 
 // rows [0, Rows) of a (Rows, K) bf16 matrix at src (row r past `valid` zero-filled) into the
@@ -141,6 +141,124 @@ __device__ __forceinline__ void copy_rows(uint16_t* dst, const uint16_t* src, in
   }
 }
 
+// The LayerNorm's weight and bias (K each; ln_b null: zeros) into shared memory, by every
+// thread of the CTA: as copies in flight (cp.async, committed by the caller) where both are
+// 16-byte aligned, else element by element. Weights: nothing the kernel before writes.
+__device__ __forceinline__ void copy_layernorm_params(uint16_t* lnw_s, uint16_t* lnb_s,
+                                                      const uint16_t* ln_w, const uint16_t* ln_b,
+                                                      int K, int tid) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int chunks = K / 8;
+  if (aligned(ln_w) && (!ln_b || aligned(ln_b))) {
+    const int per_thread = (chunks + kThreads - 1) / kThreads;
+#pragma unroll
+    for (int j = 0; j < per_thread; ++j) {
+      const int ch = tid + kThreads * j;
+      if (ch >= chunks) break;
+      cp_async_16(lnw_s + ch * 8, ln_w + ch * 8, 16);
+      cp_async_16(lnb_s + ch * 8, (ln_b ? ln_b : ln_w) + ch * 8, ln_b ? 16 : 0);
+    }
+  } else {
+    for (int k = tid; k < K; k += kThreads) {
+      sts(lnw_s + k, ln_w[k]);
+      sts(lnb_s + k, ln_b ? ln_b[k] : uint16_t(0));
+    }
+  }
+}
+
+// LayerNorm of the bf16 rows w, w + kWarps, ..., w + (RowsPerWarp - 1) kWarps of x_s (pitch P,
+// K columns) for each warp w, in place, rounded to bf16 (the mma's input): a warp a row, its
+// lanes 16-byte chunks, each warp's rows side by side so that their shuffles overlap; two
+// passes over shared memory (mean, then centred squares) as decode_linear's other kernels.
+// lnw_s, lnb_s: the LayerNorm's weight and bias in shared memory. A row's result does not
+// depend on RowsPerWarp (the same sums in the same order).
+template <int RowsPerWarp>
+__device__ __forceinline__ void layernorm_rows(uint16_t* x_s, int P, int K, const uint16_t* lnw_s,
+                                               const uint16_t* lnb_s, float eps, int warp,
+                                               int lane) {
+  const int chunks = K / 8;
+  uint16_t* rows[RowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < RowsPerWarp; ++i) rows[i] = x_s + (warp + i * kWarps) * P;
+  float mean[RowsPerWarp] = {}, rstd[RowsPerWarp] = {};
+  const int per_lane = (chunks + 31) / 32;
+  // visit(i, f): the 8 values f of each 16-byte chunk this lane holds of each row i
+  auto each_chunk = [&](auto&& visit) {
+#pragma unroll
+    for (int j = 0; j < per_lane; ++j) {
+      const int ch = lane + 32 * j;
+      if (ch >= chunks) break;
+#pragma unroll
+      for (int i = 0; i < RowsPerWarp; ++i) {
+        float f[8];
+        unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
+        visit(i, f);
+      }
+    }
+  };
+  each_chunk([&](int i, const float (&f)[8]) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) mean[i] += f[e];
+  });
+  warp_sums(mean);
+  const float inv_k = 1.0f / K;
+#pragma unroll
+  for (int i = 0; i < RowsPerWarp; ++i) mean[i] *= inv_k;
+  each_chunk([&](int i, const float (&f)[8]) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) rstd[i] += (f[e] - mean[i]) * (f[e] - mean[i]);
+  });
+  warp_sums(rstd);
+  float shift[RowsPerWarp];  // (f - mean) * rstd = f * rstd + shift
+#pragma unroll
+  for (int i = 0; i < RowsPerWarp; ++i) {
+    rstd[i] = rsqrtf(rstd[i] * inv_k + eps);
+    shift[i] = -mean[i] * rstd[i];
+  }
+#pragma unroll
+  for (int j = 0; j < per_lane; ++j) {
+    const int ch = lane + 32 * j;
+    if (ch >= chunks) break;
+    float lw[8], lb[8];
+    unpack8(lds(reinterpret_cast<const uint4*>(lnw_s + ch * 8)), lw);
+    unpack8(lds(reinterpret_cast<const uint4*>(lnb_s + ch * 8)), lb);
+#pragma unroll
+    for (int i = 0; i < RowsPerWarp; ++i) {
+      float f[8];
+      unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
+      uint32_t o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[e] = pack_bf16(fmaf(fmaf(f[2 * e], rstd[i], shift[i]), lw[2 * e], lb[2 * e]),
+                         fmaf(fmaf(f[2 * e + 1], rstd[i], shift[i]), lw[2 * e + 1],
+                              lb[2 * e + 1]));
+      sts(reinterpret_cast<uint4*>(rows[i] + ch * 8), uint4{o[0], o[1], o[2], o[3]});
+    }
+  }
+}
+
+// acc (16 x 8NT, fp32) += a_s (16 rows) times b_s (8NT rows)^T over K columns, both bf16 rows
+// in shared memory of pitch P: k ascending, so each output's sum has one order whatever the
+// tiling around it (mma.m16n8k16, attention_mma.cuh's fragment layouts)
+template <int NT>
+__device__ __forceinline__ void mma_rows_k(float (&acc)[NT][4], const uint16_t* a_s,
+                                           const uint16_t* b_s, int K, int P, int lane) {
+  static_assert(NT % 2 == 0, "mma_rows_k: ldmatrix_x4 loads two 8-column tiles at once");
+#pragma unroll 4
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t af[4];
+    ldmatrix_x4(af, a_s + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t bf[4];
+      ldmatrix_x4(bf, b_s + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
+                          ((lane >> 3) & 1) * 8);
+      mma_bf16(acc[2 * np], af, bf[0], bf[1]);
+      mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
 // KC: K as a compile-time constant (the widths of the project's presets, kFixedWidths), or 0
 // for any K. With K known the copies, the LayerNorm's loops and the addresses compile to a few
 // instructions each: the runtime-K kernel executed ~1,500 instructions a warp at esp32's c_attn,
@@ -150,7 +268,7 @@ template <int NT, int KC = 0>
 __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args a) {
   constexpr int kCols = cols<NT>();
   GS_DYNAMIC_SHARED(smem);
-  const int K = KC ? KC : a.K, P = static_cast<int>(pitch(K)), chunks = K / 8;  // 16-byte chunks
+  const int K = KC ? KC : a.K, P = static_cast<int>(pitch(K));
   uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][P]
   uint16_t* w_s = x_s + kRows * P;                    // [kCols][P]
   uint16_t* lnw_s = w_s + kCols * P;                  // [K]
@@ -164,24 +282,7 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   // Nothing of the weights depends on the kernel before: all of it is on its way (or, for
   // the small vectors, in shared memory) before waiting for that kernel.
   copy_rows<kCols>(w_s, a.w + int64_t(n0) * K, a.N - n0, K, P, warp, lane);
-  if (a.ln_w) {
-    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (aligned(a.ln_w) && (!a.ln_b || aligned(a.ln_b))) {  // as copies in flight, like w's
-      const int per_thread = (chunks + kThreads - 1) / kThreads;
-#pragma unroll
-      for (int j = 0; j < per_thread; ++j) {
-        const int ch = tid + kThreads * j;
-        if (ch >= chunks) break;
-        cp_async_16(lnw_s + ch * 8, a.ln_w + ch * 8, 16);
-        cp_async_16(lnb_s + ch * 8, (a.ln_b ? a.ln_b : a.ln_w) + ch * 8, a.ln_b ? 16 : 0);
-      }
-    } else {
-      for (int k = tid; k < K; k += kThreads) {
-        sts(lnw_s + k, a.ln_w[k]);
-        sts(lnb_s + k, a.ln_b ? a.ln_b[k] : uint16_t(0));
-      }
-    }
-  }
+  if (a.ln_w) copy_layernorm_params(lnw_s, lnb_s, a.ln_w, a.ln_b, K, tid);
   cp_async_commit();
   for (int c = tid; c < kCols; c += kThreads)
     sts(b_s + c, a.b && n0 + c < a.N ? a.b[n0 + c] : uint16_t(0));
@@ -216,86 +317,14 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   cp_async_wait<0>();
   __syncthreads();
 
-  if (a.ln_w) {  // warp w normalizes rows w, w + kWarps, ...: its lanes take 16-byte chunks
-    uint16_t* rows[kRowsPerWarp];
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) rows[i] = x_s + (warp + i * kWarps) * P;
-    float mean[kRowsPerWarp] = {}, rstd[kRowsPerWarp] = {};
-    const int per_lane = (chunks + 31) / 32;
-    // visit(i, f): the 8 values f of each 16-byte chunk this lane holds of each row i
-    auto each_chunk = [&](auto&& visit) {
-#pragma unroll
-      for (int j = 0; j < per_lane; ++j) {
-        const int ch = lane + 32 * j;
-        if (ch >= chunks) break;
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-          float f[8];
-          unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
-          visit(i, f);
-        }
-      }
-    };
-    each_chunk([&](int i, const float (&f)[8]) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) mean[i] += f[e];
-    });
-    warp_sums(mean);
-    const float inv_k = 1.0f / K;
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) mean[i] *= inv_k;
-    each_chunk([&](int i, const float (&f)[8]) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) rstd[i] += (f[e] - mean[i]) * (f[e] - mean[i]);
-    });
-    warp_sums(rstd);
-    float shift[kRowsPerWarp];  // (f - mean) * rstd = f * rstd + shift
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      rstd[i] = rsqrtf(rstd[i] * inv_k + a.eps);
-      shift[i] = -mean[i] * rstd[i];
-    }
-#pragma unroll
-    for (int j = 0; j < per_lane; ++j) {
-      const int ch = lane + 32 * j;
-      if (ch >= chunks) break;
-      float lw[8], lb[8];
-      unpack8(lds(reinterpret_cast<const uint4*>(lnw_s + ch * 8)), lw);
-      unpack8(lds(reinterpret_cast<const uint4*>(lnb_s + ch * 8)), lb);
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) {
-        float f[8];
-        unpack8(lds(reinterpret_cast<const uint4*>(rows[i] + ch * 8)), f);
-        uint32_t o[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          o[e] = pack_bf16(fmaf(fmaf(f[2 * e], rstd[i], shift[i]), lw[2 * e], lb[2 * e]),
-                           fmaf(fmaf(f[2 * e + 1], rstd[i], shift[i]), lw[2 * e + 1],
-                                lb[2 * e + 1]));
-        sts(reinterpret_cast<uint4*>(rows[i] + ch * 8), uint4{o[0], o[1], o[2], o[3]});
-      }
-    }
+  if (a.ln_w) {
+    layernorm_rows<kRowsPerWarp>(x_s, P, K, lnw_s, lnb_s, a.eps, warp, lane);
     __syncthreads();
   }
   if (warp >= kMmaWarps) return;
 
-  // out tile = x_s (16 rows of this warp) times w_s (8NT rows of this warp)^T
-  const uint16_t* a_s = x_s + wm * 16 * P;
-  const uint16_t* bw_s = w_s + wn * 8 * NT * P;
-  float acc[NT][4] = {};
-#pragma unroll 4
-  for (int kk = 0; kk < K / 16; ++kk) {
-    uint32_t af[4];
-    ldmatrix_x4(af, a_s + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint32_t bf[4];
-      ldmatrix_x4(bf, bw_s + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
-                          ((lane >> 3) & 1) * 8);
-      mma_bf16(acc[2 * np], af, bf[0], bf[1]);
-      mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
-    }
-  }
+  float acc[NT][4] = {};  // x_s's 16 rows of this warp times w_s's 8NT rows of this warp
+  mma_rows_k<NT>(acc, x_s + wm * 16 * P, w_s + wn * 8 * NT * P, K, P, lane);
 
   // epilogue: accumulator (nt, 2 hh + e) is row g + 8 hh, column nt * 8 + 2 t + e of the slice
 #pragma unroll

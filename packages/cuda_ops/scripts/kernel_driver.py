@@ -96,6 +96,15 @@ def once() -> None:
         qkv = rnd(2, 3 * 6 * 64, dtype=dtype)
         kc, vc = rnd(2, 6, 256, 64, dtype=dtype), rnd(2, 6, 256, 64, dtype=dtype)
         ops.decode_attention(qkv, kc, vc, torch.tensor(200, device=dev))
+        # a short window's c_attn + attention: one launch in bf16 on CUDA (window_attention.cuh),
+        # two sequences of 40 rows (tails of the 64-row tile)
+        x, w = rnd(2, 40, 256, dtype=dtype), rnd(768, 256, dtype=dtype) / 16
+        lw, lb = 1 + 0.1 * rnd(256, dtype=dtype), rnd(256, dtype=dtype)
+        y = ops.window_attention(x, w, None, ln_weight=lw, ln_bias=lb, n_head=8)
+        qkv = F.linear(F.layer_norm(x.float(), (256,), lw.float(), lb.float()), w.float())
+        q, k, v = (t.view(2, 40, 8, 32).transpose(1, 2) for t in qkv.split(256, dim=2))
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        assert_close(y, ref.reshape(2, 40, 256), dtype, f"window_attention {dtype}")
         C, nh, L = 384, 6, 2  # every block of a step in one call (a cluster on sm_90)
         shapes = [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C),
                   (4 * C,), (C, 4 * C), (C,)]  # fmt: skip

@@ -32,6 +32,11 @@ MMA_LINEAR_SHAPES = [(16, 16, 8), (40, 48, 72), (33, 1024, 257), (256, 384, 1152
 # rows, heads, cache length, head size, position
 ATTN_SHAPES = [(1, 1, 1, 1, 0), (1, 6, 256, 64, 0), (2, 3, 10, 8, 4), (1, 8, 64, 32, 63),
                (2, 2, 300, 128, 257), (1, 4, 40, 13, 21)]  # fmt: skip
+# window_attention: B, T, C, n_head: esp32's window (the fused CUDA kernel's fixed-width
+# instance), two sequences, a partial window, head size 64 with rows past T in both tiles, one
+# row; then T past WINDOW_ATTENTION_MAX_T and head size 128 (decode_linear + causal_attention)
+WINDOW_SHAPES = [(1, 64, 256, 8), (2, 64, 256, 8), (1, 40, 128, 4), (2, 17, 192, 3),
+                 (1, 1, 64, 2), (1, 65, 128, 4), (1, 20, 256, 2)]  # fmt: skip
 CPU_DTYPES = [torch.float64, torch.float32, torch.bfloat16]
 CUDA_DTYPES = [torch.float32, torch.bfloat16]
 
@@ -118,6 +123,95 @@ def test_attention_out_of_range_position_writes_nothing_and_gives_nan(gen):
         assert torch.isnan(y).all() and not kc.any() and not vc.any()
 
 
+def _window_inputs(B, T, C, dtype, gen, device="cpu"):
+    def r(*shape, s=1.0):
+        return (s * torch.randn(*shape, generator=gen)).to(dtype).to(device)
+
+    return r(B, T, C, s=2.0), r(3 * C, C, s=1 / math.sqrt(C)), r(3 * C, s=0.5), 1 + r(C), r(C)
+
+
+def _window_reference(x, w, b, lw, lb, nh):
+    """y (B, T, C) in float64 from the same rounded inputs: ln_1, c_attn, causal SDPA."""
+    B, T, C = x.shape
+    qkv = _linear_reference(x.reshape(B * T, C), w, b, lw, lb, None, False).view(B, T, 3 * C)
+    q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=2))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(1, 2).reshape(B, T, C)
+
+
+def _window_two_ops(x, w, b, lw, lb, nh):
+    """What window_attention stands for: decode_linear, then causal_attention of its heads."""
+    B, T, C = x.shape
+    qkv = ops.decode_linear(x.reshape(B * T, C), w, b, ln_weight=lw, ln_bias=lb).view(B, T, -1)
+    q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=2))
+    return ops.causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+
+
+@pytest.mark.parametrize("shape", WINDOW_SHAPES)
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_window_attention_matches_torch(shape, dtype, gen):
+    B, T, C, nh = shape
+    x, w, b, lw, lb = _window_inputs(B, T, C, dtype, gen)
+    for bias, ln_bias in ((b, lb), (None, None)):
+        y = ops.window_attention(x, w, bias, ln_weight=lw, ln_bias=ln_bias, n_head=nh)
+        assert y.shape == x.shape and y.dtype == dtype
+        ref = _window_reference(x, w, bias, lw, ln_bias, nh)
+        assert_close(y, ref, dtype, f"window_attention {shape} {dtype} bias={bias is not None}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", WINDOW_SHAPES)
+def test_cuda_window_attention_is_the_two_ops_bit_for_bit(shape, gen):
+    """On CUDA in bf16 one launch (csrc/window_attention.cuh) where the window fits it: the bits
+    of decode_linear's tensor-core kernel followed by the attention forward, and the float64
+    reference to bf16 tolerance."""
+    B, T, C, nh = shape
+    x, w, b, lw, lb = _window_inputs(B, T, C, torch.bfloat16, gen, "cuda")
+    for bias, ln_bias in ((b, lb), (None, lb), (b, None)):
+        y = ops.window_attention(x, w, bias, ln_weight=lw, ln_bias=ln_bias, n_head=nh)
+        two = _window_two_ops(x, w, bias, lw, ln_bias, nh)
+        assert torch.equal(y, two), f"{shape}: {(y != two).sum().item()} values differ"
+        ref = _window_reference(x, w, bias, lw, ln_bias, nh)
+        assert_close(y, ref, torch.bfloat16, f"window_attention {shape} on cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_window_block_chain_in_a_graph_gives_the_same_bits(gen):
+    """The slide window's block as dependent launches (window_attention, then the three
+    decode_linear calls that read its output), twice over, captured and replayed with and
+    without programmatic dependent launch: eager's bits each time (window_attention requests
+    its weights before waiting for the kernel before, and reads x only after)."""
+    B, T, C, nh = 1, 64, 256, 8
+    x, w, b, lw, lb = _window_inputs(B, T, C, torch.bfloat16, gen, "cuda")
+    r = lambda *s: (torch.randn(*s, generator=gen) / 16).to(torch.bfloat16).cuda()  # noqa: E731
+    w_proj, w_fc, w_out = r(C, C), r(4 * C, C), r(C, 4 * C)
+
+    def block(x):
+        y = ops.window_attention(x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh).view(B * T, C)
+        h = ops.decode_linear(y, w_proj, residual=x.view(B * T, C))
+        f = ops.decode_linear(h, w_fc, ln_weight=lw, ln_bias=lb, gelu=True)
+        return ops.decode_linear(f, w_out, residual=h).view(B, T, C)
+
+    results = {}
+    try:
+        for pdl in (False, True):
+            _C.set_programmatic_launch(pdl)
+            eager = block(block(x)).clone()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(side), torch.cuda.graph(graph):
+                out = block(block(x))
+            for _ in range(3):
+                graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, eager), f"programmatic launch {pdl}: replay != eager"
+            results[pdl] = eager
+    finally:
+        _C.set_programmatic_launch(True)
+    assert torch.equal(results[False], results[True])
+
+
 def test_opcheck(gen):
     x, w, b, lw, lb, res = _linear_inputs(2, 16, 24, torch.float32, gen)
     torch.library.opcheck(
@@ -130,6 +224,11 @@ def test_opcheck(gen):
     kc, vc = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 9, 4)
     torch.library.opcheck(
         torch.ops.gptstack.decode_attention.default, (qkv, kc, vc, torch.tensor(3))
+    )
+    x, w, b, lw, lb = _window_inputs(2, 5, 64, torch.float32, gen)
+    torch.library.opcheck(torch.ops.gptstack.window_attention.default, (x, w, b, lw, lb, 2, 1e-5))
+    torch.library.opcheck(
+        torch.ops.gptstack.window_attention.default, (x, w, None, lw, None, 2, 1e-5)
     )
 
 
@@ -154,6 +253,33 @@ def _bad(**changes):
     args.update(changes)
     x, w = args.pop("x"), args.pop("weight")
     return lambda: ops.decode_linear(x, w, **args)
+
+
+def _bad_window(**changes):
+    """window_attention with one argument changed from a valid call."""
+    args = {"x": torch.ones(1, 4, 64), "weight": torch.ones(192, 64), "bias": torch.ones(192),
+            "ln_weight": torch.ones(64), "n_head": 2}  # fmt: skip
+    args.update(changes)
+    x, w = args.pop("x"), args.pop("weight")
+    return lambda: ops.window_attention(x, w, **args)
+
+
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [
+        (_bad_window(x=torch.ones(4, 64)), ValueError, "at least 3 dimension"),
+        (_bad_window(x=torch.ones(1, 1, 4, 64)), ValueError, r"x must be \(B, T, C\)"),
+        (_bad_window(n_head=3), ValueError, "n_head = 3 must be a positive divisor of C = 64"),
+        (_bad_window(n_head=2.0), ValueError, "n_head = 2.0"),
+        (_bad_window(weight=torch.ones(64, 64)), ValueError, r"weight has shape \(64, 64\)"),
+        (_bad_window(bias=torch.ones(64)), ValueError, r"bias has shape \(64,\)"),
+        (_bad_window(ln_weight=None), TypeError, "ln_weight"),
+        (_bad_window(ln_bias=torch.ones(64, dtype=torch.float64)), TypeError, "use one dtype"),
+    ],
+)
+def test_window_attention_bad_inputs_raise_clear_errors(bad, error, words):
+    with pytest.raises(error, match=words):
+        bad()
 
 
 @pytest.mark.parametrize(
@@ -317,6 +443,24 @@ def test_cuda_programmatic_launch_chain_in_a_graph_gives_the_same_bits(gen, R):
     finally:
         _C.set_programmatic_launch(True)
     assert torch.equal(results[False], results[True])
+
+
+def test_window_attention_under_the_emulator(tmp_path):
+    """The slide window's one-launch c_attn + attention (csrc/window_attention.cuh), its device
+    code run on the CPU by the warp emulator, against the two kernels it replaces run the same
+    way, bit for bit, and a float64 reference (attention_emu/window_attention_check.cpp)."""
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the emulator")
+    exe = tmp_path / "window_attention_check"
+    subprocess.run(
+        [cxx, "-std=c++17", "-O1", "-DGS_ATTN_EMULATE", f"-I{CSRC}",
+         str(CSRC / "attention_emu" / "window_attention_check.cpp"), "-o", str(exe)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("ok  ") == 6, run.stdout
 
 
 def test_tensor_core_linear_under_the_emulator(tmp_path):

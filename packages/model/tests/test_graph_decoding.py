@@ -238,6 +238,61 @@ def test_window_rows_limit_picks_the_path(make_gpt, random_tokens, rel_err):
             assert rel_err(got, ref) < 1e-5
 
 
+@needs_cuda_ops
+def test_window_attention_launch_is_chosen_by_the_window(make_gpt, random_tokens, rel_err):
+    """window() on rows runs each block's ln_1, c_attn and attention as one window_attention
+    call where the window is short (T <= WINDOW_ATTENTION_MAX_T, head size 32 or 64) and
+    fused_step.WINDOW_ATTENTION is on, else decode_linear and the attention; every path gives
+    the model's logits (on a CPU window_attention runs those two ops)."""
+    model = make_gpt(35, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True, block_size=80)
+    step = _fused_step(model, 1)
+    max_t = step.ops.decode.WINDOW_ATTENTION_MAX_T
+    calls = []
+    one = step._window_attention
+    step._window_attention = lambda block, x: calls.append(x.shape) or one(block, x)
+    with torch.no_grad():
+        for T, on, want in ((max_t, True, True), (max_t + 1, True, False), (16, False, False)):
+            idx = random_tokens(35, 1, T, model.config.vocab_size)
+            ref = model(idx, last_only=True)[0][:, -1]
+            calls.clear()
+            step.window_rows, step.window_attention = idx.numel(), on
+            got = step.window(idx)
+            assert bool(calls) == want, f"T={T}, window_attention={on}: calls {calls}"
+            if want:
+                assert len(calls) == model.config.n_layer  # the last block's too
+            assert rel_err(got, ref) < 1e-5
+
+
+@pytest.mark.cuda
+@needs_cuda
+@needs_cuda_ops
+@pytest.mark.parametrize("window", ["slide", "halve"])
+def test_window_attention_launch_writes_the_two_launches_text(
+    make_gpt, random_tokens, monkeypatch, window
+):
+    """In bf16 on CUDA the slide window's one-launch c_attn + attention (window_attention,
+    fused_step.WINDOW_ATTENTION) gives the tokens of decode_linear + causal_attention, greedy
+    and drawn, in graphs."""
+    from gptstack.model import fused_step
+
+    model = make_gpt(36, scramble=0.3, block_size=32, n_head=2, n_embd=64, bias=True)
+    model = model.cuda().to(torch.bfloat16)
+    idx = random_tokens(36, 2, 5, model.config.vocab_size).cuda()
+    texts = {}
+    for on in (True, False):
+        monkeypatch.setattr(fused_step, "WINDOW_ATTENTION", on)
+        decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
+        step = decoder.step
+        assert step.window_attention == on and step._attention_in_one_launch(32) == on
+        assert 2 * 32 <= step.window_rows  # the window runs on rows
+        greedy = decoder.generate(idx, 90, temperature=0, window=window)
+        drawn = decoder.generate(idx, 90, seed=5, top_k=5, window=window)
+        texts[on] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
+        assert decoder._graphs
+    assert torch.equal(texts[True][0], texts[False][0])
+    assert torch.equal(texts[True][1], texts[False][1])
+
+
 @pytest.mark.cuda
 @needs_cuda
 @needs_cuda_ops

@@ -14,7 +14,7 @@ from ._ext import _C
 from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
-from .decode import decode_attention, decode_blocks, decode_linear
+from .decode import decode_attention, decode_blocks, decode_linear, window_attention
 from .decode_io import DecoderState, decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
@@ -58,5 +58,6 @@ __all__ = [
     "sample_tokens",
     "sampler_state",
     "set_cpu_path",
+    "window_attention",
     "window_embed",
 ]

@@ -7,6 +7,9 @@
 
     x = decode_blocks(token, pos, wte, wpe, layers, k_cache, v_cache)  # every block at once
 
+    y = window_attention(x, w_attn, b_attn, ln_weight=ln1_w, n_head=nh)  # a short slide
+                                                   # window's c_attn + attention, x (B, T, C)
+
 A transformer block in five launches instead of ~28 (formulas and kernel layout: csrc/decode.h,
 csrc/decode.cu; CPU reference csrc/decode.cpp). For generation only: no autograd formula, so
 calling them on tensors that require grad raises. Both are custom ops with fake kernels, so they
@@ -23,6 +26,7 @@ from torch import Tensor
 
 from ._checks import direct, float_tensor, like
 from ._ext import _C, dl, stream_of, threads
+from .attention import causal_attention
 from .errors import OpInputError, OpTypeError
 
 DEFAULT_EPS = 1e-5
@@ -33,6 +37,9 @@ MAX_K: int = _C.decode_max_k
 # on, for K a multiple of 16 up to MMA_MAX_K (the slide window's step); else the one-row kernel
 MMA_MIN_ROWS: int = _C.decode_mma_min_rows
 MMA_MAX_K: int = _C.decode_mma_max_k
+# window_attention on CUDA in bfloat16 is one launch up to this many rows a sequence (the
+# attention's one key tile); longer windows run decode_linear and causal_attention
+WINDOW_ATTENTION_MAX_T: int = _C.window_attention_max_t
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes
@@ -260,3 +267,79 @@ def decode_blocks(
             raise OpInputError(f"{op}: {name} is on {t.device} but wte is on {wte.device}")
     impl = _decode_blocks_impl if direct(wte, *layers) else _decode_blocks
     return impl(token, pos, wte, wpe, layers, k_cache, v_cache, float(eps))
+
+
+def _window_attention_impl(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    ln_weight: Tensor,
+    ln_bias: Tensor | None,
+    n_head: int,
+    eps: float,
+) -> Tensor:
+    y = torch.empty_like(x)
+    if x.is_cuda and _C.window_attention(
+        dl(y), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), n_head, eps, stream_of(x)
+    ):
+        return y
+    # no fused kernel for this call: the two ops it stands for
+    B, T, C = x.shape
+    qkv = decode_linear(
+        x.reshape(B * T, C), weight, bias, ln_weight=ln_weight, ln_bias=ln_bias, eps=eps
+    ).view(B, T, 3 * C)
+    q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in qkv.split(C, dim=2))
+    return causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+
+
+_window_attention = torch.library.custom_op("gptstack::window_attention", mutates_args=())(
+    _window_attention_impl
+)
+
+
+@_window_attention.register_fake
+def _window_attention_fake(x, weight, bias, ln_weight, ln_bias, n_head, eps):
+    return torch.empty_like(x)
+
+
+def window_attention(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    *,
+    ln_weight: Tensor,
+    ln_bias: Tensor | None = None,
+    n_head: int,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """A block's attention over a slide window: y = causal self-attention of the n_head heads
+    of qkv = decode_linear(x, weight, bias, ln_weight=, ln_bias=) for each sequence of x.
+
+    x (B, T, C); weight (3C, C), bias (3C,): c_attn, q then k then v rows, head h at rows
+    [h*hs, (h+1)*hs) of each; ln_weight / ln_bias (C,): ln_1. Returns y (B, T, C), head h at
+    columns [h*hs, (h+1)*hs). On CUDA in bfloat16 with T <= WINDOW_ATTENTION_MAX_T and head
+    size 32 or 64 it is one launch (csrc/window_attention.cuh), the same bits as the two ops;
+    otherwise those two ops, decode_linear then causal_attention (head sizes 32, 64 or 128).
+    For generation: no autograd formula. Raises OpTypeError / OpInputError naming the argument.
+    """
+    op = "window_attention"
+    float_tensor(op, "x", x, min_dim=3)
+    if x.dim() != 3:
+        raise OpInputError(f"{op}: x must be (B, T, C), got shape {tuple(x.shape)}")
+    C = x.size(2)
+    if not isinstance(n_head, int) or isinstance(n_head, bool) or n_head < 1 or C % n_head:
+        raise OpInputError(f"{op}: n_head = {n_head!r} must be a positive divisor of C = {C}")
+    for name, t, shape in (
+        ("weight", weight, (3 * C, C)),
+        ("bias", bias, (3 * C,)),
+        ("ln_weight", ln_weight, (C,)),
+        ("ln_bias", ln_bias, (C,)),
+    ):
+        if t is not None or name in ("weight", "ln_weight"):
+            like(op, "x", x, name, t, shape=shape)
+    impl = (
+        _window_attention_impl
+        if direct(x, weight, bias, ln_weight, ln_bias)
+        else (_window_attention)
+    )
+    return impl(x, weight, bias, ln_weight, ln_bias, n_head, float(eps))

@@ -76,6 +76,12 @@ ONE_LAUNCH = False
 # once per 32-row tile, ~10 MB of L2 traffic a matrix). The A/B switch of the benchmarks.
 WINDOW_ROWS = 64
 
+# window() through decode_linear (WINDOW_ROWS): True = each block's ln_1, c_attn and attention
+# as one window_attention launch where the window is short enough (T <= its
+# WINDOW_ATTENTION_MAX_T, head size 32 or 64: esp32's 64-token window), the same bits as
+# decode_linear followed by causal_attention. The A/B switch of the benchmarks.
+WINDOW_ATTENTION = True
+
 # window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
 # model has none) and the tanh GELU in cuBLASLt's epilogue (torch._addmm_activation: one launch
 # instead of a matmul and a GELU kernel) on CUDA, and the last block's attention is computed
@@ -149,6 +155,8 @@ class FusedDecodeStep:
         # window() through decode_linear up to this many rows (see WINDOW_ROWS); tests set it on
         # a CPU too, where the rows run through the CPU reference
         self.window_rows = WINDOW_ROWS if self.rows_kernel_runs() else 0
+        # window()'s c_attn and attention in one launch (see WINDOW_ATTENTION)
+        self.window_attention = WINDOW_ATTENTION
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
@@ -282,23 +290,50 @@ class FusedDecodeStep:
         ops, eps = self.ops, self.eps
         x = x.view(B * T, C)
         *blocks, last = m.h
+        one_launch = self._attention_in_one_launch(T)
         for block in blocks:
             attn = block.attn
-            qkv = ops.decode_linear(
-                x, attn.c_attn.weight, attn.c_attn.bias,
-                ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
-            )  # fmt: skip
-            y = self._attend(qkv.view(B, T, 3 * C)).reshape(B * T, C)
+            if one_launch:
+                y = self._window_attention(block, x.view(B, T, C)).view(B * T, C)
+            else:
+                qkv = ops.decode_linear(
+                    x, attn.c_attn.weight, attn.c_attn.bias,
+                    ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
+                )  # fmt: skip
+                y = self._attend(qkv.view(B, T, 3 * C)).reshape(B * T, C)
             x = self._after_attention(block, x, y)
         # the last block: every position's keys and values, then the last row alone
-        attn = last.attn
-        qkv = ops.decode_linear(
-            x, attn.c_attn.weight, attn.c_attn.bias,
-            ln_weight=last.ln_1.weight, ln_bias=last.ln_1.bias, eps=eps,
-        )  # fmt: skip
-        y = self._attend_last(qkv.view(B, T, 3 * C))  # (B, C)
+        if one_launch:  # (every row's attention: inside one launch it costs next to nothing)
+            y = self._window_attention(last, x.view(B, T, C))[:, -1]
+        else:
+            attn = last.attn
+            qkv = ops.decode_linear(
+                x, attn.c_attn.weight, attn.c_attn.bias,
+                ln_weight=last.ln_1.weight, ln_bias=last.ln_1.bias, eps=eps,
+            )  # fmt: skip
+            y = self._attend_last(qkv.view(B, T, 3 * C))  # (B, C)
         x = self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
         return self._head(x)
+
+    def _attention_in_one_launch(self, T: int) -> bool:
+        """Whether _window_rows runs a block's c_attn and attention as one window_attention
+        launch for windows of T rows (see WINDOW_ATTENTION)."""
+        hs = self.model.config.n_embd // self.model.config.n_head
+        return (
+            self.window_attention
+            and self.native_attention
+            and T <= self.ops.decode.WINDOW_ATTENTION_MAX_T
+            and hs in (32, 64)
+        )
+
+    def _window_attention(self, block, x: Tensor) -> Tensor:
+        """y (B, T, C): the causal attention of block over the rows x (B, T, C), ln_1 and c_attn
+        included, in one launch on CUDA (window_attention)."""
+        attn = block.attn
+        return self.ops.window_attention(
+            x, attn.c_attn.weight, attn.c_attn.bias, ln_weight=block.ln_1.weight,
+            ln_bias=block.ln_1.bias, n_head=self.model.config.n_head, eps=self.eps,
+        )  # fmt: skip
 
     def _window_matmuls(self, x: Tensor) -> Tensor:
         """window() for the embedded rows x (B, T, C) with cuBLAS matmuls between the fused

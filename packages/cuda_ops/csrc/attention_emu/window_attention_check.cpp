@@ -1,0 +1,177 @@
+// window_attention_check.cpp: runs the slide window's fused c_attn + attention kernel
+// (window_attention.cuh) under the warp emulator (emu.h) and compares it, bit for bit, with the
+// two kernels it replaces run the same way: decode_linear's tensor-core kernel (decode_mma.cuh)
+// for qkv = LN(x) W^T + b, then the attention forward (attention_forward.cuh) over qkv's q, k, v
+// views. Also against a double-precision reference within bf16 tolerance, so that the two
+// paths cannot agree on a wrong answer. Fresh random inputs each run. Built and run by
+// tests/test_decode.py:
+//
+//   g++ -std=c++17 -O1 -DGS_ATTN_EMULATE -I csrc csrc/attention_emu/window_attention_check.cpp
+//   ./a.out [case ...]
+//
+// A case is "HS:B:T:C:bias:ln_bias" (flags 0/1), e.g. "32:1:64:256:1:1"; none = the default
+// list. One line per case; exits 1 if any is off.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../window_attention.cuh"
+
+namespace {
+
+namespace ml = gs::mma_linear;
+namespace wa = gs::window_attn;
+using gs::attn::FwdArgs;
+using gs::attn::View4;
+
+struct Case {
+  int hs, B, T, C;
+  bool bias, ln_bias;
+};
+
+uint16_t to_bf16(float f) { return emu::to_bf16(f); }
+float from_bf16(uint16_t b) { return emu::bf16_bits_to_float(b); }
+
+std::vector<uint16_t> random_bf16(std::mt19937& rng, size_t n, float scale) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& e : v) e = to_bf16(d(rng));
+  return v;
+}
+
+// y in double from qkv's bf16 values (the reference of the attention alone)
+std::vector<double> reference_attention(const Case& c, const std::vector<uint16_t>& qkv) {
+  const int C = c.C, nh = C / c.hs;
+  std::vector<double> y(size_t(c.B) * c.T * C), p(c.T);
+  auto at = [&](int b, int t, int col) {
+    return from_bf16(qkv[(size_t(b) * c.T + t) * 3 * C + col]);
+  };
+  for (int b = 0; b < c.B; ++b)
+    for (int h = 0; h < nh; ++h)
+      for (int i = 0; i < c.T; ++i) {
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int d = 0; d < c.hs; ++d)
+            dot += at(b, i, h * c.hs + d) * at(b, j, C + h * c.hs + d);
+          p[j] = dot / std::sqrt(double(c.hs));
+          mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int d = 0; d < c.hs; ++d) {
+          double acc = 0;
+          for (int j = 0; j <= i; ++j) acc += p[j] * at(b, j, 2 * C + h * c.hs + d);
+          y[(size_t(b) * c.T + i) * C + h * c.hs + d] = acc / sum;
+        }
+      }
+  return y;
+}
+
+template <int HS> std::string run_fused(const Case& c, const wa::Args& a) {
+  try {
+    wa::with_kernel_for<HS>(c.C, [&](auto kernel) {
+      emu::launch(kernel.value, dim3(c.C / HS, c.B), dim3(wa::kThreads), wa::shared_bytes<HS>(c.C),
+                  a);
+    });
+  } catch (const emu::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// the two kernels the window ran before, as decode.cu and attention_cuda.cu launch them
+template <int HS>
+std::string run_two_kernels(const Case& c, const ml::Args& la, const FwdArgs& fa) {
+  try {
+    ml::with_kernel_for<4>(c.C, [&](auto kernel) {
+      emu::launch(kernel.value, dim3((3 * c.C + ml::cols<4>() - 1) / ml::cols<4>(),
+                                     (c.B * c.T + ml::kRows - 1) / ml::kRows),
+                  dim3(ml::kThreads), ml::shared_bytes<4>(c.C), la);
+    });
+    using F = gs::attn::FwdConfig<HS, 4>;
+    emu::launch(gs::attn::attention_forward_mma_kernel<HS, 4, false>,
+                dim3((c.T + F::kRows - 1) / F::kRows, c.B * (c.C / HS)), dim3(F::kThreads),
+                F::kSmemBytes, fa);
+  } catch (const emu::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool run_case(const Case& c, std::mt19937& rng) {
+  const int C = c.C, R = c.B * c.T, nh = C / c.hs;
+  const float eps = 1e-5f, scale_log2 = gs::attn::kLog2e / std::sqrt(float(c.hs));
+  auto x = random_bf16(rng, size_t(R) * C, 2.0f);
+  auto w = random_bf16(rng, size_t(3) * C * C, 1.0f / std::sqrt(float(C)));
+  auto b = random_bf16(rng, 3 * C, 0.5f), lw = random_bf16(rng, C, 1.0f);
+  auto lb = random_bf16(rng, C, 0.5f);
+  // a guard element past the end of each output: a store out of bounds changes it
+  std::vector<uint16_t> y(size_t(R) * C + 1, 0x7fc1), y2(y), qkv(size_t(R) * 3 * C + 1, 0x7fc1);
+  std::vector<float> lse(size_t(c.B) * nh * c.T);
+  const uint16_t* bias = c.bias ? b.data() : nullptr;
+  const uint16_t* ln_b = c.ln_bias ? lb.data() : nullptr;
+
+  const wa::Args a{y.data(), x.data(), w.data(), bias, lw.data(), ln_b, c.T, C, eps, scale_log2};
+  std::string error = c.hs == 32 ? run_fused<32>(c, a) : run_fused<64>(c, a);
+
+  const ml::Args la{qkv.data(), x.data(), w.data(), bias, lw.data(), ln_b, nullptr,
+                    R, 3 * C, C, eps, false};
+  const int64_t st = 3 * C, sh = c.hs, sb = int64_t(c.T) * 3 * C;  // q, k, v views of qkv
+  const FwdArgs fa{View4<const uint16_t>{qkv.data(), sb, sh, st},
+                   View4<const uint16_t>{qkv.data() + C, sb, sh, st},
+                   View4<const uint16_t>{qkv.data() + 2 * C, sb, sh, st},
+                   View4<uint16_t>{y2.data(), int64_t(c.T) * C, c.hs, C},
+                   lse.data(), nh, c.T, scale_log2, 0u, 1.0f, nullptr};
+  const std::string error2 = c.hs == 32 ? run_two_kernels<32>(c, la, fa)
+                                        : run_two_kernels<64>(c, la, fa);
+  if (error.empty()) error = error2;
+
+  int differ = 0;
+  for (size_t i = 0; i < size_t(R) * C; ++i) differ += y[i] != y2[i];
+  const auto ref = reference_attention(c, qkv);
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(from_bf16(y[i]) - ref[i]) / (1e-2 * std::fabs(ref[i]) + 1e-2);
+    if (!(err <= worst)) worst = std::isnan(err) ? INFINITY : err;
+  }
+  const bool guard = y.back() == 0x7fc1 && y2.back() == 0x7fc1 && qkv.back() == 0x7fc1;
+  const bool ok = error.empty() && differ == 0 && worst <= 1.0 && guard;
+  std::printf("%s hs=%d B=%d T=%d C=%d bias=%d ln_bias=%d: %d of %d values differ from the two "
+              "kernels, worst %.3f of tolerance%s%s%s\n",
+              ok ? "ok  " : "FAIL", c.hs, c.B, c.T, C, c.bias, c.ln_bias, differ, R * C, worst,
+              guard ? "" : ", wrote past the end", error.empty() ? "" : ", ", error.c_str());
+  return ok;
+}
+
+Case parse(const std::string& s) {
+  Case c{};
+  char sep;
+  int bias, ln_bias;
+  std::istringstream in(s);
+  in >> c.hs >> sep >> c.B >> sep >> c.T >> sep >> c.C >> sep >> bias >> sep >> ln_bias;
+  c.bias = bias, c.ln_bias = ln_bias;
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<Case> cases;
+  for (int i = 1; i < argc; ++i) cases.push_back(parse(argv[i]));
+  if (cases.empty())
+    cases = {
+        {32, 1, 64, 256, true, true},   // esp32's window: the fixed-width instance
+        {32, 2, 64, 256, false, true},  // two sequences, no bias
+        {32, 1, 40, 128, true, false},  // the generic kernel, a partial window
+        {64, 1, 64, 128, true, true},   // head size 64
+        {64, 2, 17, 192, false, false}, // rows past T in both tiles; ln without a bias
+        {32, 1, 1, 64, true, true},     // one row
+    };
+  std::mt19937 rng(std::random_device{}());
+  bool all = true;
+  for (const Case& c : cases) all = run_case(c, rng) && all;
+  return all ? 0 : 1;
+}

@@ -1,0 +1,55 @@
+// window_attention.cu: the launcher of window_attention.cuh's kernel (a block's ln_1, c_attn
+// and causal attention for a short slide window in one launch; decode.h's window_attention).
+//
+// Build on its own for -Xptxas -v:  nvcc -arch=sm_90a -O3 -Xptxas -v -c window_attention.cu -I.
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "cuda_common.cuh"
+#include "decode.h"
+#include "window_attention.cuh"
+
+namespace gs {
+
+static_assert(kWindowAttentionMaxT == window_attn::kMaxT, "decode.h's limit is the kernel's tile");
+
+bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
+                           const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
+                           double eps, DType dtype, uintptr_t stream) {
+  namespace wa = window_attn;
+  if (dtype != DType::bf16 || !ln_w || B < 1 || T < 1 || T > kWindowAttentionMaxT || nh < 1 ||
+      C % nh != 0 || C % 16 != 0)
+    return false;
+  const int64_t hs = C / nh;
+  if (hs != 32 && hs != 64) return false;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!aligned(x) || !aligned(w) || !aligned(y)) return false;  // cp.async, 16-byte stores
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return false;
+  const int64_t smem = hs == 32 ? wa::shared_bytes<32>(C) : wa::shared_bytes<64>(C);
+  if (smem > optin) return false;  // x and the head's weight rows do not fit one CTA
+  auto bits = [](const void* p) { return static_cast<const uint16_t*>(p); };
+  const wa::Args a{static_cast<uint16_t*>(y), bits(x), bits(w), bits(b), bits(ln_w), bits(ln_b),
+                   int(T), int(C), float(eps), attn::kLog2e / sqrtf(static_cast<float>(hs))};
+  const std::string config = "(B=" + std::to_string(B) + ", T=" + std::to_string(T) +
+                             ", C=" + std::to_string(C) + ", nh=" + std::to_string(nh) + ")";
+  auto launch = [&](auto kernel) {
+    // each instance's limit raised once, to the most this GPU allows (any C of its range)
+    static LaunchCheck check;
+    check.ensure(reinterpret_cast<const void*>(kernel.value), "window_attention", config,
+                 wa::kThreads, optin);
+    launch_programmatic(kernel.value, dim3(unsigned(nh), unsigned(B)), wa::kThreads, int(smem),
+                        as_stream(stream), a);
+  };
+  if (hs == 32)
+    wa::with_kernel_for<32>(int(C), launch);
+  else
+    wa::with_kernel_for<64>(int(C), launch);
+  check_launch("window_attention", config);
+  return true;
+}
+
+}  // namespace gs

@@ -1,0 +1,157 @@
+// window_attention.cuh: a block's ln_1, c_attn and causal attention for a short slide window in
+// one launch (bf16, tensor cores): y = attention(heads(LN(x) W^T + b)) for each sequence of
+// T <= kMaxT rows, what decode_linear's tensor-core kernel (decode_mma.cuh) followed by the
+// attention forward (attention_forward.cuh, one key tile) compute, to the bit.
+//
+// Why: the slide window's step (gptstack.model.fused_step.window) re-runs block_size rows
+// through every block for each new token, a chain of dependent launches where each launch's own
+// chain of reads and barriers is the time (~3 us each at esp32's 64 rows on the H100). Between
+// c_attn and the attention the window's q, k and v made a round trip through L2 and a launch;
+// here a CTA per (head, sequence) keeps its head's q, k, v in shared memory:
+//   - its head's 3 x HS rows of c_attn (q, k and v rows) and the LayerNorm's parameters are
+//     requested (cp.async) before pdl_wait, so they travel while the kernel before finishes;
+//   - after the wait, the sequence's T rows of x (rows past T zero-filled), LayerNorm in place
+//     (decode_mma.cuh's layernorm_rows: the same sums in the same order);
+//   - the (kMaxT x 3HS) product on 8 warps (4 along the rows x 2 along the columns, each
+//     16 x 3HS/2 by mma_rows_k: k ascending, as decode_linear's kernel), plus the bias, rounded
+//     to bf16 into shared q, k, v tiles (rows past T zeroed, as the attention's loads are);
+//   - T / 16 warps each take 16 queries against the one key tile, with the attention
+//     forward's own tile functions (scores, mask, online softmax, P V, store).
+// Only for windows that fit: T <= kMaxT (one key tile), head size 32 or 64, and the CTA's
+// shared memory (x and the head's weight rows, whole C extent) within 227 KiB: esp32's window
+// (T = 64, C = 256, 8 heads of 32) takes 101 KiB.
+//
+// Built with GS_ATTN_EMULATE, the same device code runs on the CPU under the warp emulator
+// (attention_emu/window_attention_check.cpp compares it with the two kernels it replaces).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "attention_forward.cuh"
+#include "decode_mma.cuh"
+
+namespace gs::window_attn {
+
+using namespace gs::attn;
+namespace ml = gs::mma_linear;
+
+constexpr int kMaxT = 64;  // rows of one sequence: the attention's one key tile
+constexpr int kThreads = ml::kThreads;
+constexpr int kWarps = ml::kWarps;
+static_assert(kMaxT == 64 && kWarps == 8, "4 x 2 mma warps of 16 rows; 4 query warps");
+
+struct Args {
+  uint16_t* y;               // (B * T, C) bf16 bits: head h at columns [h HS, (h + 1) HS)
+  const uint16_t* x;         // (B * T, C)
+  const uint16_t* w;         // (3C, C): c_attn's weight, q rows, then k rows, then v rows
+  const uint16_t* b;         // (3C,) or null
+  const uint16_t* ln_w;      // (C,)
+  const uint16_t* ln_b;      // (C,) or null
+  int T, C;
+  float eps, scale_log2;     // scale_log2: log2(e) / sqrt(HS), as the attention forward's
+};
+
+template <int HS> constexpr int qkv_pitch() { return HS + 8; }  // elements; 16 padding bytes
+// x rows, the head's 3HS weight rows (pitch C + 8), the LayerNorm's weight and bias (C each),
+// the head's 3HS biases, then the q, k and v tiles (kMaxT rows each); every region starts on
+// 16 bytes (C % 16 == 0, HS % 16 == 0)
+template <int HS> constexpr int64_t shared_bytes(int64_t C) {
+  return ((kMaxT + 3 * HS) * ml::pitch(C) + 2 * C + 3 * HS + 3 * kMaxT * qkv_pitch<HS>()) * 2;
+}
+
+// grid (nh, B), kThreads threads. KC: C as a compile-time constant, or 0 for any C.
+template <int HS, int KC = 0>
+__global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a) {
+  constexpr int kCols = 3 * HS;    // the head's q, k and v columns of c_attn
+  constexpr int NT = kCols / 16;   // 8-column mma tiles a warp: two warps across kCols
+  constexpr int PA = qkv_pitch<HS>();
+  GS_DYNAMIC_SHARED(smem);
+  const int C = KC ? KC : a.C, P = static_cast<int>(ml::pitch(C)), T = a.T;
+  uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);  // [kMaxT][P]
+  uint16_t* w_s = x_s + kMaxT * P;                    // [kCols][P]
+  uint16_t* lnw_s = w_s + kCols * P;                  // [C]
+  uint16_t* lnb_s = lnw_s + C;                        // [C]
+  uint16_t* b_s = lnb_s + C;                          // [kCols]
+  uint16_t* q_s = b_s + kCols;                        // [kMaxT][PA], then k_s, v_s
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.x;
+  const int64_t row0 = int64_t(blockIdx.y) * T;  // the sequence's first row of x and y
+
+  pdl_launch_dependents();
+  // the weights do not depend on the kernel before: on their way before waiting for it
+#pragma unroll
+  for (int part = 0; part < 3; ++part)  // q, k, v rows of head h
+    ml::copy_rows<HS>(w_s + part * HS * P, a.w + (int64_t(part) * C + h * HS) * C, HS, C, P,
+                      warp, lane);
+  ml::copy_layernorm_params(lnw_s, lnb_s, a.ln_w, a.ln_b, C, tid);
+  cp_async_commit();
+  for (int c = tid; c < kCols; c += kThreads)
+    sts(b_s + c, a.b ? a.b[(c / HS) * C + h * HS + c % HS] : uint16_t(0));
+  pdl_wait();  // x is the previous kernel's output
+  ml::copy_rows<kMaxT>(x_s, a.x + row0 * C, T, C, P, warp, lane);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  ml::layernorm_rows<kMaxT / kWarps>(x_s, P, C, lnw_s, lnb_s, a.eps, warp, lane);
+  __syncthreads();
+
+  {  // q, k, v = LN(x) W_h^T + b_h: warp (wm, wn) takes rows 16 wm.., columns 8 NT wn..
+    const int wm = warp / 2, wn = warp % 2;
+    float acc[NT][4] = {};
+    ml::mma_rows_k<NT>(acc, x_s + wm * 16 * P, w_s + wn * 8 * NT * P, C, P, lane);
+    // accumulator (nt, 2 hh + e) is row 16 wm + g + 8 hh, column 8 NT wn + 8 nt + 2 t + e
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = wm * 16 + g + 8 * hh, col = wn * 8 * NT + nt * 8 + 2 * t;
+        const int part = col / HS, d = col % HS;  // col, col + 1 in one part: HS is even
+        const uint32_t bits =
+            row < T ? pack_bf16(acc[nt][2 * hh] + ml::bf16_bits(lds(b_s + col)),
+                                acc[nt][2 * hh + 1] + ml::bf16_bits(lds(b_s + col + 1)))
+                    : 0u;
+        sts(reinterpret_cast<uint32_t*>(q_s + (part * kMaxT + row) * PA + d), bits);
+      }
+  }
+  __syncthreads();
+
+  // the attention forward's steps for one tile of kMaxT keys (attention_forward.cuh)
+  const int wq0 = 16 * warp;  // this warp's first query
+  if (wq0 >= T) return;
+  const uint16_t* k_s = q_s + kMaxT * PA;
+  const uint16_t* v_s = k_s + kMaxT * PA;
+  uint32_t qf[HS / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk)
+    ldmatrix_x4(qf[kk], q_s + (wq0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * PA + kk * 16 +
+                            (lane >> 4) * 8);
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
+  float s[kMaxT / 8][4] = {};
+  tile_scores<HS, kMaxT, PA>(s, qf, k_s, 0, wq0, lane);
+  mask_tile<kMaxT>(s, 0, wq0, T, lane);
+  online_softmax<HS, kMaxT>(s, m, l, o, a.scale_log2);
+  accumulate_pv<HS, kMaxT, PA>(o, s, v_s, 0, wq0, lane);
+  l[0] = quad_sum(l[0]);
+  l[1] = quad_sum(l[1]);
+  // staged through this warp's own q rows (in registers since the ldmatrix above)
+  store_tile_bf16<HS>(o, 1.0f / l[0], 1.0f / l[1], q_s + wq0 * PA, PA,
+                      a.y + (row0 + wq0) * C + h * HS, C, T - wq0, lane);
+}
+
+// f(kernel) with the instance that runs head size HS and width C: the fixed-width one at esp32's
+// C = 256 (head size 32), else the generic one. kernel is a std::integral_constant holding the
+// kernel's address (a type per instance, as decode_mma.cuh's with_kernel_for).
+template <int HS, typename F> void with_kernel_for(int C, F&& f) {
+  if constexpr (HS == 32) {
+    // named as a variable first: GCC does not instantiate a function template whose address
+    // appears only as a template argument (the emulator's build)
+    constexpr auto fixed = &window_attention_kernel<32, 256>;
+    if (C == 256) return f(std::integral_constant<void (*)(Args), fixed>{});
+  }
+  constexpr auto generic = &window_attention_kernel<HS, 0>;
+  return f(std::integral_constant<void (*)(Args), generic>{});
+}
+
+}  // namespace gs::window_attn
