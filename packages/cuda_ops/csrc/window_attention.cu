@@ -22,7 +22,7 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
       C % nh != 0 || C % 16 != 0)
     return false;
   const int64_t hs = C / nh;
-  if (hs != 32 && hs != 64) return false;
+  if (hs != 32 && hs != 64) return false;  // the instances (decode.py: WINDOW_ATTENTION_HEAD_SIZES)
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!aligned(x) || !aligned(w) || !aligned(y)) return false;  // cp.async, 16-byte stores
   int dev = 0, optin = 0;

@@ -38,8 +38,9 @@ MAX_K: int = _C.decode_max_k
 MMA_MIN_ROWS: int = _C.decode_mma_min_rows
 MMA_MAX_K: int = _C.decode_mma_max_k
 # window_attention on CUDA in bfloat16 is one launch up to this many rows a sequence (the
-# attention's one key tile); longer windows run decode_linear and causal_attention
+# attention's one key tile) at these head sizes; elsewhere decode_linear and causal_attention
 WINDOW_ATTENTION_MAX_T: int = _C.window_attention_max_t
+WINDOW_ATTENTION_HEAD_SIZES = (32, 64)  # its kernel's instances (csrc/window_attention.cu)
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes

@@ -318,12 +318,12 @@ class FusedDecodeStep:
     def _attention_in_one_launch(self, T: int) -> bool:
         """Whether _window_rows runs a block's c_attn and attention as one window_attention
         launch for windows of T rows (see WINDOW_ATTENTION)."""
-        hs = self.model.config.n_embd // self.model.config.n_head
+        decode, hs = self.ops.decode, self.model.config.head_size
         return (
             self.window_attention
             and self.native_attention
-            and T <= self.ops.decode.WINDOW_ATTENTION_MAX_T
-            and hs in (32, 64)
+            and T <= decode.WINDOW_ATTENTION_MAX_T
+            and hs in decode.WINDOW_ATTENTION_HEAD_SIZES
         )
 
     def _window_attention(self, block, x: Tensor) -> Tensor:
