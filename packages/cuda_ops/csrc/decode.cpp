@@ -242,6 +242,39 @@ bool window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> weight, Op
   return launched;
 }
 
+// true where the CUDA kernel ran; false: the caller makes the two decode_linear calls
+bool window_proj_fc(nb::ndarray<> x1, nb::ndarray<> h, nb::ndarray<> y, nb::ndarray<> x,
+                    nb::ndarray<> proj_weight, OptArray proj_bias, nb::ndarray<> fc_weight,
+                    OptArray fc_bias, nb::ndarray<> ln_weight, OptArray ln_bias, double eps,
+                    uintptr_t stream) {
+  const char* op = "window_proj_fc";
+  (void)stream, (void)eps;
+  Tensor Y = view(op, "y", y), X = view(op, "x", x), X1 = view(op, "x1", x1), H = view(op, "h", h),
+         WP = view(op, "proj_weight", proj_weight), WF = view(op, "fc_weight", fc_weight),
+         LW = view(op, "ln_weight", ln_weight);
+  check_dtype(op, "y", Y, {DType::f32, DType::bf16, DType::f64});
+  if (Y.ndim() != 2) fail(op, "y must be (R, C), got shape " + shape_str(Y.shape));
+  if (WF.ndim() != 2) fail(op, "fc_weight must be (N, C), got shape " + shape_str(WF.shape));
+  const int64_t R = Y.size(0), C = Y.size(1), N = WF.size(0);
+  check_arg(op, Y, "x", X, Y.dtype, {R, C});
+  check_arg(op, Y, "x1", X1, Y.dtype, {R, C});
+  check_arg(op, Y, "proj_weight", WP, Y.dtype, {C, C});
+  check_arg(op, Y, "fc_weight", WF, Y.dtype, {N, C});
+  check_arg(op, Y, "h", H, Y.dtype, {R, N});
+  check_arg(op, Y, "ln_weight", LW, Y.dtype, {C});
+  const void* bp = optional_arg(op, Y, "proj_bias", proj_bias, {C});
+  const void* bf = optional_arg(op, Y, "fc_bias", fc_bias, {N});
+  const void* lb = optional_arg(op, Y, "ln_bias", ln_bias, {C});
+  bool launched = false;
+  if (Y.cuda) {
+    CudaScope scope(op, Y);
+    GS_CUDA_CALL(launched = window_proj_fc_cuda(X1.data, H.data, Y.data, X.data, WP.data, bp,
+                                                WF.data, bf, LW.data, lb, R, C, N, eps, Y.dtype,
+                                                stream));
+  }
+  return launched;
+}
+
 void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb::ndarray<> wte,
                    nb::ndarray<> wpe, const std::vector<OptArray>& layers, nb::ndarray<> k_cache,
                    nb::ndarray<> v_cache, double eps, uintptr_t stream, int num_threads) {
@@ -340,6 +373,11 @@ void register_decode(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "y = causal attention of the heads of decode_linear(x, ln = ln_weight) in one CUDA "
         "launch (decode.h); returns False where no kernel runs this call.");
+  m.def("window_proj_fc", &window_proj_fc, "x1"_a, "h"_a, "y"_a, "x"_a, "proj_weight"_a,
+        "proj_bias"_a.none(), "fc_weight"_a, "fc_bias"_a.none(), "ln_weight"_a,
+        "ln_bias"_a.none(), "eps"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "x1 = x + attn.c_proj(y); h = gelu(c_fc(ln_2(x1))) in one CUDA launch (decode.h); "
+        "returns False where no kernel runs this call.");
   m.def("decode_blocks", &decode_blocks, "out"_a, "token"_a, "pos"_a, "wte"_a, "wpe"_a,
         "layers"_a, "k_cache"_a, "v_cache"_a, "eps"_a, "stream"_a = 0, "num_threads"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),

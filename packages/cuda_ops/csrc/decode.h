@@ -54,6 +54,12 @@ constexpr int64_t kDecodeMmaMaxK = 1744;
 //   decode_linear's tensor-core kernel followed by the attention forward. Elsewhere
 //   window_attention_cuda returns false and the caller runs those two ops.
 constexpr int64_t kWindowAttentionMaxT = 64;
+// window_proj_fc, for each row r of the slide window (R rows, C columns):
+//   x1[r] = decode_linear(y[r], attn.c_proj, residual = x[r])
+//   h[r]  = decode_linear(x1[r], mlp.c_fc, ln = ln_2, gelu)
+//   On CUDA in bfloat16, for the widths its kernel is compiled for (window_proj_fc.cuh: 128 and
+//   256, where the whole c_proj fits one CTA's shared memory), one launch with those two calls'
+//   bits; elsewhere window_proj_fc_cuda returns false and the caller makes the two calls.
 
 // decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
 enum DecodeLayerTensor {
@@ -114,6 +120,10 @@ void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, 
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
                            const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
                            double eps, DType dtype, uintptr_t stream);
+bool window_proj_fc_cuda(void* x1, void* h, const void* y, const void* x, const void* wp,
+                         const void* bp, const void* wf, const void* bf, const void* ln_w,
+                         const void* ln_b, int64_t R, int64_t C, int64_t N, double eps,
+                         DType dtype, uintptr_t stream);
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
                            DType dtype, uintptr_t stream);

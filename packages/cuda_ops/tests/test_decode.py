@@ -37,6 +37,9 @@ ATTN_SHAPES = [(1, 1, 1, 1, 0), (1, 6, 256, 64, 0), (2, 3, 10, 8, 4), (1, 8, 64,
 # row; then T past WINDOW_ATTENTION_MAX_T and head size 128 (decode_linear + causal_attention)
 WINDOW_SHAPES = [(1, 64, 256, 8), (2, 64, 256, 8), (1, 40, 128, 4), (2, 17, 192, 3),
                  (1, 1, 64, 2), (1, 65, 128, 4), (1, 20, 256, 2)]  # fmt: skip
+# window_proj_fc: R, C, N: esp32's window (the fused CUDA kernel at C = 256), row tails and one
+# column tile, the other compiled width; then a width it is not compiled for (two calls)
+PROJ_FC_SHAPES = [(64, 256, 1024), (40, 256, 64), (17, 128, 512), (32, 192, 768)]
 CPU_DTYPES = [torch.float64, torch.float32, torch.bfloat16]
 CUDA_DTYPES = [torch.float32, torch.bfloat16]
 
@@ -175,12 +178,52 @@ def test_cuda_window_attention_is_the_two_ops_bit_for_bit(shape, gen):
         assert_close(y, ref, torch.bfloat16, f"window_attention {shape} on cuda")
 
 
+def _proj_fc_inputs(R, C, N, dtype, gen, device="cpu"):
+    def r(*shape, s=1.0):
+        return (s * torch.randn(*shape, generator=gen)).to(dtype).to(device)
+
+    return (r(R, C), r(R, C, s=2.0), r(C, C, s=C**-0.5), r(C, s=0.5), r(N, C, s=C**-0.5),
+            r(N, s=0.5), 1 + r(C), r(C))  # fmt: skip
+
+
+def _proj_fc_two_calls(y, x, wp, bp, wf, bf, lw, lb):
+    x1 = ops.decode_linear(y, wp, bp, residual=x)
+    return x1, ops.decode_linear(x1, wf, bf, ln_weight=lw, ln_bias=lb, gelu=True)
+
+
+@pytest.mark.parametrize("shape", PROJ_FC_SHAPES)
+@pytest.mark.parametrize("dtype", CPU_DTYPES)
+def test_window_proj_fc_matches_torch(shape, dtype, gen):
+    y, x, wp, bp, wf, bf, lw, lb = _proj_fc_inputs(*shape, dtype, gen)
+    for biases in (True, False):
+        b1, b2, lnb = (bp, bf, lb) if biases else (None, None, None)
+        x1, h = ops.window_proj_fc(y, x, wp, b1, wf, b2, ln_weight=lw, ln_bias=lnb)
+        x1_ref = _linear_reference(y, wp, b1, None, None, x, False)
+        assert_close(x1, x1_ref, dtype, f"window_proj_fc x1 {shape} {dtype}")
+        # h from the op's own x1, so that x1's rounding is not counted twice
+        h_ref = _linear_reference(x1, wf, b2, lw, lnb, None, True)
+        assert_close(h, h_ref, dtype, f"window_proj_fc h {shape} {dtype}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", PROJ_FC_SHAPES)
+def test_cuda_window_proj_fc_is_the_two_calls_bit_for_bit(shape, gen):
+    """On CUDA in bf16 one launch at the compiled widths (csrc/window_proj_fc.cuh): the bits of
+    decode_linear's two tensor-core launches (c_proj + residual, then ln_2 + c_fc + GELU)."""
+    y, x, wp, bp, wf, bf, lw, lb = _proj_fc_inputs(*shape, torch.bfloat16, gen, "cuda")
+    for b1, b2, lnb in ((bp, bf, lb), (None, None, lb), (bp, bf, None)):
+        x1, h = ops.window_proj_fc(y, x, wp, b1, wf, b2, ln_weight=lw, ln_bias=lnb)
+        x1_two, h_two = _proj_fc_two_calls(y, x, wp, b1, wf, b2, lw, lnb)
+        assert torch.equal(x1, x1_two), f"{shape}: x1 differs in {(x1 != x1_two).sum()} values"
+        assert torch.equal(h, h_two), f"{shape}: h differs in {(h != h_two).sum()} values"
+
+
 @pytest.mark.cuda
 def test_cuda_window_block_chain_in_a_graph_gives_the_same_bits(gen):
-    """The slide window's block as dependent launches (window_attention, then the three
-    decode_linear calls that read its output), twice over, captured and replayed with and
-    without programmatic dependent launch: eager's bits each time (window_attention requests
-    its weights before waiting for the kernel before, and reads x only after)."""
+    """The slide window's block as dependent launches (window_attention, window_proj_fc, then
+    mlp.c_proj by decode_linear), twice over, captured and replayed with and without
+    programmatic dependent launch: eager's bits each time (each kernel requests its weights
+    before waiting for the kernel before, and reads what that one wrote only after)."""
     B, T, C, nh = 1, 64, 256, 8
     x, w, b, lw, lb = _window_inputs(B, T, C, torch.bfloat16, gen, "cuda")
     r = lambda *s: (torch.randn(*s, generator=gen) / 16).to(torch.bfloat16).cuda()  # noqa: E731
@@ -188,8 +231,7 @@ def test_cuda_window_block_chain_in_a_graph_gives_the_same_bits(gen):
 
     def block(x):
         y = ops.window_attention(x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh).view(B * T, C)
-        h = ops.decode_linear(y, w_proj, residual=x.view(B * T, C))
-        f = ops.decode_linear(h, w_fc, ln_weight=lw, ln_bias=lb, gelu=True)
+        h, f = ops.window_proj_fc(y, x.view(B * T, C), w_proj, None, w_fc, ln_weight=lw)
         return ops.decode_linear(f, w_out, residual=h).view(B, T, C)
 
     results = {}
@@ -229,6 +271,10 @@ def test_opcheck(gen):
     torch.library.opcheck(torch.ops.gptstack.window_attention.default, (x, w, b, lw, lb, 2, 1e-5))
     torch.library.opcheck(
         torch.ops.gptstack.window_attention.default, (x, w, None, lw, None, 2, 1e-5)
+    )
+    y, x, wp, bp, wf, bf, lw, lb = _proj_fc_inputs(6, 32, 64, torch.float32, gen)
+    torch.library.opcheck(
+        torch.ops.gptstack.window_proj_fc.default, (y, x, wp, bp, wf, bf, lw, lb, 1e-5)
     )
 
 
@@ -278,6 +324,33 @@ def _bad_window(**changes):
     ],
 )
 def test_window_attention_bad_inputs_raise_clear_errors(bad, error, words):
+    with pytest.raises(error, match=words):
+        bad()
+
+
+def _bad_proj_fc(**changes):
+    """window_proj_fc with one argument changed from a valid call."""
+    args = {"y": torch.ones(3, 8), "x": torch.ones(3, 8), "proj_weight": torch.ones(8, 8),
+            "proj_bias": None, "fc_weight": torch.ones(32, 8),
+            "ln_weight": torch.ones(8)}  # fmt: skip
+    args.update(changes)
+    return lambda: ops.window_proj_fc(**args)
+
+
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [
+        (_bad_proj_fc(y=torch.ones(8)), ValueError, "at least 2 dimension"),
+        (_bad_proj_fc(y=torch.ones(1, 3, 8)), ValueError, r"y must be \(R, C\)"),
+        (_bad_proj_fc(x=torch.ones(3, 9)), ValueError, r"x has shape \(3, 9\)"),
+        (_bad_proj_fc(proj_weight=torch.ones(8, 9)), ValueError, "proj_weight has shape"),
+        (_bad_proj_fc(fc_weight=torch.ones(32, 7)), ValueError, r"expected \(32, 8\)"),
+        (_bad_proj_fc(fc_bias=torch.ones(31)), ValueError, "fc_bias has shape"),
+        (_bad_proj_fc(ln_weight=None), TypeError, "ln_weight"),
+        (_bad_proj_fc(x=torch.ones(3, 8, dtype=torch.float64)), TypeError, "use one dtype"),
+    ],
+)
+def test_window_proj_fc_bad_inputs_raise_clear_errors(bad, error, words):
     with pytest.raises(error, match=words):
         bad()
 
@@ -461,6 +534,25 @@ def test_window_attention_under_the_emulator(tmp_path):
     run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("ok  ") == 6, run.stdout
+
+
+def test_window_proj_fc_under_the_emulator(tmp_path):
+    """The slide window's one-launch c_proj + ln_2 + c_fc (csrc/window_proj_fc.cuh), its device
+    code run on the CPU by the warp emulator, against decode_linear's two tensor-core launches
+    run the same way, bit for bit, and a float64 reference
+    (attention_emu/window_proj_fc_check.cpp)."""
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the emulator")
+    exe = tmp_path / "window_proj_fc_check"
+    subprocess.run(
+        [cxx, "-std=c++17", "-O1", "-DGS_ATTN_EMULATE", f"-I{CSRC}",
+         str(CSRC / "attention_emu" / "window_proj_fc_check.cpp"), "-o", str(exe)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    run = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("ok  ") == 3, run.stdout
 
 
 def test_tensor_core_linear_under_the_emulator(tmp_path):

@@ -14,7 +14,13 @@ from ._ext import _C
 from .attention import causal_attention, gptstack_attention
 from .bench import bench_candidates
 from .cross_entropy import cross_entropy, linear_cross_entropy
-from .decode import decode_attention, decode_blocks, decode_linear, window_attention
+from .decode import (
+    decode_attention,
+    decode_blocks,
+    decode_linear,
+    window_attention,
+    window_proj_fc,
+)
 from .decode_io import DecoderState, decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
@@ -60,4 +66,5 @@ __all__ = [
     "set_cpu_path",
     "window_attention",
     "window_embed",
+    "window_proj_fc",
 ]

@@ -9,6 +9,8 @@
 
     y = window_attention(x, w_attn, b_attn, ln_weight=ln1_w, n_head=nh)  # a short slide
                                                    # window's c_attn + attention, x (B, T, C)
+    x1, h = window_proj_fc(y, x, w_proj, b_proj, w_fc, b_fc, ln_weight=ln2_w)  # its c_proj
+                                                   # + residual, ln_2, c_fc + GELU, rows (R, C)
 
 A transformer block in five launches instead of ~28 (formulas and kernel layout: csrc/decode.h,
 csrc/decode.cu; CPU reference csrc/decode.cpp). For generation only: no autograd formula, so
@@ -41,6 +43,9 @@ MMA_MAX_K: int = _C.decode_mma_max_k
 # attention's one key tile) at these head sizes; elsewhere decode_linear and causal_attention
 WINDOW_ATTENTION_MAX_T: int = _C.window_attention_max_t
 WINDOW_ATTENTION_HEAD_SIZES = (32, 64)  # its kernel's instances (csrc/window_attention.cu)
+# window_proj_fc on CUDA in bfloat16 is one launch at these widths (C): the whole attn.c_proj in
+# one CTA's shared memory (csrc/window_proj_fc.cuh); elsewhere two decode_linear calls
+WINDOW_PROJ_FC_WIDTHS = (128, 256)
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes
@@ -344,3 +349,84 @@ def window_attention(
         else (_window_attention)
     )
     return impl(x, weight, bias, ln_weight, ln_bias, n_head, float(eps))
+
+
+def _window_proj_fc_impl(
+    y: Tensor,
+    x: Tensor,
+    proj_weight: Tensor,
+    proj_bias: Tensor | None,
+    fc_weight: Tensor,
+    fc_bias: Tensor | None,
+    ln_weight: Tensor,
+    ln_bias: Tensor | None,
+    eps: float,
+) -> tuple[Tensor, Tensor]:
+    x1 = torch.empty_like(x)
+    h = torch.empty(y.size(0), fc_weight.size(0), dtype=y.dtype, device=y.device)
+    if y.is_cuda and _C.window_proj_fc(
+        dl(x1), dl(h), dl(y), dl(x), dl(proj_weight), dl(proj_bias), dl(fc_weight), dl(fc_bias),
+        dl(ln_weight), dl(ln_bias), eps, stream_of(y),
+    ):  # fmt: skip
+        return x1, h
+    # no fused kernel for this call: the two decode_linear calls it stands for
+    x1 = decode_linear(y, proj_weight, proj_bias, residual=x)
+    h = decode_linear(x1, fc_weight, fc_bias, ln_weight=ln_weight, ln_bias=ln_bias, gelu=True,
+                      eps=eps)  # fmt: skip
+    return x1, h
+
+
+_window_proj_fc = torch.library.custom_op("gptstack::window_proj_fc", mutates_args=())(
+    _window_proj_fc_impl
+)
+
+
+@_window_proj_fc.register_fake
+def _window_proj_fc_fake(y, x, proj_weight, proj_bias, fc_weight, fc_bias, ln_weight, ln_bias, eps):
+    h = torch.empty(y.size(0), fc_weight.size(0), dtype=y.dtype, device=y.device)
+    return torch.empty_like(x), h
+
+
+def window_proj_fc(
+    y: Tensor,
+    x: Tensor,
+    proj_weight: Tensor,
+    proj_bias: Tensor | None,
+    fc_weight: Tensor,
+    fc_bias: Tensor | None = None,
+    *,
+    ln_weight: Tensor,
+    ln_bias: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> tuple[Tensor, Tensor]:
+    """A block's middle for the rows of a slide window: x1 = decode_linear(y, proj_weight,
+    proj_bias, residual=x) and h = decode_linear(x1, fc_weight, fc_bias, ln_weight=, ln_bias=,
+    gelu=True); returns (x1, h).
+
+    y, x (R, C): the attention's output and the residual stream; proj_weight (C, C),
+    proj_bias (C,): attn.c_proj; fc_weight (N, C), fc_bias (N,): mlp.c_fc; ln_weight / ln_bias
+    (C,): ln_2. On CUDA in bfloat16 at the widths C of WINDOW_PROJ_FC_WIDTHS it is one launch
+    (csrc/window_proj_fc.cuh), the two calls' bits; otherwise those two calls. For generation:
+    no autograd formula. Raises OpTypeError / OpInputError naming the argument.
+    """
+    op = "window_proj_fc"
+    float_tensor(op, "y", y, min_dim=2)
+    if y.dim() != 2:
+        raise OpInputError(f"{op}: y must be (R, C), got shape {tuple(y.shape)}")
+    R, C = y.shape
+    float_tensor(op, "fc_weight", fc_weight, min_dim=2)
+    N = fc_weight.size(0)
+    for name, t, shape in (
+        ("x", x, (R, C)),
+        ("proj_weight", proj_weight, (C, C)),
+        ("proj_bias", proj_bias, (C,)),
+        ("fc_weight", fc_weight, (N, C)),
+        ("fc_bias", fc_bias, (N,)),
+        ("ln_weight", ln_weight, (C,)),
+        ("ln_bias", ln_bias, (C,)),
+    ):
+        if t is not None or name in ("x", "proj_weight", "ln_weight"):
+            like(op, "y", y, name, t, shape=shape)
+    args = (y, x, proj_weight, proj_bias, fc_weight, fc_bias, ln_weight, ln_bias)
+    impl = _window_proj_fc_impl if direct(*args) else _window_proj_fc
+    return impl(*args, float(eps))

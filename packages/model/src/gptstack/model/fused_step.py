@@ -82,6 +82,12 @@ WINDOW_ROWS = 64
 # decode_linear followed by causal_attention. The A/B switch of the benchmarks.
 WINDOW_ATTENTION = True
 
+# window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
+# ln_2 and mlp.c_fc (+ GELU) as one window_proj_fc launch for narrow models (n_embd in its
+# WINDOW_PROJ_FC_WIDTHS: esp32's 256), the same bits as the two decode_linear calls. The A/B
+# switch of the benchmarks.
+WINDOW_PROJ_FC = True
+
 # window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
 # model has none) and the tanh GELU in cuBLASLt's epilogue (torch._addmm_activation: one launch
 # instead of a matmul and a GELU kernel) on CUDA, and the last block's attention is computed
@@ -157,6 +163,8 @@ class FusedDecodeStep:
         self.window_rows = WINDOW_ROWS if self.rows_kernel_runs() else 0
         # window()'s c_attn and attention in one launch (see WINDOW_ATTENTION)
         self.window_attention = WINDOW_ATTENTION
+        # window()'s c_proj and c_fc in one launch (see WINDOW_PROJ_FC)
+        self.window_proj_fc = WINDOW_PROJ_FC
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
@@ -301,7 +309,7 @@ class FusedDecodeStep:
                     ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
                 )  # fmt: skip
                 y = self._attend(qkv.view(B, T, 3 * C)).reshape(B * T, C)
-            x = self._after_attention(block, x, y)
+            x = self._window_after_attention(block, x, y)
         # the last block: every position's keys and values, then the last row alone
         if one_launch:  # (every row's attention: inside one launch it costs next to nothing)
             y = self._window_attention(last, x.view(B, T, C))[:, -1]
@@ -314,6 +322,18 @@ class FusedDecodeStep:
             y = self._attend_last(qkv.view(B, T, 3 * C))  # (B, C)
         x = self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
         return self._head(x)
+
+    def _window_after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
+        """_after_attention for the window's rows x (B * T, C): its c_proj, ln_2 and c_fc as
+        one window_proj_fc launch where WINDOW_PROJ_FC applies, then mlp.c_proj."""
+        if not (self.window_proj_fc and x.size(1) in self.ops.decode.WINDOW_PROJ_FC_WIDTHS):
+            return self._after_attention(block, x, y)
+        attn, mlp = block.attn, block.mlp
+        x, h = self.ops.window_proj_fc(
+            y, x, attn.c_proj.weight, attn.c_proj.bias, mlp.c_fc.weight, mlp.c_fc.bias,
+            ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, eps=self.eps,
+        )  # fmt: skip
+        return self.ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
 
     def _attention_in_one_launch(self, T: int) -> bool:
         """Whether _window_rows runs a block's c_attn and attention as one window_attention
