@@ -85,21 +85,13 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention": False,
     },
-    # the slide window's c_proj and c_fc as two launches instead of one window_proj_fc launch
-    # where the model is narrow (fused_step.WINDOW_PROJ_FC)
-    "graph bf16 fused two-launch-proj-fc": {
+    # the slide window's c_proj and c_fc as one window_proj_fc launch where the model is narrow
+    # (fused_step.WINDOW_PROJ_FC; opt-in: it lost)
+    "graph bf16 fused one-launch-proj-fc": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_proj_fc": False,
-    },
-    # both of the above as before: the window's blocks in 5 launches
-    "graph bf16 fused five-launch-window": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "window_attention": False,
-        "window_proj_fc": False,
+        "window_proj_fc": True,
     },
     # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
     # after the MLP's first matmul, and the last block's attention computed for every row

@@ -50,8 +50,9 @@ constexpr int64_t kDecodeMmaMaxK = 1744;
 //   qkv = decode_linear(x[b], c_attn, ln = ln_1), then y[b] = causal attention of its heads
 //   (qkv's three C-blocks, as causal_attention takes them), (B * T, C). On CUDA in bfloat16,
 //   where the window is short (T <= kWindowAttentionMaxT, head size 32 or 64, the head's weight
-//   rows and x fitting one CTA's shared memory) one launch (window_attention.cu): the bits of
-//   decode_linear's tensor-core kernel followed by the attention forward. Elsewhere
+//   rows and x fitting one CTA's shared memory) and has the rows of decode_linear's tensor-core
+//   kernel (B * T >= kDecodeMmaMinRows), one launch (window_attention.cu): the bits of that
+//   kernel followed by the attention forward. Elsewhere
 //   window_attention_cuda returns false and the caller runs those two ops.
 constexpr int64_t kWindowAttentionMaxT = 64;
 // window_proj_fc, for each row r of the slide window (R rows, C columns):

@@ -18,8 +18,10 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
                            const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
                            double eps, DType dtype, uintptr_t stream) {
   namespace wa = window_attn;
-  if (dtype != DType::bf16 || !ln_w || B < 1 || T < 1 || T > kWindowAttentionMaxT || nh < 1 ||
-      C % nh != 0 || C % 16 != 0)
+  // fewer rows than decode_linear's tensor-core kernel takes: the two ops are the one-row
+  // kernel's bits, not this kernel's
+  if (dtype != DType::bf16 || !ln_w || B < 1 || T < 1 || T > kWindowAttentionMaxT ||
+      B * T < kDecodeMmaMinRows || nh < 1 || C % nh != 0 || C % 16 != 0)
     return false;
   const int64_t hs = C / nh;
   if (hs != 32 && hs != 64) return false;  // the instances (decode.py: WINDOW_ATTENTION_HEAD_SIZES)

@@ -84,9 +84,10 @@ WINDOW_ATTENTION = True
 
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
 # ln_2 and mlp.c_fc (+ GELU) as one window_proj_fc launch for narrow models (n_embd in its
-# WINDOW_PROJ_FC_WIDTHS: esp32's 256), the same bits as the two decode_linear calls. The A/B
-# switch of the benchmarks.
-WINDOW_PROJ_FC = True
+# WINDOW_PROJ_FC_WIDTHS: esp32's 256), the same bits as the two decode_linear calls. Off: it
+# lost on the H100 (2026-12-06, side by side at esp32: 9,517 vs 9,726 tok/s with it; 7.25 vs
+# 6.33 us a call against the two launches, each CTA reading all of c_proj). The A/B switch.
+WINDOW_PROJ_FC = False
 
 # window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
 # model has none) and the tanh GELU in cuBLASLt's epilogue (torch._addmm_activation: one launch
