@@ -1,0 +1,122 @@
+"""The slide window's attention-side launches one by one, at the presets' shapes: the window's
+causal attention (cuda_ops' 4-warp and split-keys kernels, SDPA), the cached step's
+decode_attention at a full cache, and, where the window is short (esp32's 64 rows), the
+one-launch ops against the launches they replace: window_attention against decode_linear +
+causal_attention, window_proj_fc against two decode_linear calls. Each as a chain of dependent
+calls captured in one CUDA graph (window_linear_bench.graph_us), median microseconds a call.
+
+    python3 packages/cuda_ops/scripts/window_parts_bench.py [--json F]
+    python3 packages/cuda_ops/scripts/window_parts_bench.py --once    # each once, for ncu:
+    ncu -k regex:"attention_forward|decode_attention|window_" python3 ... --once
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import gptstack.cuda_ops as ops
+from gptstack.cuda_ops.attention import cuda_variant
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from window_linear_bench import _environment, graph_us  # noqa: E402
+
+# preset: heads, window rows (block_size), head size
+SHAPES = {"shakespeare-char": (6, 256, 64), "esp32": (8, 64, 32)}
+
+
+def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
+    def rnd(*s, scale=1.0):
+        return (scale * torch.randn(*s, generator=g, device="cuda")).to(torch.bfloat16)
+
+    C = nh * hs
+    qkv = rnd(1, T, 3 * C)
+
+    def heads(qkv=qkv):
+        return [t.view(1, T, nh, hs).transpose(1, 2) for t in qkv.split(C, dim=2)]
+
+    def split():
+        with cuda_variant(forward_warps="split"):
+            return ops.causal_attention(*heads())
+
+    row, kc, vc = qkv[0, -1:].contiguous(), rnd(1, nh, T, hs), rnd(1, nh, T, hs)
+    pos = torch.tensor([T - 1], device="cuda")
+    out = {
+        "window attention (4 warps)": lambda: ops.causal_attention(*heads()),
+        "window attention (split keys)": split,
+        "window attention (SDPA)": lambda: F.scaled_dot_product_attention(*heads(), is_causal=True),
+        "decode_attention (full cache)": lambda: ops.decode_attention(row, kc, vc, pos),
+    }
+    if T > ops.decode.WINDOW_ATTENTION_MAX_T:
+        return out
+    x, w, b = rnd(1, T, C), rnd(3 * C, C, scale=C**-0.5), rnd(3 * C)
+    lw, lb = 1 + rnd(C, scale=0.1), rnd(C, scale=0.1)
+
+    def two_launches():
+        q = ops.decode_linear(x.view(T, C), w, b, ln_weight=lw, ln_bias=lb).view(1, T, 3 * C)
+        return ops.causal_attention(*heads(q))
+
+    out["window_attention (one launch)"] = lambda: ops.window_attention(
+        x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh
+    )
+    out["decode_linear + causal_attention"] = two_launches
+    y, r, wp, wf = rnd(T, C), rnd(T, C), rnd(C, C, scale=C**-0.5), rnd(4 * C, C, scale=C**-0.5)
+
+    def proj_fc_two():
+        x1 = ops.decode_linear(y, wp, None, residual=r)
+        return ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
+
+    out["window_proj_fc (one launch)"] = lambda: ops.window_proj_fc(
+        y, r, wp, None, wf, None, ln_weight=lw, ln_bias=lb
+    )
+    out["two decode_linear"] = proj_fc_two
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--once", action="store_true", help="each candidate once (for ncu)")
+    args = ap.parse_args()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    rows = {}
+    for preset, (nh, T, hs) in SHAPES.items():
+        cands = candidates(nh, T, hs, g)
+        if args.once:
+            for fn in cands.values():
+                fn()
+            continue
+        times = {k: [] for k in cands}
+        for _ in range(3):  # alternate them
+            for k, fn in cands.items():
+                times[k] += graph_us(fn, args.calls, args.rounds)
+        rows[preset] = {k: statistics.median(v) for k, v in times.items()}
+        for k, v in rows[preset].items():
+            print(f"{preset:17s} {k:34s} {v:6.2f} us", flush=True)
+    torch.cuda.synchronize()
+    if args.json and not args.once:
+        record = {
+            "kind": "window-parts-bench",
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "calls": args.calls,
+            "rounds": args.rounds,
+            "environment": _environment(),
+            "us_per_call": rows,
+        }
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
