@@ -16,6 +16,11 @@
 // Both products sum k ascending (mma_rows_k) and both epilogues do decode_linear's arithmetic
 // in its order, so x1 and h are its bits.
 //
+// Measured (H100, 2026-12-06) it loses: 7.25 vs 6.33 us a call against the two launches at
+// esp32's window (its 32 CTAs each read 164 KB of weights, ~6 MB of L2 reads against ~2 MB for
+// the two launches), 9,612 vs 9,684 tok/s for `gptstack sample`; so the model runs it only
+// when asked (gptstack.model.fused_step.WINDOW_PROJ_FC).
+//
 // Built with GS_ATTN_EMULATE, the same device code runs on the CPU under the warp emulator
 // (attention_emu/window_proj_fc_check.cpp compares it with decode_linear's kernel).
 #pragma once
