@@ -24,14 +24,16 @@
 #   cli        `gptstack sample --json` of each checkpoint, the default path (sample-*.json)
 #   memcheck   compute-sanitizer on kernel_driver.py once (covers the 40-row tensor-core call)
 #   kernels    packages/cuda_ops/scripts/window_linear_bench.py at both presets' widths
-#              (window-linear-*.json)
+#              (window-linear-*.json) and scripts/window_parts_bench.py (window-parts.json: the
+#              window's attention, decode_attention, window_attention, window_proj_fc)
 #   profile    benchmarks/profile_decode.py gptstack vs gptstack-rows-window (prof.tgz)
 #   dev        every binary in .device/bin: packages/cuda_ops/dev/*.cu built here with
 #              `nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc` (dev-*.txt)
 #   ops        `gptstack bench ops` of LayerNorm and GELU forward+backward against eager and
 #              torch.compile at shakespeare-char's and gpt2-124m's sizes (ops-*.json)
 # The steps run in the order above whatever the order of STAGES. SPEED_CONFIGS and
-# PROFILE_CONFIGS replace the two A/B lists, TESTS the test files; the JSON results leave as one
+# PROFILE_CONFIGS replace the two A/B lists, PRESETS the checkpoints the speed, cli and profile
+# steps run (default "shakespeare-char esp32"), TESTS the test files; the JSON results leave as one
 # results.tgz beside call.log and pytest.log (the device tool returns a few files only).
 # Then, here: copy the JSON into benchmarks/results/ (sample-speed-PRESET-GPU-WHAT-DATE.json).
 set -u -o pipefail
@@ -72,8 +74,12 @@ timeout 120 $G train --preset shakespeare-char "${SHORT[@]}" --out runs/shakespe
 timeout 120 $G train --preset esp32 --set train.distill_from= "${SHORT[@]}" --out runs/esp32 2>&1 | tail -n 2
 fi
 
+PRESETS=${PRESETS:-"shakespeare-char esp32"}
+CKPTS=()
+for p in $PRESETS; do CKPTS+=(--ckpt "runs/$p"); done
+
 if want speed; then
-timeout 240 python3 benchmarks/sample_speed.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
+timeout 240 python3 benchmarks/sample_speed.py "${CKPTS[@]}" \
   --out "$OUT/r" --rounds "${ROUNDS:-3}" --configs "$SPEED_CONFIGS"
 fi
 
@@ -88,7 +94,7 @@ echo "pytest exit $?"; tail -n 5 "$OUT/pytest.log"
 fi
 
 if want cli; then
-for p in shakespeare-char esp32; do
+for p in $PRESETS; do
   $G sample --ckpt runs/$p --prompt "ROMEO:" --tokens 500 --seed 1 --json /tmp/prof/sample-$p.json \
     > /tmp/prof/sample-$p.txt 2>&1 || tail -n 5 /tmp/prof/sample-$p.txt
   cp /tmp/prof/sample-$p.json "$OUT/r/" 2>/dev/null
@@ -105,10 +111,12 @@ timeout 90 python3 packages/cuda_ops/scripts/window_linear_bench.py --preset-c 3
   --rounds 10 --json "$OUT/r/window-linear-shakespeare-char.json"
 timeout 90 python3 packages/cuda_ops/scripts/window_linear_bench.py --preset-c 256 --rows 64 \
   --rounds 10 --json "$OUT/r/window-linear-esp32.json"
+timeout 90 python3 packages/cuda_ops/scripts/window_parts_bench.py --rounds 10 \
+  --json "$OUT/r/window-parts.json"
 fi
 
 if want profile; then
-timeout 120 python3 benchmarks/profile_decode.py --ckpt runs/shakespeare-char --ckpt runs/esp32 \
+timeout 120 python3 benchmarks/profile_decode.py "${CKPTS[@]}" \
   --out /tmp/prof --rounds 3 --configs "$PROFILE_CONFIGS" 2>&1 | tail -n 20
 tar -C /tmp -czf "$OUT/r/prof.tgz" prof
 fi
