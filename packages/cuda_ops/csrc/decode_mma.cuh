@@ -259,6 +259,27 @@ __device__ __forceinline__ void mma_rows_k(float (&acc)[NT][4], const uint16_t* 
   }
 }
 
+// f(nt, hh, r, c) for each accumulator pair of a warp's 16 x 8NT mma tile: acc[nt][2 hh] and
+// acc[nt][2 hh + 1] are row r = g + 8 hh, columns c and c + 1 (c = 8 nt + 2 t) of the tile
+// (attention_mma.cuh's C fragment layout)
+template <int NT, typename F> __device__ __forceinline__ void each_acc_pair(int lane, F&& f) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) f(nt, hh, g + 8 * hh, nt * 8 + 2 * t);
+}
+
+// decode_linear's epilogue of one output, in its order: the bias, the GELU, the residual (zeros
+// where absent: + 0 keeps every kernel that calls this at decode_linear's bits, signed zeros
+// included)
+__device__ __forceinline__ float linear_epilogue(float acc, uint16_t bias, bool gelu,
+                                                 float residual) {
+  float v = acc + bf16_bits(bias);
+  if (gelu) v = gelu_tanh_f(v);
+  return v + residual;
+}
+
 // KC: K as a compile-time constant (the widths of the project's presets, kFixedWidths), or 0
 // for any K. With K known the copies, the LayerNorm's loops and the addresses compile to a few
 // instructions each: the runtime-K kernel executed ~1,500 instructions a warp at esp32's c_attn,
@@ -326,30 +347,22 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   float acc[NT][4] = {};  // x_s's 16 rows of this warp times w_s's 8NT rows of this warp
   mma_rows_k<NT>(acc, x_s + wm * 16 * P, w_s + wn * 8 * NT * P, K, P, lane);
 
-  // epilogue: accumulator (nt, 2 hh + e) is row g + 8 hh, column nt * 8 + 2 t + e of the slice
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int row = r0 + wm * 16 + g + 8 * hh;
-      const int cl = wn * 8 * NT + nt * 8 + 2 * t, col = n0 + cl;  // in the CTA, in out
-      if (row >= a.R) continue;
-      float v[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        v[e] = acc[nt][2 * hh + e] + bf16_bits(lds(b_s + cl + e));  // 0 without a bias
-        if (a.gelu) v[e] = gelu_tanh_f(v[e]);
-        v[e] += e ? bf16_hi(res[nt][hh]) : bf16_lo(res[nt][hh]);  // 0 without a residual
-      }
-      const uint32_t packed = pack_bf16(v[0], v[1]);
-      uint16_t* o = a.out + int64_t(row) * a.N + col;
-      if (col + 1 < a.N && a.N % 2 == 0) {
-        *reinterpret_cast<uint32_t*>(o) = packed;  // 4-byte aligned: N and col are even
-      } else {
-        if (col < a.N) o[0] = static_cast<uint16_t>(packed);
-        if (col + 1 < a.N) o[1] = static_cast<uint16_t>(packed >> 16);
-      }
+  each_acc_pair<NT>(lane, [&](int nt, int hh, int r, int c) {
+    const int row = r0 + wm * 16 + r;
+    const int cl = wn * 8 * NT + c, col = n0 + cl;  // in the CTA, in out
+    if (row >= a.R) return;
+    const uint32_t packed =  // 0 without a bias or a residual
+        pack_bf16(linear_epilogue(acc[nt][2 * hh], lds(b_s + cl), a.gelu, bf16_lo(res[nt][hh])),
+                  linear_epilogue(acc[nt][2 * hh + 1], lds(b_s + cl + 1), a.gelu,
+                                  bf16_hi(res[nt][hh])));
+    uint16_t* o = a.out + int64_t(row) * a.N + col;
+    if (col + 1 < a.N && a.N % 2 == 0) {
+      *reinterpret_cast<uint32_t*>(o) = packed;  // 4-byte aligned: N and col are even
+    } else {
+      if (col < a.N) o[0] = static_cast<uint16_t>(packed);
+      if (col + 1 < a.N) o[1] = static_cast<uint16_t>(packed >> 16);
     }
+  });
 }
 
 // f(kernel) with the instance of decode_linear_mma_kernel<NT> that runs width K: the fixed-width

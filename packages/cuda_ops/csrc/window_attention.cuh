@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
   uint16_t* lnb_s = lnw_s + C;                        // [C]
   uint16_t* b_s = lnb_s + C;                          // [kCols]
   uint16_t* q_s = b_s + kCols;                        // [kMaxT][PA], then k_s, v_s
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int h = blockIdx.x;
   const int64_t row0 = int64_t(blockIdx.y) * T;  // the sequence's first row of x and y
 
@@ -102,19 +102,17 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
     const int wm = warp / 2, wn = warp % 2;
     float acc[NT][4] = {};
     ml::mma_rows_k<NT>(acc, x_s + wm * 16 * P, w_s + wn * 8 * NT * P, C, P, lane);
-    // accumulator (nt, 2 hh + e) is row 16 wm + g + 8 hh, column 8 NT wn + 8 nt + 2 t + e
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = wm * 16 + g + 8 * hh, col = wn * 8 * NT + nt * 8 + 2 * t;
-        const int part = col / HS, d = col % HS;  // col, col + 1 in one part: HS is even
-        const uint32_t bits =
-            row < T ? pack_bf16(acc[nt][2 * hh] + ml::bf16_bits(lds(b_s + col)),
-                                acc[nt][2 * hh + 1] + ml::bf16_bits(lds(b_s + col + 1)))
-                    : 0u;
-        sts(reinterpret_cast<uint32_t*>(q_s + (part * kMaxT + row) * PA + d), bits);
-      }
+    // decode_linear's epilogue (no GELU, no residual) into the shared q, k, v tiles
+    ml::each_acc_pair<NT>(lane, [&](int nt, int hh, int r, int c) {
+      const int row = wm * 16 + r, col = wn * 8 * NT + c;
+      const int part = col / HS, d = col % HS;  // col, col + 1 in one part: HS is even
+      const uint32_t bits =
+          row < T ? pack_bf16(ml::linear_epilogue(acc[nt][2 * hh], lds(b_s + col), false, 0.0f),
+                              ml::linear_epilogue(acc[nt][2 * hh + 1], lds(b_s + col + 1), false,
+                                                  0.0f))
+                  : 0u;
+      sts(reinterpret_cast<uint32_t*>(q_s + (part * kMaxT + row) * PA + d), bits);
+    });
   }
   __syncthreads();
 

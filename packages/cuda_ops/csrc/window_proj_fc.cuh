@@ -113,22 +113,16 @@ __global__ void __launch_bounds__(kThreads) window_proj_fc_kernel(const Args a) 
   {  // x1 = x + y Wp^T + bp, rounded once (decode_linear's epilogue: bias, then residual)
     float acc[NT1][4] = {};
     ml::mma_rows_k<NT1>(acc, y_s + wm * 16 * P, wp_s + wn * 8 * NT1 * P, C, P, lane);
-#pragma unroll
-    for (int nt = 0; nt < NT1; ++nt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = wm * 16 + g + 8 * hh, col = wn * 8 * NT1 + nt * 8 + 2 * t;
-        float v[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          v[e] = acc[nt][2 * hh + e] + ml::bf16_bits(lds(bp_s + col + e));
-          v[e] += e ? bf16_hi(res[nt][hh]) : bf16_lo(res[nt][hh]);
-        }
-        const uint32_t packed = pack_bf16(v[0], v[1]);
-        sts(reinterpret_cast<uint32_t*>(x1_s + row * P + col), packed);
-        if (blockIdx.x == 0 && r0 + row < a.R)  // one column tile writes the residual stream
-          *reinterpret_cast<uint32_t*>(a.x1 + int64_t(r0 + row) * C + col) = packed;
-      }
+    ml::each_acc_pair<NT1>(lane, [&](int nt, int hh, int r, int c) {
+      const int row = wm * 16 + r, col = wn * 8 * NT1 + c;
+      const uint32_t packed = pack_bf16(
+          ml::linear_epilogue(acc[nt][2 * hh], lds(bp_s + col), false, bf16_lo(res[nt][hh])),
+          ml::linear_epilogue(acc[nt][2 * hh + 1], lds(bp_s + col + 1), false,
+                              bf16_hi(res[nt][hh])));
+      sts(reinterpret_cast<uint32_t*>(x1_s + row * P + col), packed);
+      if (blockIdx.x == 0 && r0 + row < a.R)  // one column tile writes the residual stream
+        *reinterpret_cast<uint32_t*>(a.x1 + int64_t(r0 + row) * C + col) = packed;
+    });
   }
   __syncthreads();
   ml::layernorm_rows<kRows / kWarps>(x1_s, P, C, lnw_s, lnb_s, a.eps, warp, lane);
@@ -139,21 +133,13 @@ __global__ void __launch_bounds__(kThreads) window_proj_fc_kernel(const Args a) 
   const int wm2 = warp / 2, wn2 = warp % 2;
   float acc[NT2][4] = {};
   ml::mma_rows_k<NT2>(acc, x1_s + wm2 * 16 * P, wf_s + wn2 * 8 * NT2 * P, C, P, lane);
-#pragma unroll
-  for (int nt = 0; nt < NT2; ++nt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int row = r0 + wm2 * 16 + g + 8 * hh;
-      const int cl = wn2 * 8 * NT2 + nt * 8 + 2 * t, col = n0 + cl;
-      if (row >= a.R || col >= a.N) continue;
-      float v[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        v[e] = gelu_tanh_f(acc[nt][2 * hh + e] + ml::bf16_bits(lds(bf_s + cl + e)));
-        v[e] += 0.0f;  // decode_linear's epilogue adds its (absent: zero) residual here
-      }
-      *reinterpret_cast<uint32_t*>(a.h + int64_t(row) * a.N + col) = pack_bf16(v[0], v[1]);
-    }
+  ml::each_acc_pair<NT2>(lane, [&](int nt, int hh, int r, int c) {
+    const int row = r0 + wm2 * 16 + r, cl = wn2 * 8 * NT2 + c, col = n0 + cl;
+    if (row >= a.R || col >= a.N) return;
+    *reinterpret_cast<uint32_t*>(a.h + int64_t(row) * a.N + col) =
+        pack_bf16(ml::linear_epilogue(acc[nt][2 * hh], lds(bf_s + cl), true, 0.0f),
+                  ml::linear_epilogue(acc[nt][2 * hh + 1], lds(bf_s + cl + 1), true, 0.0f));
+  });
 }
 
 // f(kernel) with the instance for width C (one of kWidths; the caller checks), as a

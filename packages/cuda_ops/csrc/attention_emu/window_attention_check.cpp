@@ -11,14 +11,14 @@
 //
 // A case is "HS:B:T:C:bias:ln_bias" (flags 0/1), e.g. "32:1:64:256:1:1"; none = the default
 // list. One line per case; exits 1 if any is off.
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "../window_attention.cuh"
+#include "bf16_check.h"
 
 namespace {
 
@@ -26,21 +26,12 @@ namespace ml = gs::mma_linear;
 namespace wa = gs::window_attn;
 using gs::attn::FwdArgs;
 using gs::attn::View4;
+using namespace bf16_check;
 
 struct Case {
   int hs, B, T, C;
   bool bias, ln_bias;
 };
-
-uint16_t to_bf16(float f) { return emu::to_bf16(f); }
-float from_bf16(uint16_t b) { return emu::bf16_bits_to_float(b); }
-
-std::vector<uint16_t> random_bf16(std::mt19937& rng, size_t n, float scale) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<uint16_t> v(n);
-  for (auto& e : v) e = to_bf16(d(rng));
-  return v;
-}
 
 // y in double from qkv's bf16 values (the reference of the attention alone)
 std::vector<double> reference_attention(const Case& c, const std::vector<uint16_t>& qkv) {
@@ -71,34 +62,23 @@ std::vector<double> reference_attention(const Case& c, const std::vector<uint16_
 }
 
 template <int HS> std::string run_fused(const Case& c, const wa::Args& a) {
-  try {
-    wa::with_kernel_for<HS>(c.C, [&](auto kernel) {
-      emu::launch(kernel.value, dim3(c.C / HS, c.B), dim3(wa::kThreads), wa::shared_bytes<HS>(c.C),
-                  a);
-    });
-  } catch (const emu::Error& e) {
-    return e.what();
-  }
-  return "";
+  std::string error;
+  wa::with_kernel_for<HS>(c.C, [&](auto kernel) {
+    error = launch(kernel.value, dim3(c.C / HS, c.B), dim3(wa::kThreads),
+                   wa::shared_bytes<HS>(c.C), a);
+  });
+  return error;
 }
 
 // the two kernels the window ran before, as decode.cu and attention_cuda.cu launch them
 template <int HS>
 std::string run_two_kernels(const Case& c, const ml::Args& la, const FwdArgs& fa) {
-  try {
-    ml::with_kernel_for<4>(c.C, [&](auto kernel) {
-      emu::launch(kernel.value, dim3((3 * c.C + ml::cols<4>() - 1) / ml::cols<4>(),
-                                     (c.B * c.T + ml::kRows - 1) / ml::kRows),
-                  dim3(ml::kThreads), ml::shared_bytes<4>(c.C), la);
-    });
-    using F = gs::attn::FwdConfig<HS, 4>;
-    emu::launch(gs::attn::attention_forward_mma_kernel<HS, 4, false>,
+  const std::string error = decode_linear_mma(la, 4);
+  if (!error.empty()) return error;
+  using F = gs::attn::FwdConfig<HS, 4>;
+  return launch(gs::attn::attention_forward_mma_kernel<HS, 4, false>,
                 dim3((c.T + F::kRows - 1) / F::kRows, c.B * (c.C / HS)), dim3(F::kThreads),
                 F::kSmemBytes, fa);
-  } catch (const emu::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool run_case(const Case& c, std::mt19937& rng) {
@@ -132,46 +112,34 @@ bool run_case(const Case& c, std::mt19937& rng) {
   int differ = 0;
   for (size_t i = 0; i < size_t(R) * C; ++i) differ += y[i] != y2[i];
   const auto ref = reference_attention(c, qkv);
-  double worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double err = std::fabs(from_bf16(y[i]) - ref[i]) / (1e-2 * std::fabs(ref[i]) + 1e-2);
-    if (!(err <= worst)) worst = std::isnan(err) ? INFINITY : err;
-  }
+  Worst worst;
+  for (size_t i = 0; i < ref.size(); ++i) worst.add(from_bf16(y[i]), ref[i]);
   const bool guard = y.back() == 0x7fc1 && y2.back() == 0x7fc1 && qkv.back() == 0x7fc1;
-  const bool ok = error.empty() && differ == 0 && worst <= 1.0 && guard;
+  const bool ok = error.empty() && differ == 0 && worst.value <= 1.0 && guard;
   std::printf("%s hs=%d B=%d T=%d C=%d bias=%d ln_bias=%d: %d of %d values differ from the two "
               "kernels, worst %.3f of tolerance%s%s%s\n",
-              ok ? "ok  " : "FAIL", c.hs, c.B, c.T, C, c.bias, c.ln_bias, differ, R * C, worst,
+              ok ? "ok  " : "FAIL", c.hs, c.B, c.T, C, c.bias, c.ln_bias, differ, R * C,
+              worst.value,
               guard ? "" : ", wrote past the end", error.empty() ? "" : ", ", error.c_str());
   return ok;
 }
 
-Case parse(const std::string& s) {
-  Case c{};
-  char sep;
-  int bias, ln_bias;
-  std::istringstream in(s);
-  in >> c.hs >> sep >> c.B >> sep >> c.T >> sep >> c.C >> sep >> bias >> sep >> ln_bias;
-  c.bias = bias, c.ln_bias = ln_bias;
-  return c;
+Case parse(const std::vector<int>& f) {
+  return {f.at(0), f.at(1), f.at(2), f.at(3), f.at(4) != 0, f.at(5) != 0};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<Case> cases;
-  for (int i = 1; i < argc; ++i) cases.push_back(parse(argv[i]));
-  if (cases.empty())
-    cases = {
-        {32, 1, 64, 256, true, true},   // esp32's window: the fixed-width instance
-        {32, 2, 64, 256, false, true},  // two sequences, no bias
-        {32, 1, 40, 128, true, false},  // the generic kernel, a partial window
-        {64, 1, 64, 128, true, true},   // head size 64
-        {64, 2, 17, 192, false, false}, // rows past T in both tiles; ln without a bias
-        {32, 1, 1, 64, true, true},     // one row
-    };
-  std::mt19937 rng(std::random_device{}());
-  bool all = true;
-  for (const Case& c : cases) all = run_case(c, rng) && all;
-  return all ? 0 : 1;
+  return run_cases<Case>(
+      argc, argv,
+      {
+          {32, 1, 64, 256, true, true},   // esp32's window: the fixed-width instance
+          {32, 2, 64, 256, false, true},  // two sequences, no bias
+          {32, 1, 40, 128, true, false},  // the generic kernel, a partial window
+          {64, 1, 64, 128, true, true},   // head size 64
+          {64, 2, 17, 192, false, false}, // rows past T in both tiles; ln without a bias
+          {32, 1, 1, 64, true, true},     // one row
+      },
+      parse, run_case);
 }
