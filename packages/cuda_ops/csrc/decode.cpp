@@ -396,6 +396,13 @@ void register_decode(nb::module_& m) {
   m.attr("decode_mma_min_rows") = kDecodeMmaMinRows;
   m.attr("decode_mma_max_k") = kDecodeMmaMaxK;
   m.attr("window_attention_max_t") = kWindowAttentionMaxT;
+  auto ints = [](const auto& values) {
+    nb::list list;
+    for (int v : values) list.append(v);
+    return nb::tuple(list);
+  };
+  m.attr("window_attention_head_sizes") = ints(kWindowAttentionHeadSizes);
+  m.attr("window_proj_fc_widths") = ints(kWindowProjFcWidths);
 }
 
 }  // namespace gs

@@ -55,12 +55,14 @@ constexpr int64_t kDecodeMmaMaxK = 1744;
 //   kernel followed by the attention forward. Elsewhere
 //   window_attention_cuda returns false and the caller runs those two ops.
 constexpr int64_t kWindowAttentionMaxT = 64;
+constexpr int kWindowAttentionHeadSizes[] = {32, 64};  // its kernel's instances
 // window_proj_fc, for each row r of the slide window (R rows, C columns):
 //   x1[r] = decode_linear(y[r], attn.c_proj, residual = x[r])
 //   h[r]  = decode_linear(x1[r], mlp.c_fc, ln = ln_2, gelu)
-//   On CUDA in bfloat16, for the widths its kernel is compiled for (window_proj_fc.cuh: 128 and
-//   256, where the whole c_proj fits one CTA's shared memory), one launch with those two calls'
-//   bits; elsewhere window_proj_fc_cuda returns false and the caller makes the two calls.
+//   On CUDA in bfloat16, for the widths its kernel is compiled for (kWindowProjFcWidths, where
+//   the whole c_proj fits one CTA's shared memory), one launch with those two calls' bits;
+//   elsewhere window_proj_fc_cuda returns false and the caller makes the two calls.
+constexpr int kWindowProjFcWidths[] = {128, 256};
 
 // decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
 enum DecodeLayerTensor {

@@ -13,6 +13,9 @@
 namespace gs {
 
 static_assert(kWindowAttentionMaxT == window_attn::kMaxT, "decode.h's limit is the kernel's tile");
+static_assert(sizeof(kWindowAttentionHeadSizes) == 2 * sizeof(int) &&
+                  kWindowAttentionHeadSizes[0] == 32 && kWindowAttentionHeadSizes[1] == 64,
+              "decode.h's head sizes are the instances launched below");
 
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
                            const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
@@ -24,7 +27,7 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
       B * T < kDecodeMmaMinRows || nh < 1 || C % nh != 0 || C % 16 != 0)
     return false;
   const int64_t hs = C / nh;
-  if (hs != 32 && hs != 64) return false;  // the instances (decode.py: WINDOW_ATTENTION_HEAD_SIZES)
+  if (hs != 32 && hs != 64) return false;  // kWindowAttentionHeadSizes
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!aligned(x) || !aligned(w) || !aligned(y)) return false;  // cp.async, 16-byte stores
   int dev = 0, optin = 0;

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "decode.h"
 #include "decode_mma.cuh"
 
 namespace gs::window_proj_fc {
@@ -55,8 +56,8 @@ constexpr int kWarps = ml::kWarps;
 constexpr int kRows = ml::kRows;  // rows of a CTA (32)
 constexpr int kCols = 64;         // columns of h a CTA: 2 x 2 mma warps of 16 x 32
 static_assert(kRows == 32 && kWarps == 8, "2 x 4 warps for x1, 2 x 2 for h");
-// The widths the kernel is compiled for (esp32's C = 256; 128 for small test models)
-constexpr int kWidths[] = {128, 256};
+// The widths the kernel is compiled for (decode.h: esp32's C = 256; 128 for small test models)
+constexpr auto& kWidths = kWindowProjFcWidths;
 
 // y rows, x1 rows, Wp's C rows, Wf's kCols rows (pitch C + 8), the LayerNorm's weight and bias
 // and bp (C each), bf's kCols; every region starts on 16 bytes (C % 16 == 0)

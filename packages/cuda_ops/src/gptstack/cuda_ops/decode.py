@@ -42,10 +42,10 @@ MMA_MAX_K: int = _C.decode_mma_max_k
 # window_attention on CUDA in bfloat16 is one launch up to this many rows a sequence (the
 # attention's one key tile) at these head sizes; elsewhere decode_linear and causal_attention
 WINDOW_ATTENTION_MAX_T: int = _C.window_attention_max_t
-WINDOW_ATTENTION_HEAD_SIZES = (32, 64)  # its kernel's instances (csrc/window_attention.cu)
+WINDOW_ATTENTION_HEAD_SIZES: tuple[int, ...] = tuple(_C.window_attention_head_sizes)
 # window_proj_fc on CUDA in bfloat16 is one launch at these widths (C): the whole attn.c_proj in
 # one CTA's shared memory (csrc/window_proj_fc.cuh); elsewhere two decode_linear calls
-WINDOW_PROJ_FC_WIDTHS = (128, 256)
+WINDOW_PROJ_FC_WIDTHS: tuple[int, ...] = tuple(_C.window_proj_fc_widths)
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes
