@@ -125,18 +125,24 @@ def main() -> None:
             flush=True,
         )
     if args.json and not args.once:
-        record = {
-            "kind": "window-linear-bench",
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "calls": args.calls,
-            "rounds": args.rounds,
-            "environment": _environment(),
-            "rows": rows,
-        }
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=1)
+        write_record(args.json, "window-linear-bench", args, rows=rows)
+
+
+def write_record(path: str, kind: str, args, **results) -> None:
+    """The bench's JSON: kind, device, versions, date, the timing settings (args.calls,
+    args.rounds), the environment block, then the results."""
+    record = {
+        "kind": kind,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "calls": args.calls,
+        "rounds": args.rounds,
+        "environment": _environment(),
+        **results,
+    }
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
 
 
 def _environment() -> dict | None:

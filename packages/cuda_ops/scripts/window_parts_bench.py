@@ -13,10 +13,8 @@ calls captured in one CUDA graph (window_linear_bench.graph_us), median microsec
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +24,7 @@ import gptstack.cuda_ops as ops
 from gptstack.cuda_ops.attention import cuda_variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from window_linear_bench import _environment, graph_us  # noqa: E402
+from window_linear_bench import graph_us, write_record  # noqa: E402
 
 # preset: heads, window rows (block_size), head size
 SHAPES = {"shakespeare-char": (6, 256, 64), "esp32": (8, 64, 32)}
@@ -104,18 +102,7 @@ def main() -> None:
             print(f"{preset:17s} {k:34s} {v:6.2f} us", flush=True)
     torch.cuda.synchronize()
     if args.json and not args.once:
-        record = {
-            "kind": "window-parts-bench",
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "calls": args.calls,
-            "rounds": args.rounds,
-            "environment": _environment(),
-            "us_per_call": rows,
-        }
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=1)
+        write_record(args.json, "window-parts-bench", args, us_per_call=rows)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,14 @@ def test_eager_graph_decoder_yields_each_chunk_before_running_the_next(
     assert sum(k for k, _ in seen) == 40
 
 
+def _greedy_and_drawn(decoder, idx, n: int, window: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """decoder's n new tokens after idx, greedy and drawn (seed 5, top-k 5), each as one tensor:
+    what the switch tests compare with the switch on and off."""
+    greedy = decoder.generate(idx, n, temperature=0, window=window)
+    drawn = decoder.generate(idx, n, seed=5, top_k=5, window=window)
+    return torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1)
+
+
 def _fused_step(model, batch: int):
     """A FusedDecodeStep of model over a fresh static cache of `batch` rows, on the model's
     device and in its dtype."""
@@ -313,9 +321,7 @@ def test_window_launches_write_the_two_launches_text(
         assert (step.window_attention, step.window_proj_fc)[switch != "WINDOW_ATTENTION"] == on
         assert step._attention_in_one_launch(32) == (on or switch != "WINDOW_ATTENTION")
         assert 2 * 32 <= step.window_rows  # the window runs on rows
-        greedy = decoder.generate(idx, 90, temperature=0, window=window)
-        drawn = decoder.generate(idx, 90, seed=5, top_k=5, window=window)
-        texts[on] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
+        texts[on] = _greedy_and_drawn(decoder, idx, 90, window)
         assert decoder._graphs
     assert torch.equal(texts[True][0], texts[False][0])
     assert torch.equal(texts[True][1], texts[False][1])
@@ -494,9 +500,7 @@ def test_captured_io_kernels_write_the_pytorch_ops_text(
         monkeypatch.setattr(fused_step, switch, on)
         decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
         assert (decoder.io_kernels, decoder.advance_in_sampler)[switch != "IO_KERNELS"] == on
-        greedy = decoder.generate(idx, 90, temperature=0, window=window)
-        drawn = decoder.generate(idx, 90, seed=5, top_k=5, window=window)
-        texts[on] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
+        texts[on] = _greedy_and_drawn(decoder, idx, 90, window)
         assert decoder._graphs
     assert torch.equal(texts[True][0], texts[False][0])
     assert torch.equal(texts[True][1], texts[False][1])
@@ -521,8 +525,6 @@ def test_one_launch_step_writes_the_op_by_op_steps_text(
         monkeypatch.setattr(fused_step, "ONE_LAUNCH", one_launch)
         decoder = GraphDecoder(model, batch_size=2, chunk=8, fused=True)
         assert decoder.step.blocks_in_one_launch == one_launch
-        greedy = decoder.generate(idx, 40, temperature=0, window="slide")
-        drawn = decoder.generate(idx, 40, seed=5, top_k=5, window="slide")
-        texts[one_launch] = (torch.cat(list(greedy), dim=1), torch.cat(list(drawn), dim=1))
+        texts[one_launch] = _greedy_and_drawn(decoder, idx, 40, "slide")
     assert torch.equal(texts[True][0], texts[False][0])
     assert torch.equal(texts[True][1], texts[False][1])

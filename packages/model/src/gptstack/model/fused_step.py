@@ -195,14 +195,17 @@ class FusedDecodeStep:
             tok, p = token[:, 0], pos.view(1)
             x = m.wte.weight.index_select(0, tok) + m.wpe.weight.index_select(0, p)
         for i, block in enumerate(m.h):
-            attn = block.attn
-            qkv = ops.decode_linear(
-                x, attn.c_attn.weight, attn.c_attn.bias,
-                ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
-            )  # fmt: skip
-            y = ops.decode_attention(qkv, self.cache.k[i], self.cache.v[i], pos)  # (B, C)
+            y = ops.decode_attention(self._qkv(block, x), self.cache.k[i], self.cache.v[i], pos)
             x = self._after_attention(block, x, y)
         return self._head(x)
+
+    def _qkv(self, block, x: Tensor) -> Tensor:
+        """c_attn(ln_1(x)) for rows x (R, C) -> (R, 3C), in one decode_linear launch."""
+        attn, ln = block.attn, block.ln_1
+        return self.ops.decode_linear(
+            x, attn.c_attn.weight, attn.c_attn.bias, ln_weight=ln.weight, ln_bias=ln.bias,
+            eps=self.eps,
+        )  # fmt: skip
 
     def _after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
         """The rest of a block for rows x (B, C) with attention output y (B, C):
@@ -297,31 +300,20 @@ class FusedDecodeStep:
         B, T, C = x.shape
         if not self.ops.decode.MMA_MIN_ROWS <= B * T <= self.window_rows:
             return self._window_matmuls(x)
-        ops, eps = self.ops, self.eps
         x = x.view(B * T, C)
         *blocks, last = m.h
         one_launch = self._attention_in_one_launch(T)
         for block in blocks:
-            attn = block.attn
             if one_launch:
                 y = self._window_attention(block, x.view(B, T, C)).view(B * T, C)
             else:
-                qkv = ops.decode_linear(
-                    x, attn.c_attn.weight, attn.c_attn.bias,
-                    ln_weight=block.ln_1.weight, ln_bias=block.ln_1.bias, eps=eps,
-                )  # fmt: skip
-                y = self._attend(qkv.view(B, T, 3 * C)).reshape(B * T, C)
+                y = self._attend(self._qkv(block, x).view(B, T, 3 * C)).reshape(B * T, C)
             x = self._window_after_attention(block, x, y)
         # the last block: every position's keys and values, then the last row alone
         if one_launch:  # (every row's attention: inside one launch it costs next to nothing)
             y = self._window_attention(last, x.view(B, T, C))[:, -1]
         else:
-            attn = last.attn
-            qkv = ops.decode_linear(
-                x, attn.c_attn.weight, attn.c_attn.bias,
-                ln_weight=last.ln_1.weight, ln_bias=last.ln_1.bias, eps=eps,
-            )  # fmt: skip
-            y = self._attend_last(qkv.view(B, T, 3 * C))  # (B, C)
+            y = self._attend_last(self._qkv(last, x).view(B, T, 3 * C))  # (B, C)
         x = self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
         return self._head(x)
 
