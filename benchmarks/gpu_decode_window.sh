@@ -25,7 +25,7 @@
 #   memcheck   compute-sanitizer on kernel_driver.py once (covers the 40-row tensor-core call)
 #   kernels    packages/cuda_ops/scripts/window_linear_bench.py at both presets' widths
 #              (window-linear-*.json) and scripts/window_parts_bench.py (window-parts.json: the
-#              window's attention, decode_attention, window_attention, window_proj_fc)
+#              window's attention, decode_attention, window_attention, window_mlp)
 #   profile    benchmarks/profile_decode.py gptstack vs gptstack-rows-window (prof.tgz)
 #   dev        every binary in .device/bin: packages/cuda_ops/dev/*.cu built here with
 #              `nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc` (dev-*.txt)

@@ -85,13 +85,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention": False,
     },
-    # the slide window's c_proj and c_fc as one window_proj_fc launch where the model is narrow
-    # (fused_step.WINDOW_PROJ_FC; opt-in: it lost)
-    "graph bf16 fused one-launch-proj-fc": {
+    # the rest of the slide window's blocks after attention (c_proj, ln_2, MLP) as three
+    # decode_linear launches instead of one window_mlp launch where the model is narrow
+    # (fused_step.WINDOW_MLP off)
+    "graph bf16 fused three-launch-mlp": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_proj_fc": True,
+        "window_mlp": False,
     },
     # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
     # after the MLP's first matmul, and the last block's attention computed for every row
@@ -159,7 +160,7 @@ DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 DEFAULT_WINDOW_ATTENTION = fused_step.WINDOW_ATTENTION
-DEFAULT_WINDOW_PROJ_FC = fused_step.WINDOW_PROJ_FC
+DEFAULT_WINDOW_MLP = fused_step.WINDOW_MLP
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
@@ -219,7 +220,7 @@ def main() -> None:
                 fused_step.WINDOW_ATTENTION = options.pop(
                     "window_attention", DEFAULT_WINDOW_ATTENTION
                 )
-                fused_step.WINDOW_PROJ_FC = options.pop("window_proj_fc", DEFAULT_WINDOW_PROJ_FC)
+                fused_step.WINDOW_MLP = options.pop("window_mlp", DEFAULT_WINDOW_MLP)
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
                 fused_step.ADVANCE_IN_SAMPLER = options.pop(
                     "advance_in_sampler", DEFAULT_ADVANCE_IN_SAMPLER
@@ -252,7 +253,7 @@ def main() -> None:
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                     fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
                     fused_step.WINDOW_ATTENTION = DEFAULT_WINDOW_ATTENTION
-                    fused_step.WINDOW_PROJ_FC = DEFAULT_WINDOW_PROJ_FC
+                    fused_step.WINDOW_MLP = DEFAULT_WINDOW_MLP
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE

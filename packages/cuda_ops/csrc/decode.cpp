@@ -242,35 +242,36 @@ bool window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> weight, Op
   return launched;
 }
 
-// true where the CUDA kernel ran; false: the caller makes the two decode_linear calls
-bool window_proj_fc(nb::ndarray<> x1, nb::ndarray<> h, nb::ndarray<> y, nb::ndarray<> x,
-                    nb::ndarray<> proj_weight, OptArray proj_bias, nb::ndarray<> fc_weight,
-                    OptArray fc_bias, nb::ndarray<> ln_weight, OptArray ln_bias, double eps,
-                    uintptr_t stream) {
-  const char* op = "window_proj_fc";
+// true where the CUDA kernel ran; false: the caller makes the three decode_linear calls
+bool window_mlp(nb::ndarray<> out, nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> proj_weight,
+                OptArray proj_bias, nb::ndarray<> ln_weight, OptArray ln_bias,
+                nb::ndarray<> fc_weight, OptArray fc_bias, nb::ndarray<> mlp_proj_weight,
+                OptArray mlp_proj_bias, double eps, uintptr_t stream) {
+  const char* op = "window_mlp";
   (void)stream, (void)eps;
-  Tensor Y = view(op, "y", y), X = view(op, "x", x), X1 = view(op, "x1", x1), H = view(op, "h", h),
+  Tensor Y = view(op, "y", y), X = view(op, "x", x), O = view(op, "out", out),
          WP = view(op, "proj_weight", proj_weight), WF = view(op, "fc_weight", fc_weight),
-         LW = view(op, "ln_weight", ln_weight);
+         WM = view(op, "mlp_proj_weight", mlp_proj_weight), LW = view(op, "ln_weight", ln_weight);
   check_dtype(op, "y", Y, {DType::f32, DType::bf16, DType::f64});
   if (Y.ndim() != 2) fail(op, "y must be (R, C), got shape " + shape_str(Y.shape));
   if (WF.ndim() != 2) fail(op, "fc_weight must be (N, C), got shape " + shape_str(WF.shape));
   const int64_t R = Y.size(0), C = Y.size(1), N = WF.size(0);
   check_arg(op, Y, "x", X, Y.dtype, {R, C});
-  check_arg(op, Y, "x1", X1, Y.dtype, {R, C});
+  check_arg(op, Y, "out", O, Y.dtype, {R, C});
   check_arg(op, Y, "proj_weight", WP, Y.dtype, {C, C});
-  check_arg(op, Y, "fc_weight", WF, Y.dtype, {N, C});
-  check_arg(op, Y, "h", H, Y.dtype, {R, N});
   check_arg(op, Y, "ln_weight", LW, Y.dtype, {C});
+  check_arg(op, Y, "fc_weight", WF, Y.dtype, {N, C});
+  check_arg(op, Y, "mlp_proj_weight", WM, Y.dtype, {C, N});
   const void* bp = optional_arg(op, Y, "proj_bias", proj_bias, {C});
-  const void* bf = optional_arg(op, Y, "fc_bias", fc_bias, {N});
   const void* lb = optional_arg(op, Y, "ln_bias", ln_bias, {C});
+  const void* bf = optional_arg(op, Y, "fc_bias", fc_bias, {N});
+  const void* bm = optional_arg(op, Y, "mlp_proj_bias", mlp_proj_bias, {C});
   bool launched = false;
-  if (Y.cuda) {
+  if (Y.cuda && N == 4 * C) {
     CudaScope scope(op, Y);
-    GS_CUDA_CALL(launched = window_proj_fc_cuda(X1.data, H.data, Y.data, X.data, WP.data, bp,
-                                                WF.data, bf, LW.data, lb, R, C, N, eps, Y.dtype,
-                                                stream));
+    GS_CUDA_CALL(launched = window_mlp_cuda(O.data, Y.data, X.data, WP.data, bp, LW.data, lb,
+                                            WF.data, bf, WM.data, bm, R, C, eps, Y.dtype,
+                                            stream));
   }
   return launched;
 }
@@ -373,10 +374,11 @@ void register_decode(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "y = causal attention of the heads of decode_linear(x, ln = ln_weight) in one CUDA "
         "launch (decode.h); returns False where no kernel runs this call.");
-  m.def("window_proj_fc", &window_proj_fc, "x1"_a, "h"_a, "y"_a, "x"_a, "proj_weight"_a,
-        "proj_bias"_a.none(), "fc_weight"_a, "fc_bias"_a.none(), "ln_weight"_a,
-        "ln_bias"_a.none(), "eps"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
-        "x1 = x + attn.c_proj(y); h = gelu(c_fc(ln_2(x1))) in one CUDA launch (decode.h); "
+  m.def("window_mlp", &window_mlp, "out"_a, "y"_a, "x"_a, "proj_weight"_a,
+        "proj_bias"_a.none(), "ln_weight"_a, "ln_bias"_a.none(), "fc_weight"_a,
+        "fc_bias"_a.none(), "mlp_proj_weight"_a, "mlp_proj_bias"_a.none(), "eps"_a,
+        "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "out = x1 + mlp(ln_2(x1)) with x1 = x + attn.c_proj(y), in one CUDA launch (decode.h); "
         "returns False where no kernel runs this call.");
   m.def("decode_blocks", &decode_blocks, "out"_a, "token"_a, "pos"_a, "wte"_a, "wpe"_a,
         "layers"_a, "k_cache"_a, "v_cache"_a, "eps"_a, "stream"_a = 0, "num_threads"_a = 0,
@@ -402,7 +404,7 @@ void register_decode(nb::module_& m) {
     return nb::tuple(list);
   };
   m.attr("window_attention_head_sizes") = ints(kWindowAttentionHeadSizes);
-  m.attr("window_proj_fc_widths") = ints(kWindowProjFcWidths);
+  m.attr("window_mlp_widths") = ints(kWindowMlpWidths);
 }
 
 }  // namespace gs

@@ -56,13 +56,16 @@ constexpr int64_t kDecodeMmaMaxK = 1744;
 //   window_attention_cuda returns false and the caller runs those two ops.
 constexpr int64_t kWindowAttentionMaxT = 64;
 constexpr int kWindowAttentionHeadSizes[] = {32, 64};  // its kernel's instances
-// window_proj_fc, for each row r of the slide window (R rows, C columns):
-//   x1[r] = decode_linear(y[r], attn.c_proj, residual = x[r])
-//   h[r]  = decode_linear(x1[r], mlp.c_fc, ln = ln_2, gelu)
-//   On CUDA in bfloat16, for the widths its kernel is compiled for (kWindowProjFcWidths, where
-//   the whole c_proj fits one CTA's shared memory), one launch with those two calls' bits;
-//   elsewhere window_proj_fc_cuda returns false and the caller makes the two calls.
-constexpr int kWindowProjFcWidths[] = {128, 256};
+// window_mlp, for each row r of the slide window (R rows, C columns), the rest of a block after
+// its attention y:
+//   x1[r]  = decode_linear(y[r], attn.c_proj, residual = x[r])
+//   h[r]   = decode_linear(x1[r], mlp.c_fc, ln = ln_2, gelu)          (4C columns)
+//   out[r] = decode_linear(h[r], mlp.c_proj, residual = x1[r])
+//   On CUDA (sm_90+) in bfloat16, for the widths its kernel is compiled for (kWindowMlpWidths)
+//   and B * T >= kDecodeMmaMinRows, one launch with those three calls' bits: a thread-block
+//   cluster of C / 16 CTAs per 32 rows, passing x1 and h through distributed shared memory
+//   (window_mlp.cuh); elsewhere window_mlp_cuda returns false and the caller makes the calls.
+constexpr int kWindowMlpWidths[] = {128, 256};
 
 // decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
 enum DecodeLayerTensor {
@@ -123,10 +126,10 @@ void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, 
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
                            const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
                            double eps, DType dtype, uintptr_t stream);
-bool window_proj_fc_cuda(void* x1, void* h, const void* y, const void* x, const void* wp,
-                         const void* bp, const void* wf, const void* bf, const void* ln_w,
-                         const void* ln_b, int64_t R, int64_t C, int64_t N, double eps,
-                         DType dtype, uintptr_t stream);
+bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, const void* bp,
+                     const void* ln_w, const void* ln_b, const void* wf, const void* bf,
+                     const void* wm, const void* bm, int64_t R, int64_t C, double eps, DType dtype,
+                     uintptr_t stream);
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
                            DType dtype, uintptr_t stream);

@@ -38,6 +38,7 @@
 // the receiver's mbarrier (st.async) instead of a barrier per phase.
 #include <cmath>
 
+#include "cluster.cuh"
 #include "cuda_common.cuh"
 #include "cuda_launch.h"
 #include "decode.h"
@@ -50,29 +51,9 @@ constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kHalf = 256;  // threads per attention head (decode_attention_kernel's block)
 constexpr int kLnPerThread = static_cast<int>(kDecodeBlocksMaxC / kThreads);
 
-// The cluster and bulk-copy PTX, sm_90 and newer (an sm_80 build compiles the kernel to a trap,
-// and the launcher refuses such a GPU before that)
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-#define GS_CLUSTERS 1
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ int cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return static_cast<int>(r);
-}
-__device__ __forceinline__ int cluster_size() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return static_cast<int>(r);
-}
+// The bulk-copy PTX, sm_90 and newer, beside cluster.cuh's primitives (an sm_80 build compiles
+// the kernel to a trap, and the launcher refuses such a GPU before that)
+#ifdef GS_CLUSTERS
 // local[i] of CTA `rank` of this cluster (distributed shared memory) = v
 __device__ __forceinline__ void store_remote(float* local, int i, int rank, float v) {
   unsigned remote;

@@ -105,15 +105,16 @@ def once() -> None:
         q, k, v = (t.view(2, 40, 8, 32).transpose(1, 2) for t in qkv.split(256, dim=2))
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
         assert_close(y, ref.reshape(2, 40, 256), dtype, f"window_attention {dtype}")
-        # then its c_proj + ln_2 + c_fc: one launch in bf16 on CUDA (window_proj_fc.cuh)
+        # then the rest of its block, c_proj + ln_2 + c_fc + mlp.c_proj: one launch in bf16 on
+        # CUDA (window_mlp.cuh), against the three decode_linear calls it stands for
         y, x = y.view(80, 256), x.view(80, 256)
         wp, wf = rnd(256, 256, dtype=dtype) / 16, rnd(1024, 256, dtype=dtype) / 16
-        x1, h = ops.window_proj_fc(y, x, wp, None, wf, None, ln_weight=lw, ln_bias=lb)
-        x1_ref = x.float() + y.float() @ wp.float().t()
-        assert_close(x1, x1_ref, dtype, f"window_proj_fc x1 {dtype}")
-        hn = F.layer_norm(x1.float(), (256,), lw.float(), lb.float())
-        h_ref = F.gelu(hn @ wf.float().t(), approximate="tanh")
-        assert_close(h, h_ref, dtype, f"window_proj_fc h {dtype}")
+        wm = rnd(256, 1024, dtype=dtype) / 32
+        out = ops.window_mlp(y, x, wp, None, wf, None, wm, ln_weight=lw, ln_bias=lb)
+        x1 = ops.decode_linear(y, wp, None, residual=x)
+        h = ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
+        ref = ops.decode_linear(h, wm, None, residual=x1)
+        assert_close(out, ref, dtype, f"window_mlp {dtype}")
         C, nh, L = 384, 6, 2  # every block of a step in one call (a cluster on sm_90)
         shapes = [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C),
                   (4 * C,), (C, 4 * C), (C,)]  # fmt: skip

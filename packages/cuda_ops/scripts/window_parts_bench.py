@@ -2,7 +2,7 @@
 causal attention (cuda_ops' 4-warp and split-keys kernels, SDPA), the cached step's
 decode_attention at a full cache, and, where the window is short (esp32's 64 rows), the
 one-launch ops against the launches they replace: window_attention against decode_linear +
-causal_attention, window_proj_fc against two decode_linear calls. Each as a chain of dependent
+causal_attention, window_mlp against three decode_linear calls. Each as a chain of dependent
 calls captured in one CUDA graph (window_linear_bench.graph_us), median microseconds a call.
 
     python3 packages/cuda_ops/scripts/window_parts_bench.py [--json F]
@@ -65,16 +65,18 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
         x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh
     )
     out["decode_linear + causal_attention"] = two_launches
-    y, r, wp, wf = rnd(T, C), rnd(T, C), rnd(C, C, scale=C**-0.5), rnd(4 * C, C, scale=C**-0.5)
+    y, r, wp = rnd(T, C), rnd(T, C), rnd(C, C, scale=C**-0.5)
+    wf, wm = rnd(4 * C, C, scale=C**-0.5), rnd(C, 4 * C, scale=(4 * C) ** -0.5)
 
-    def proj_fc_two():
+    def mlp_three():
         x1 = ops.decode_linear(y, wp, None, residual=r)
-        return ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
+        h = ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
+        return ops.decode_linear(h, wm, None, residual=x1)
 
-    out["window_proj_fc (one launch)"] = lambda: ops.window_proj_fc(
-        y, r, wp, None, wf, None, ln_weight=lw, ln_bias=lb
+    out["window_mlp (one launch)"] = lambda: ops.window_mlp(
+        y, r, wp, None, wf, None, wm, ln_weight=lw, ln_bias=lb
     )
-    out["two decode_linear"] = proj_fc_two
+    out["three decode_linear"] = mlp_three
     return out
 
 

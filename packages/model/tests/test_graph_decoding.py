@@ -273,25 +273,25 @@ def test_window_attention_launch_is_chosen_by_the_window(make_gpt, random_tokens
 
 @needs_cuda_ops
 @pytest.mark.parametrize("n_embd, want", [(128, True), (64, False)])
-def test_window_proj_fc_launch_is_chosen_by_the_width(
+def test_window_mlp_launch_is_chosen_by_the_width(
     make_gpt, random_tokens, rel_err, monkeypatch, n_embd, want
 ):
-    """window() on rows runs each block's c_proj, ln_2 and c_fc (all but the last block's, whose
-    one row takes the one-row path) as one window_proj_fc call where n_embd is one of its
-    WINDOW_PROJ_FC_WIDTHS and fused_step.WINDOW_PROJ_FC is on, else two decode_linear calls;
-    both give the model's logits."""
+    """window() on rows runs the rest of each block after its attention, c_proj, ln_2, c_fc and
+    mlp.c_proj (all but the last block's, whose one row takes the one-row path), as one
+    window_mlp call where n_embd is one of its WINDOW_MLP_WIDTHS and fused_step.WINDOW_MLP is
+    on, else three decode_linear calls; both give the model's logits."""
     model = make_gpt(38, scramble=0.3, n_layer=3, n_head=4, n_embd=n_embd, bias=True)
     step = _fused_step(model, 1)
     calls = []
-    fused = step.ops.window_proj_fc
+    fused = step.ops.window_mlp
     spy = lambda y, *a, **k: calls.append(y.shape) or fused(y, *a, **k)  # noqa: E731
-    monkeypatch.setattr(step.ops, "window_proj_fc", spy)
+    monkeypatch.setattr(step.ops, "window_mlp", spy)
     idx = random_tokens(38, 1, 16, model.config.vocab_size)
     with torch.no_grad():
         ref = model(idx, last_only=True)[0][:, -1]
         for on in (True, False):
             calls.clear()
-            step.window_rows, step.window_proj_fc = idx.numel(), on
+            step.window_rows, step.window_mlp = idx.numel(), on
             got = step.window(idx)
             assert len(calls) == (model.config.n_layer - 1 if want and on else 0), calls
             assert rel_err(got, ref) < 1e-5
@@ -301,13 +301,13 @@ def test_window_proj_fc_launch_is_chosen_by_the_width(
 @needs_cuda
 @needs_cuda_ops
 @pytest.mark.parametrize("window", ["slide", "halve"])
-@pytest.mark.parametrize("switch", ["WINDOW_ATTENTION", "WINDOW_PROJ_FC"])
+@pytest.mark.parametrize("switch", ["WINDOW_ATTENTION", "WINDOW_MLP"])
 def test_window_launches_write_the_two_launches_text(
     make_gpt, random_tokens, monkeypatch, window, switch
 ):
     """In bf16 on CUDA the slide window's one-launch c_attn + attention (window_attention,
-    fused_step.WINDOW_ATTENTION) and c_proj + ln_2 + c_fc (window_proj_fc, WINDOW_PROJ_FC) give
-    the tokens of the launches they replace, greedy and drawn, in graphs."""
+    fused_step.WINDOW_ATTENTION) and the rest of the block, c_proj + ln_2 + MLP (window_mlp,
+    WINDOW_MLP), give the tokens of the launches they replace, greedy and drawn, in graphs."""
     from gptstack.model import fused_step
 
     model = make_gpt(36, scramble=0.3, block_size=32, n_head=4, n_embd=128, bias=True)
@@ -318,7 +318,7 @@ def test_window_launches_write_the_two_launches_text(
         monkeypatch.setattr(fused_step, switch, on)
         decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
         step = decoder.step
-        assert (step.window_attention, step.window_proj_fc)[switch != "WINDOW_ATTENTION"] == on
+        assert (step.window_attention, step.window_mlp)[switch != "WINDOW_ATTENTION"] == on
         assert step._attention_in_one_launch(32) == (on or switch != "WINDOW_ATTENTION")
         assert 2 * 32 <= step.window_rows  # the window runs on rows
         texts[on] = _greedy_and_drawn(decoder, idx, 90, window)

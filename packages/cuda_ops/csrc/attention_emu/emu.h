@@ -11,6 +11,12 @@
 // has a shadow that reports a race — a read of bytes another thread wrote, or a write of bytes
 // another thread read or wrote, with no barrier in between — and ldmatrix / cp.async addresses
 // are checked for bounds and alignment. A mismatched barrier (deadlock) is reported, not hung.
+// Thread-block clusters (launch_cluster): the CTAs of a cluster run together, their threads
+// interleaved; barrier.cluster (cluster_arrive / cluster_wait) ends a cluster epoch, and a read
+// of another CTA's shared memory (cluster_load, distributed shared memory) is a race where that
+// CTA wrote the bytes in the same cluster epoch, as is a write of bytes another CTA read in it,
+// and an error once that CTA has exited. (An access between a thread's arrive and its wait
+// counts in the epoch current when it happens: the split barrier is modelled no finer.)
 // Floating point: products and sums in fp32 (the tensor cores' exact rounding is not modelled),
 // ex2.approx as exp2f. Errors throw emu::Error.
 #pragma once
@@ -22,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -81,15 +88,18 @@ struct Barrier {
 // generations they acted in (an epoch ends when a barrier releases).
 struct Shadow {
   int writer = -1;
-  long w_epoch = -1, w_wepoch = -1;
+  long w_epoch = -1, w_wepoch = -1, w_cepoch = -1;
   int reader = -1, r_warp = -1;  // reader -2: several threads, all of warp r_warp (-1: several)
-  long r_epoch = -1, r_wepoch = -1;
+  long r_epoch = -1, r_wepoch = -1, r_cepoch = -1;
+  int remote_reader = -1;  // the rank of another CTA that read the byte in cluster epoch rr_cepoch
+  long rr_cepoch = -1;
 };
 
 struct Fiber {
   ucontext_t ctx;
-  std::vector<char> stack;
+  std::unique_ptr<char[]> stack;  // not value-initialized: pages are touched only where used
   bool done = false;
+  long arrived = -1;  // the cluster barrier's generation at this thread's arrive, -1: none open
   std::vector<Copy> open;                  // issued, not yet committed
   std::vector<std::vector<Copy>> groups;   // committed, oldest first
 };
@@ -101,6 +111,9 @@ struct WarpSlots {
 
 struct Block {
   int n = 0;
+  int alive = 0;  // threads not yet exited
+  int rank = 0;   // in its cluster
+  dim3 idx;       // its blockIdx
   std::vector<Fiber> fibers;
   std::vector<unsigned char> smem;
   std::vector<Shadow> shadow;
@@ -109,8 +122,15 @@ struct Block {
   std::vector<WarpSlots> slots;
 };
 
+// The CTAs of the cluster being run (launch_cluster) and barrier.cluster over all their threads
+struct Cluster {
+  std::vector<Block>* blocks = nullptr;
+  Barrier bar;
+};
+
 inline ucontext_t g_scheduler;
 inline Block* g_block = nullptr;
+inline Cluster* g_cluster = nullptr;  // null outside launch_cluster
 inline int g_cur = 0;
 inline long g_progress = 0;
 inline std::mt19937 g_rng(12345);
@@ -134,6 +154,7 @@ inline void wait_at(Barrier& b) {
 inline void warp_sync() { wait_at(g_block->warp_bar[warp()]); }
 inline void block_sync() { wait_at(g_block->block_bar); }
 inline long epoch() { return g_block->block_bar.gen; }
+inline long cluster_epoch() { return g_cluster ? g_cluster->bar.gen : 0; }
 inline long warp_epoch() { return g_block->warp_bar[warp()].gen; }
 
 [[noreturn]] inline void fail(const std::string& what) {
@@ -141,6 +162,28 @@ inline long warp_epoch() { return g_block->warp_bar[warp()].gen; }
               "," + std::to_string(blockIdx.z) + ") thread " + std::to_string(g_cur) + ": " +
               what);
 }
+
+// barrier.cluster.arrive / .wait: every thread of every CTA of the cluster arrives, then waits
+// for the others (an exited thread counts as arrived)
+inline void cluster_arrive() {
+  if (!g_cluster) fail("barrier.cluster outside a cluster launch");
+  Fiber& f = g_block->fibers[g_cur];
+  if (f.arrived >= 0) fail("barrier.cluster.arrive twice without a wait between");
+  Barrier& b = g_cluster->bar;
+  f.arrived = b.gen;
+  ++g_progress;
+  if (++b.count >= b.n) {
+    b.count = 0;
+    ++b.gen;
+  }
+}
+inline void cluster_wait() {
+  Fiber& f = g_block->fibers[g_cur];
+  if (f.arrived < 0) fail("barrier.cluster.wait without an arrive before it");
+  while (g_cluster->bar.gen == f.arrived) yield();
+  f.arrived = -1;
+}
+inline int cluster_rank() { return g_block->rank; }
 
 inline size_t smem_offset(const void* p, size_t n, size_t align) {
   const unsigned char* c = static_cast<const unsigned char*>(p);
@@ -154,15 +197,17 @@ inline size_t smem_offset(const void* p, size_t n, size_t align) {
 
 // The race rule: another thread's access in this block epoch is a conflict unless both are in
 // one warp and a warp collective came between. `other_warp` is other's warp (-1: several).
-inline bool conflicts(int other, int other_warp, long ep, long wep) {
-  if (other == -1 || other == g_cur || ep != epoch()) return false;
+// A cluster barrier between the two accesses orders them too.
+inline bool conflicts(int other, int other_warp, long ep, long wep, long cep) {
+  if (other == -1 || other == g_cur || ep != epoch() || cep != cluster_epoch()) return false;
   return other_warp != warp() || wep == warp_epoch();
 }
 inline bool conflicts_writer(const Shadow& s) {
-  return conflicts(s.writer, s.writer < 0 ? -1 : s.writer / 32, s.w_epoch, s.w_wepoch);
+  return conflicts(s.writer, s.writer < 0 ? -1 : s.writer / 32, s.w_epoch, s.w_wepoch,
+                   s.w_cepoch);
 }
 inline bool conflicts_reader(const Shadow& s) {
-  return conflicts(s.reader, s.r_warp, s.r_epoch, s.r_wepoch);
+  return conflicts(s.reader, s.r_warp, s.r_epoch, s.r_wepoch, s.r_cepoch);
 }
 
 inline void shared_access(const void* p, size_t n, bool write) {
@@ -176,17 +221,51 @@ inline void shared_access(const void* p, size_t n, bool write) {
            std::to_string(s.writer) + ")");
     if (write) {
       if (conflicts_reader(s)) fail("write-after-read race on shared byte " + std::to_string(i));
+      if (s.remote_reader >= 0 && s.rr_cepoch == cluster_epoch())
+        fail("write-after-read race on shared byte " + std::to_string(i) + ": CTA " +
+             std::to_string(s.remote_reader) +
+             " of the cluster read it with no cluster barrier between");
       s.writer = g_cur;
       s.w_epoch = epoch();
       s.w_wepoch = warp_epoch();
+      s.w_cepoch = cluster_epoch();
     } else {
       const bool several = s.r_epoch == epoch() && s.reader != g_cur && s.reader != -1;
       s.r_warp = several && s.r_warp != warp() ? -1 : warp();
       s.reader = several ? -2 : g_cur;
       s.r_epoch = epoch();
       s.r_wepoch = warp_epoch();
+      s.r_cepoch = cluster_epoch();
     }
   }
+}
+
+// n bytes of CTA `rank`'s shared memory at the offset `local` has in this CTA's
+// (ld.shared::cluster after mapa) into dst: checked for bounds, alignment, a write of the other
+// CTA in this cluster epoch, and that CTA having exited
+inline void cluster_load(void* dst, const void* local, int rank, size_t n) {
+  if (!g_cluster) fail("distributed shared memory outside a cluster launch");
+  const size_t off = smem_offset(local, n, n);
+  std::vector<Block>& blocks = *g_cluster->blocks;
+  if (rank < 0 || rank >= static_cast<int>(blocks.size()))
+    fail("cluster rank " + std::to_string(rank) + " outside the cluster");
+  if (rank == g_block->rank) {  // this CTA's own shared memory: the block's rules
+    shared_access(local, n, false);
+    std::memcpy(dst, local, n);
+    return;
+  }
+  Block& other = blocks[rank];
+  if (other.alive == 0)
+    fail("read of CTA " + std::to_string(rank) + "'s shared memory after it exited");
+  for (size_t i = off; i < off + n; ++i) {
+    Shadow& s = other.shadow[i];
+    if (s.writer != -1 && s.w_cepoch == cluster_epoch())
+      fail("read-after-write race on shared byte " + std::to_string(i) + " of CTA " +
+           std::to_string(rank) + ": written with no cluster barrier between");
+    s.remote_reader = g_block->rank;
+    s.rr_cepoch = cluster_epoch();
+  }
+  std::memcpy(dst, other.smem.data() + off, n);
 }
 
 inline unsigned char* dynamic_shared() { return g_block->smem.data(); }
@@ -310,7 +389,28 @@ inline void fiber_main() {
   }
   Block& B = *g_block;
   B.fibers[g_cur].done = true;
+  --B.alive;
   ++g_progress;
+  if (g_cluster && B.alive == 0 && g_error.empty()) {
+    // the CTA's end: another CTA's read of its shared memory in this cluster epoch may not
+    // have completed (the reader has passed no cluster barrier since)
+    for (size_t i = 0; i < B.shadow.size(); ++i)
+      if (B.shadow[i].remote_reader >= 0 && B.shadow[i].rr_cepoch == cluster_epoch()) {
+        g_error = "emu: CTA " + std::to_string(B.rank) + " of the cluster exits while CTA " +
+                  std::to_string(B.shadow[i].remote_reader) + " may still read its shared byte " +
+                  std::to_string(i) + " (no cluster barrier between)";
+        break;
+      }
+  }
+  if (g_cluster) {  // and at every later cluster barrier
+    Barrier& cb = g_cluster->bar;
+    --cb.n;
+    if (B.fibers[g_cur].arrived == cb.gen) --cb.count;  // its open arrive: now counted by n
+    if (cb.count >= cb.n && cb.count > 0) {
+      cb.count = 0;
+      ++cb.gen;
+    }
+  }
   // an exited thread counts as arrived at every later barrier of its block and warp
   --B.block_bar.n;
   if (B.block_bar.count >= B.block_bar.n && B.block_bar.count > 0) {
@@ -326,10 +426,11 @@ inline void fiber_main() {
   swapcontext(&B.fibers[g_cur].ctx, &g_scheduler);
 }
 
-inline void run_block(dim3 block, size_t smem_bytes) {
-  Block B;
-  B.n = static_cast<int>(block.x);
-  B.fibers.resize(B.n);
+inline void init_block(Block& B, dim3 block, size_t smem_bytes, dim3 idx, int rank) {
+  B.n = B.alive = static_cast<int>(block.x);
+  B.idx = idx;
+  B.rank = rank;
+  B.fibers = std::vector<Fiber>(B.n);
   B.smem.assign(smem_bytes, 0xA5);  // garbage, not zeros: reading unwritten bytes shows
   B.shadow.assign(smem_bytes, Shadow{});
   B.block_bar.n = B.n;
@@ -337,33 +438,52 @@ inline void run_block(dim3 block, size_t smem_bytes) {
   B.warp_bar.resize(warps);
   for (int w = 0; w < warps; ++w) B.warp_bar[w].n = std::min(32, B.n - 32 * w);
   B.slots.resize(warps);
-  g_block = &B;
-  g_error.clear();
+  constexpr size_t kStack = 256 * 1024;
   for (int i = 0; i < B.n; ++i) {
     Fiber& f = B.fibers[i];
-    f.stack.resize(256 * 1024);
+    f.stack.reset(new char[kStack]);
     getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.data();
-    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kStack;
     f.ctx.uc_link = &g_scheduler;
     makecontext(&f.ctx, fiber_main, 0);
   }
-  std::vector<int> order(B.n);
-  for (int i = 0; i < B.n; ++i) order[i] = i;
-  int alive = B.n;
-  while (alive > 0) {
+}
+
+// Every thread of the blocks (one, or the CTAs of a cluster) to its end, in a fresh random order
+// each round. The CTAs of a cluster also drift apart, as on a GPU: now and then one is frozen
+// for up to 2,048 rounds (until the others cannot go on without it), so that it lags far behind.
+inline void run_blocks(std::vector<Block>& blocks) {
+  std::vector<std::pair<int, int>> order;  // (block, thread)
+  for (int b = 0; b < static_cast<int>(blocks.size()); ++b)
+    for (int i = 0; i < blocks[b].n; ++i) order.push_back({b, i});
+  int alive = static_cast<int>(order.size());
+  g_error.clear();
+  std::vector<long> frozen_until(blocks.size(), 0);
+  for (long round = 0; alive > 0; ++round) {
     const long before = g_progress;
+    if (blocks.size() > 1 && g_rng() % 16 == 0)
+      frozen_until[g_rng() % blocks.size()] = round + 1 + long(g_rng() % 2048);
+    bool any_frozen = false;
+    for (long f : frozen_until) any_frozen = any_frozen || f > round;
     std::shuffle(order.begin(), order.end(), g_rng);
-    for (int i : order) {
-      if (B.fibers[i].done) continue;
+    for (auto [b, i] : order) {
+      Block& B = blocks[b];
+      if (B.fibers[i].done || frozen_until[b] > round) continue;
+      g_block = &B;
       g_cur = i;
       threadIdx = dim3(static_cast<unsigned>(i));
+      blockIdx = B.idx;
       swapcontext(&g_scheduler, &B.fibers[i].ctx);
       if (!g_error.empty()) {
         g_block = nullptr;
         throw Error(g_error);
       }
       if (B.fibers[i].done) --alive;
+    }
+    if (alive > 0 && g_progress == before && any_frozen) {  // they wait for a frozen CTA
+      std::fill(frozen_until.begin(), frozen_until.end(), 0);
+      continue;
     }
     if (alive > 0 && g_progress == before)
       throw Error("emu: deadlock in block (" + std::to_string(blockIdx.x) + "," +
@@ -382,8 +502,39 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, A&&.
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = dim3(x, y, z);
-        run_block(block, smem_bytes);
+        std::vector<Block> one(1);
+        init_block(one[0], block, smem_bytes, dim3(x, y, z), 0);
+        run_blocks(one);
+      }
+}
+
+// The same with clusters of cluster_x CTAs along x (grid.x a multiple of it): the CTAs of a
+// cluster run together, rank = blockIdx.x % cluster_x; clusters one after the other.
+template <typename... P, typename... A>
+void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes,
+                    unsigned cluster_x, A&&... args) {
+  if (cluster_x == 0 || grid.x % cluster_x)
+    throw Error("emu: the grid's x extent is not a multiple of the cluster's");
+  gridDim = grid;
+  blockDim = block;
+  g_body = [&] { kernel(args...); };
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x0 = 0; x0 < grid.x; x0 += cluster_x) {
+        std::vector<Block> blocks(cluster_x);
+        Cluster cluster;
+        cluster.blocks = &blocks;
+        cluster.bar.n = static_cast<int>(cluster_x * block.x);
+        for (unsigned r = 0; r < cluster_x; ++r)
+          init_block(blocks[r], block, smem_bytes, dim3(x0 + r, y, z), static_cast<int>(r));
+        g_cluster = &cluster;
+        try {
+          run_blocks(blocks);
+        } catch (...) {
+          g_cluster = nullptr;
+          throw;
+        }
+        g_cluster = nullptr;
       }
 }
 

@@ -19,7 +19,7 @@ from .decode import (
     decode_blocks,
     decode_linear,
     window_attention,
-    window_proj_fc,
+    window_mlp,
 )
 from .decode_io import DecoderState, decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
@@ -66,5 +66,5 @@ __all__ = [
     "set_cpu_path",
     "window_attention",
     "window_embed",
-    "window_proj_fc",
+    "window_mlp",
 ]

@@ -9,8 +9,8 @@
 
     y = window_attention(x, w_attn, b_attn, ln_weight=ln1_w, n_head=nh)  # a short slide
                                                    # window's c_attn + attention, x (B, T, C)
-    x1, h = window_proj_fc(y, x, w_proj, b_proj, w_fc, b_fc, ln_weight=ln2_w)  # its c_proj
-                                                   # + residual, ln_2, c_fc + GELU, rows (R, C)
+    x = window_mlp(y, x, w_proj, b_proj, w_fc, b_fc, w_out, b_out, ln_weight=ln2_w)  # the rest
+                    # of its block: c_proj + residual, ln_2, c_fc + GELU, mlp.c_proj + residual
 
 A transformer block in five launches instead of ~28 (formulas and kernel layout: csrc/decode.h,
 csrc/decode.cu; CPU reference csrc/decode.cpp). For generation only: no autograd formula, so
@@ -43,9 +43,10 @@ MMA_MAX_K: int = _C.decode_mma_max_k
 # attention's one key tile) at these head sizes; elsewhere decode_linear and causal_attention
 WINDOW_ATTENTION_MAX_T: int = _C.window_attention_max_t
 WINDOW_ATTENTION_HEAD_SIZES: tuple[int, ...] = tuple(_C.window_attention_head_sizes)
-# window_proj_fc on CUDA in bfloat16 is one launch at these widths (C): the whole attn.c_proj in
-# one CTA's shared memory (csrc/window_proj_fc.cuh); elsewhere two decode_linear calls
-WINDOW_PROJ_FC_WIDTHS: tuple[int, ...] = tuple(_C.window_proj_fc_widths)
+# window_mlp on CUDA (sm_90+) in bfloat16 is one launch at these widths (C): a thread-block
+# cluster of C/16 CTAs per 32 rows passing x1 and h through distributed shared memory
+# (csrc/window_mlp.cuh); elsewhere three decode_linear calls
+WINDOW_MLP_WIDTHS: tuple[int, ...] = tuple(_C.window_mlp_widths)
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes
@@ -351,65 +352,71 @@ def window_attention(
     return impl(x, weight, bias, ln_weight, ln_bias, n_head, float(eps))
 
 
-def _window_proj_fc_impl(
+def _window_mlp_impl(
+    y: Tensor,
+    x: Tensor,
+    proj_weight: Tensor,
+    proj_bias: Tensor | None,
+    ln_weight: Tensor,
+    ln_bias: Tensor | None,
+    fc_weight: Tensor,
+    fc_bias: Tensor | None,
+    mlp_proj_weight: Tensor,
+    mlp_proj_bias: Tensor | None,
+    eps: float,
+) -> Tensor:
+    out = torch.empty_like(x)
+    if y.is_cuda and _C.window_mlp(
+        dl(out), dl(y), dl(x), dl(proj_weight), dl(proj_bias), dl(ln_weight), dl(ln_bias),
+        dl(fc_weight), dl(fc_bias), dl(mlp_proj_weight), dl(mlp_proj_bias), eps, stream_of(y),
+    ):  # fmt: skip
+        return out
+    # no fused kernel for this call: the three decode_linear calls it stands for
+    x1 = decode_linear(y, proj_weight, proj_bias, residual=x)
+    h = decode_linear(x1, fc_weight, fc_bias, ln_weight=ln_weight, ln_bias=ln_bias, gelu=True,
+                      eps=eps)  # fmt: skip
+    return decode_linear(h, mlp_proj_weight, mlp_proj_bias, residual=x1)
+
+
+_window_mlp = torch.library.custom_op("gptstack::window_mlp", mutates_args=())(_window_mlp_impl)
+
+
+@_window_mlp.register_fake
+def _window_mlp_fake(
+    y, x, proj_weight, proj_bias, ln_weight, ln_bias, fc_weight, fc_bias, mlp_proj_weight,
+    mlp_proj_bias, eps,
+):  # fmt: skip
+    return torch.empty_like(x)
+
+
+def window_mlp(
     y: Tensor,
     x: Tensor,
     proj_weight: Tensor,
     proj_bias: Tensor | None,
     fc_weight: Tensor,
     fc_bias: Tensor | None,
-    ln_weight: Tensor,
-    ln_bias: Tensor | None,
-    eps: float,
-) -> tuple[Tensor, Tensor]:
-    x1 = torch.empty_like(x)
-    h = torch.empty(y.size(0), fc_weight.size(0), dtype=y.dtype, device=y.device)
-    if y.is_cuda and _C.window_proj_fc(
-        dl(x1), dl(h), dl(y), dl(x), dl(proj_weight), dl(proj_bias), dl(fc_weight), dl(fc_bias),
-        dl(ln_weight), dl(ln_bias), eps, stream_of(y),
-    ):  # fmt: skip
-        return x1, h
-    # no fused kernel for this call: the two decode_linear calls it stands for
-    x1 = decode_linear(y, proj_weight, proj_bias, residual=x)
-    h = decode_linear(x1, fc_weight, fc_bias, ln_weight=ln_weight, ln_bias=ln_bias, gelu=True,
-                      eps=eps)  # fmt: skip
-    return x1, h
-
-
-_window_proj_fc = torch.library.custom_op("gptstack::window_proj_fc", mutates_args=())(
-    _window_proj_fc_impl
-)
-
-
-@_window_proj_fc.register_fake
-def _window_proj_fc_fake(y, x, proj_weight, proj_bias, fc_weight, fc_bias, ln_weight, ln_bias, eps):
-    h = torch.empty(y.size(0), fc_weight.size(0), dtype=y.dtype, device=y.device)
-    return torch.empty_like(x), h
-
-
-def window_proj_fc(
-    y: Tensor,
-    x: Tensor,
-    proj_weight: Tensor,
-    proj_bias: Tensor | None,
-    fc_weight: Tensor,
-    fc_bias: Tensor | None = None,
+    mlp_proj_weight: Tensor,
+    mlp_proj_bias: Tensor | None = None,
     *,
     ln_weight: Tensor,
     ln_bias: Tensor | None = None,
     eps: float = DEFAULT_EPS,
-) -> tuple[Tensor, Tensor]:
-    """A block's middle for the rows of a slide window: x1 = decode_linear(y, proj_weight,
-    proj_bias, residual=x) and h = decode_linear(x1, fc_weight, fc_bias, ln_weight=, ln_bias=,
-    gelu=True); returns (x1, h).
+) -> Tensor:
+    """The rest of a block after its attention, for the rows of a slide window:
+    x1 = decode_linear(y, proj_weight, proj_bias, residual=x),
+    h = decode_linear(x1, fc_weight, fc_bias, ln_weight=, ln_bias=, gelu=True) and
+    out = decode_linear(h, mlp_proj_weight, mlp_proj_bias, residual=x1); returns out (R, C).
 
     y, x (R, C): the attention's output and the residual stream; proj_weight (C, C),
-    proj_bias (C,): attn.c_proj; fc_weight (N, C), fc_bias (N,): mlp.c_fc; ln_weight / ln_bias
-    (C,): ln_2. On CUDA in bfloat16 at the widths C of WINDOW_PROJ_FC_WIDTHS it is one launch
-    (csrc/window_proj_fc.cuh), the two calls' bits; otherwise those two calls. For generation:
-    no autograd formula. Raises OpTypeError / OpInputError naming the argument.
+    proj_bias (C,): attn.c_proj; ln_weight / ln_bias (C,): ln_2; fc_weight (N, C),
+    fc_bias (N,): mlp.c_fc; mlp_proj_weight (C, N), mlp_proj_bias (C,): mlp.c_proj. On CUDA
+    (sm_90+) in bfloat16 at the widths C of WINDOW_MLP_WIDTHS, with N = 4C and at least
+    MMA_MIN_ROWS rows, it is one launch (csrc/window_mlp.cuh), the three calls' bits; otherwise
+    those three calls. For generation: no autograd formula. Raises OpTypeError / OpInputError
+    naming the argument.
     """
-    op = "window_proj_fc"
+    op = "window_mlp"
     float_tensor(op, "y", y, min_dim=2)
     if y.dim() != 2:
         raise OpInputError(f"{op}: y must be (R, C), got shape {tuple(y.shape)}")
@@ -420,13 +427,16 @@ def window_proj_fc(
         ("x", x, (R, C)),
         ("proj_weight", proj_weight, (C, C)),
         ("proj_bias", proj_bias, (C,)),
-        ("fc_weight", fc_weight, (N, C)),
-        ("fc_bias", fc_bias, (N,)),
         ("ln_weight", ln_weight, (C,)),
         ("ln_bias", ln_bias, (C,)),
+        ("fc_weight", fc_weight, (N, C)),
+        ("fc_bias", fc_bias, (N,)),
+        ("mlp_proj_weight", mlp_proj_weight, (C, N)),
+        ("mlp_proj_bias", mlp_proj_bias, (C,)),
     ):
-        if t is not None or name in ("x", "proj_weight", "ln_weight"):
+        if t is not None or name in ("x", "proj_weight", "ln_weight", "mlp_proj_weight"):
             like(op, "y", y, name, t, shape=shape)
-    args = (y, x, proj_weight, proj_bias, fc_weight, fc_bias, ln_weight, ln_bias)
-    impl = _window_proj_fc_impl if direct(*args) else _window_proj_fc
+    args = (y, x, proj_weight, proj_bias, ln_weight, ln_bias, fc_weight, fc_bias,
+            mlp_proj_weight, mlp_proj_bias)  # fmt: skip
+    impl = _window_mlp_impl if direct(*args) else _window_mlp
     return impl(*args, float(eps))

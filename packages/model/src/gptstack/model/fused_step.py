@@ -84,11 +84,10 @@ WINDOW_ROWS = 64
 WINDOW_ATTENTION = True
 
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
-# ln_2 and mlp.c_fc (+ GELU) as one window_proj_fc launch for narrow models (n_embd in its
-# WINDOW_PROJ_FC_WIDTHS: esp32's 256), the same bits as the two decode_linear calls. Off: it
-# lost on the H100 (2026-12-06, side by side at esp32: 9,517 vs 9,726 tok/s with it; 7.25 vs
-# 6.33 us a call against the two launches, each CTA reading all of c_proj). The A/B switch.
-WINDOW_PROJ_FC = False
+# ln_2, mlp.c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch where the model
+# is narrow (n_embd in its WINDOW_MLP_WIDTHS: esp32's 256), the same bits as the three
+# decode_linear calls. Measured: TODO. The A/B switch of the benchmarks.
+WINDOW_MLP = True
 
 # window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
 # model has none) and the tanh GELU in cuBLASLt's epilogue (torch._addmm_activation: one launch
@@ -165,8 +164,8 @@ class FusedDecodeStep:
         self.window_rows = WINDOW_ROWS if self.rows_kernel_runs() else 0
         # window()'s c_attn and attention in one launch (see WINDOW_ATTENTION)
         self.window_attention = WINDOW_ATTENTION
-        # window()'s c_proj and c_fc in one launch (see WINDOW_PROJ_FC)
-        self.window_proj_fc = WINDOW_PROJ_FC
+        # window()'s c_proj, ln_2 and MLP in one launch (see WINDOW_MLP)
+        self.window_mlp = WINDOW_MLP
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
         self.window_epilogues = WINDOW_EPILOGUES
         # the embeddings by decode_embed / window_embed (see IO_KERNELS)
@@ -318,16 +317,23 @@ class FusedDecodeStep:
         return self._head(x)
 
     def _window_after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
-        """_after_attention for the window's rows x (B * T, C): its c_proj, ln_2 and c_fc as
-        one window_proj_fc launch where WINDOW_PROJ_FC applies, then mlp.c_proj."""
-        if not (self.window_proj_fc and x.size(1) in self.ops.decode.WINDOW_PROJ_FC_WIDTHS):
+        """_after_attention for the window's rows x (B * T, C) and their attention y: c_proj
+        (+ residual), ln_2, c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch
+        where WINDOW_MLP applies (n_embd in WINDOW_MLP_WIDTHS, at least MMA_MIN_ROWS rows),
+        else _after_attention's decode_linear calls; the same bits either way."""
+        decode = self.ops.decode
+        if not (
+            self.window_mlp
+            and x.size(1) in decode.WINDOW_MLP_WIDTHS
+            and x.size(0) >= decode.MMA_MIN_ROWS
+        ):
             return self._after_attention(block, x, y)
         attn, mlp = block.attn, block.mlp
-        x, h = self.ops.window_proj_fc(
+        return self.ops.window_mlp(
             y, x, attn.c_proj.weight, attn.c_proj.bias, mlp.c_fc.weight, mlp.c_fc.bias,
-            ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, eps=self.eps,
+            mlp.c_proj.weight, mlp.c_proj.bias, ln_weight=block.ln_2.weight,
+            ln_bias=block.ln_2.bias, eps=self.eps,
         )  # fmt: skip
-        return self.ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
 
     def _attention_in_one_launch(self, T: int) -> bool:
         """Whether _window_rows runs a block's c_attn and attention as one window_attention
