@@ -1,8 +1,11 @@
 // cluster.cuh: thread-block cluster primitives (sm_90 and newer; CUDA C++ Programming Guide,
 // "Thread Block Clusters" and "Distributed Shared Memory"; PTX ISA barrier.cluster, mapa,
 // ld.shared::cluster): the CTA's rank in its cluster, the cluster barrier as a split arrive /
-// wait, and 16-byte loads of another CTA's shared memory. Used by decode_blocks.cu and
-// window_mlp.cuh. GS_CLUSTERS is defined where they exist: the host pass, sm_90+ device passes,
+// wait, 16-byte loads of another CTA's shared memory, and 16-byte stores into it (st.async) that
+// complete on the receiver's mbarrier, so the receiver waits for the bytes it expects instead of
+// a cluster barrier (whose release is a GPU-wide memory barrier: MEMBAR.ALL.GPU + ERRBAR in the
+// SASS, ~30 % of window_mlp's first version's stall samples under ncu). Used by decode_blocks.cu
+// and window_mlp.cuh. GS_CLUSTERS is defined where they exist: the host pass, sm_90+ device passes,
 // and GS_ATTN_EMULATE builds, where they go to the warp emulator (attention_emu/emu.h's
 // launch_cluster runs a cluster's CTAs together and checks these accesses for races).
 #pragma once
@@ -22,6 +25,13 @@ inline uint4 load_cluster_u4(const void* local, int rank) {
   emu::cluster_load(&v, local, rank, sizeof v);
   return v;
 }
+inline void cluster_arrive_relaxed() { emu::cluster_arrive(); }
+inline void mbar_init_expect(uint64_t* bar, unsigned bytes) { emu::mbar_init_expect(bar, bytes); }
+inline void fence_mbarrier_init() {}
+inline void st_async_u4(void* local, int rank, uint4 v, uint64_t* local_bar) {
+  emu::st_async(local, rank, &v, sizeof v, local_bar);
+}
+inline void mbar_wait(uint64_t* bar, unsigned parity) { emu::mbar_wait(bar, parity); }
 }  // namespace gs
 
 #elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -62,6 +72,50 @@ __device__ __forceinline__ uint4 load_cluster_u4(const void* local, int rank) {
                : "r"(remote)
                : "memory");
   return v;
+}
+// barrier.cluster.arrive without release semantics: for a barrier that orders no memory
+// accesses of its own (fence_mbarrier_init publishes the mbarriers before it)
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+// An mbarrier in this CTA's shared memory whose phase 0 completes once `bytes` have arrived
+// through st_async_u4 (one arrival, this thread's, expecting them)
+__device__ __forceinline__ void mbar_init_expect(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cta.b64 _, [%0], %1;"
+               ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+// the mbarriers initialized by this thread become visible to the cluster's next barrier
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// v into CTA rank's shared memory at the address `local` has in this CTA, completing 16 bytes of
+// the transaction count of rank's mbarrier at local_bar's address (16-byte aligned)
+__device__ __forceinline__ void st_async_u4(void* local, int rank, uint4 v, uint64_t* local_bar) {
+  unsigned remote, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(shared_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_bar)
+               : "r"(shared_address(local_bar)), "r"(rank));
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
+      ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+      : "memory");
+}
+// until the phase of parity `parity` of this CTA's mbarrier has completed (acquire, cluster
+// scope: the other CTAs' st.async bytes are visible after it)
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
 }
 }  // namespace gs
 #endif

@@ -15,10 +15,15 @@
 //   - 64 columns of h (c_fc's rows [64q, 64q + 64)),
 // so each weight byte is read once per cluster (80 KiB a CTA at esp32's C = 256, all requested
 // before pdl_wait). What a CTA needs of the others' columns travels through distributed shared
-// memory: after x1's columns, a cluster barrier, then every CTA gathers whole x1 rows from the
-// cluster (16 KiB) for the LayerNorm; after h's columns, a barrier, and it gathers whole h rows
-// (64 KiB) for mlp.c_proj. Two barriers (~0.2 us each) and two gathers instead of two launches,
-// and x1 and h never go through L2.
+// memory, pushed, not pulled: each CTA stores its columns of x1 (then of h) into every CTA of
+// the cluster by st.async, 16 bytes a store, and each waits on its own mbarrier for the bytes of
+// its whole x1 rows (16 KiB: the LayerNorm's input), then of its whole h rows (64 KiB:
+// mlp.c_proj's). No cluster barrier between the phases (the one publishing the mbarriers at the
+// start is waited for just before the first store), and x1 and h never go through L2. The first
+// version pulled the columns (ld.shared::cluster) after two cluster barriers: 14.2 vs 10.4 us a
+// call against the three launches on the H100, its time in the loads' round trips (each store
+// waited for its load) and in the barriers' release, a GPU-wide memory barrier (ncu:
+// benchmarks/profiles/ncu-window-mlp-h100-20261206-01aa308.txt).
 // Bits: each output's sum is mma_rows_k's (k ascending, whatever the tiling), the LayerNorm is
 // layernorm_rows (4 rows a warp, as decode_linear's), and the epilogues are linear_epilogue in
 // decode_linear's order, so x1, h and out are the three launches' bits; x1 stays in the two mma
@@ -91,21 +96,25 @@ template <int C> struct Layout {
   static constexpr int bp = lnb + C;
   static constexpr int bf = bp + kOutCols;
   static constexpr int bm = bf + kHidCols;
-  static constexpr int end = bm + kOutCols;
-  static_assert(C % 64 == 0 && x1_part % 8 == 0 && lnw % 8 == 0, "16-byte regions");
+  static constexpr int bars = bm + kOutCols;  // two 8-byte mbarriers: x1's rows, h's rows
+  static constexpr int end = bars + 8;
+  static_assert(C % 64 == 0 && x1_part % 8 == 0 && lnw % 8 == 0 && bars % 8 == 0,
+                "16-byte regions");
 };
 template <int C> constexpr int64_t shared_bytes() { return int64_t(Layout<C>::end) * 2; }
 
-// Whole rows into rows_s (pitch P) from the cluster's parts (part_s of each CTA, pitch PP, Cols
-// columns each, CTA r's at columns [r Cols, (r + 1) Cols)): 16 bytes a load, every thread.
+// This CTA's columns (part_s, pitch PP, Cols columns) into the rows of every CTA of the cluster
+// (rows_s, pitch P, at columns [rank Cols, (rank + 1) Cols) for this CTA's rank), each 16-byte
+// store completing its bytes on the receiver's mbarrier bar: consecutive threads send one chunk
+// to consecutive CTAs.
 template <int Cols, int PP, int P>
-__device__ __forceinline__ void gather_rows(uint16_t* rows_s, const uint16_t* part_s, int ctas,
-                                            int tid) {
-  constexpr int kChunks = Cols / 8;  // 16-byte chunks of a part's row
+__device__ __forceinline__ void push_columns(uint16_t* rows_s, const uint16_t* part_s,
+                                             uint64_t* bar, int rank, int ctas, int tid) {
+  constexpr int kChunks = Cols / 8;  // 16-byte chunks of a row of the part
   for (int i = tid; i < ctas * kRows * kChunks; i += kThreads) {
-    const int rank = i / (kRows * kChunks), row = i / kChunks % kRows, ch = i % kChunks;
-    const uint4 v = load_cluster_u4(part_s + row * PP + ch * 8, rank);
-    sts(reinterpret_cast<uint4*>(rows_s + row * P + rank * Cols + ch * 8), v);
+    const int to = i % ctas, chunk = i / ctas, row = chunk / kChunks, ch = chunk % kChunks;
+    const uint4 v = lds(reinterpret_cast<const uint4*>(part_s + row * PP + ch * 8));
+    st_async_u4(rows_s + row * P + rank * Cols + ch * 8, to, v, bar);
   }
 }
 
@@ -121,10 +130,19 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
            *wf_s = s + L::wf, *wm_s = s + L::wm, *x1p_s = s + L::x1_part, *hp_s = s + L::h_part,
            *lnw_s = s + L::lnw, *lnb_s = s + L::lnb, *bp_s = s + L::bp, *bf_s = s + L::bf,
            *bm_s = s + L::bm;
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(s + L::bars);  // x1's rows, h's rows
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int q = cluster_rank();  // = blockIdx.x: the cluster spans x
   const int r0 = blockIdx.y * kRows, c0 = q * kOutCols, n0 = q * kHidCols;
 
+  // the mbarriers the cluster's stores complete on, published by a cluster barrier that is
+  // waited for only before this CTA's first store
+  if (tid == 0) {
+    mbar_init_expect(bars, kRows * C * 2);
+    mbar_init_expect(bars + 1, kRows * N * 2);
+    fence_mbarrier_init();
+  }
+  cluster_arrive_relaxed();
   pdl_launch_dependents();
   // every weight of the CTA is on its way (or, the small vectors, in shared memory) before
   // waiting for the kernel before
@@ -160,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
   __syncthreads();
 
   // x1 = x + y Wp^T + bp for the CTA's columns, rounded once; kept in the mma warps' registers
-  // (the MLP's residual) and in x1p_s for the cluster
+  // (the MLP's residual) and in x1p_s, from where every thread sends them to the cluster
   uint32_t x1_pairs[kNT][2] = {};
   if (mma_warp) {
     float acc[kNT][4] = {};
@@ -174,10 +192,10 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
       sts(reinterpret_cast<uint32_t*>(x1p_s + (warp * 16 + r) * PX + c), packed);
     });
   }
-  cluster_arrive();
-  cluster_wait();  // every CTA's x1 columns written
-  gather_rows<kOutCols, PX, P>(x1_s, x1p_s, Q, tid);
   __syncthreads();
+  cluster_wait();  // every CTA's mbarriers are initialized
+  push_columns<kOutCols, PX, P>(x1_s, x1p_s, bars, q, Q, tid);
+  mbar_wait(bars, 0);  // the whole x1 rows have arrived
   ml::layernorm_rows<kRows / kWarps>(x1_s, P, C, lnw_s, lnb_s, a.eps, warp, lane);
   __syncthreads();
 
@@ -193,13 +211,11 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
                     ml::linear_epilogue(acc[nt][2 * hh + 1], lds(bf_s + cl + 1), true, 0.0f)));
     });
   }
-  cluster_arrive();
-  cluster_wait();  // every CTA's h columns written
-  gather_rows<kHidCols, PH, PN>(h_s, hp_s, Q, tid);
-  cluster_arrive();  // done with the others' shared memory (waited for before exiting)
   __syncthreads();
+  push_columns<kHidCols, PH, PN>(h_s, hp_s, bars + 1, q, Q, tid);
 
   if (mma_warp) {  // out = x1 + h Wm^T + bm for the CTA's columns
+    mbar_wait(bars + 1, 0);  // the whole h rows have arrived
     float acc[kNT][4] = {};
     ml::mma_rows_k<kNT>(acc, h_s + warp * 16 * PN, wm_s, N, PN, lane);
     ml::each_acc_pair<kNT>(lane, [&](int nt, int hh, int r, int c) {
@@ -211,7 +227,8 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
                               bf16_hi(x1_pairs[nt][hh])));
     });
   }
-  cluster_wait();  // no CTA exits while another may still read its shared memory
+  // No CTA reads another's shared memory, and every store into a CTA has arrived before its
+  // mma warps pass their waits: a CTA may exit without a cluster barrier.
 #endif
 }
 

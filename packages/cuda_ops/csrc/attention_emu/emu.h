@@ -17,6 +17,10 @@
 // CTA wrote the bytes in the same cluster epoch, as is a write of bytes another CTA read in it,
 // and an error once that CTA has exited. (An access between a thread's arrive and its wait
 // counts in the epoch current when it happens: the split barrier is modelled no finer.)
+// mbarriers with transaction counts (mbar_init_expect, mbar_wait) and st.async into another CTA's
+// shared memory: a store to an mbarrier not yet initialized, beyond the bytes it expects, or
+// into an exited CTA is an error, and so is a thread's read of bytes st.async delivered before
+// that thread has waited for the phase they complete.
 // Floating point: products and sums in fp32 (the tensor cores' exact rounding is not modelled),
 // ex2.approx as exp2f. Errors throw emu::Error.
 #pragma once
@@ -28,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -93,6 +98,13 @@ struct Shadow {
   long r_epoch = -1, r_wepoch = -1, r_cepoch = -1;
   int remote_reader = -1;  // the rank of another CTA that read the byte in cluster epoch rr_cepoch
   long rr_cepoch = -1;
+  long async_bar = -1, async_phase = -1;  // st.async: the mbarrier (offset) and phase it completes
+};
+
+// An mbarrier: arrivals still pending and transaction bytes still expected in the current phase
+struct MBar {
+  int expected = 0, pending = 0;
+  long tx = 0, phase = 0;  // phase: phases completed so far
 };
 
 struct Fiber {
@@ -100,6 +112,7 @@ struct Fiber {
   std::unique_ptr<char[]> stack;  // not value-initialized: pages are touched only where used
   bool done = false;
   long arrived = -1;  // the cluster barrier's generation at this thread's arrive, -1: none open
+  std::map<size_t, long> seen;  // mbarrier offset -> the phases this thread has seen complete
   std::vector<Copy> open;                  // issued, not yet committed
   std::vector<std::vector<Copy>> groups;   // committed, oldest first
 };
@@ -114,6 +127,7 @@ struct Block {
   int alive = 0;  // threads not yet exited
   int rank = 0;   // in its cluster
   dim3 idx;       // its blockIdx
+  std::map<size_t, MBar> mbars;  // by shared-memory offset
   std::vector<Fiber> fibers;
   std::vector<unsigned char> smem;
   std::vector<Shadow> shadow;
@@ -230,6 +244,13 @@ inline void shared_access(const void* p, size_t n, bool write) {
       s.w_wepoch = warp_epoch();
       s.w_cepoch = cluster_epoch();
     } else {
+      if (s.async_bar >= 0) {
+        const auto& seen = B.fibers[g_cur].seen;
+        const auto it = seen.find(static_cast<size_t>(s.async_bar));
+        if (it == seen.end() || it->second <= s.async_phase)
+          fail("read of shared byte " + std::to_string(i) + ", which st.async delivered, before "
+               "waiting for the mbarrier phase it completes");
+      }
       const bool several = s.r_epoch == epoch() && s.reader != g_cur && s.reader != -1;
       s.r_warp = several && s.r_warp != warp() ? -1 : warp();
       s.reader = several ? -2 : g_cur;
@@ -269,6 +290,56 @@ inline void cluster_load(void* dst, const void* local, int rank, size_t n) {
 }
 
 inline unsigned char* dynamic_shared() { return g_block->smem.data(); }
+
+// --- mbarriers and st.async ------------------------------------------------------------------------
+inline void mbar_complete_if_done(MBar& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.expected;
+  }
+}
+// mbarrier.init with one arrival, then that arrival expecting `bytes` of transactions
+inline void mbar_init_expect(uint64_t* bar, unsigned bytes) {
+  const size_t off = smem_offset(bar, 8, 8);
+  shared_access(bar, 8, true);
+  MBar& m = g_block->mbars[off] = MBar{1, 0, static_cast<long>(bytes), 0};
+  mbar_complete_if_done(m);
+}
+// mbarrier.try_wait.parity in a loop: until the phase of that parity has completed
+inline void mbar_wait(uint64_t* bar, unsigned parity) {
+  const size_t off = smem_offset(bar, 8, 8);
+  auto it = g_block->mbars.find(off);
+  if (it == g_block->mbars.end()) fail("mbarrier wait on shared memory that is no mbarrier");
+  ++g_progress;
+  while ((it->second.phase & 1) == static_cast<long>(parity & 1)) yield();
+  g_block->fibers[g_cur].seen[off] = it->second.phase;
+}
+// st.async of n bytes into CTA rank's shared memory at local's offset, completing n bytes of
+// rank's mbarrier at local_bar's offset
+inline void st_async(void* local, int rank, const void* src, size_t n, uint64_t* local_bar) {
+  if (!g_cluster) fail("st.async outside a cluster launch");
+  const size_t off = smem_offset(local, n, n), bar = smem_offset(local_bar, 8, 8);
+  std::vector<Block>& blocks = *g_cluster->blocks;
+  if (rank < 0 || rank >= static_cast<int>(blocks.size()))
+    fail("cluster rank " + std::to_string(rank) + " outside the cluster");
+  Block& other = blocks[rank];
+  if (other.alive == 0) fail("st.async into CTA " + std::to_string(rank) + " after it exited");
+  auto it = other.mbars.find(bar);
+  if (it == other.mbars.end())
+    fail("st.async to CTA " + std::to_string(rank) + "'s mbarrier before it was initialized "
+         "(no cluster barrier between its mbarrier.init and this store?)");
+  MBar& m = it->second;
+  if (m.pending == 0 && m.tx < static_cast<long>(n))
+    fail("st.async of more bytes than CTA " + std::to_string(rank) + "'s mbarrier expects");
+  for (size_t i = off; i < off + n; ++i) {
+    other.shadow[i].async_bar = static_cast<long>(bar);
+    other.shadow[i].async_phase = m.phase;
+  }
+  std::memcpy(other.smem.data() + off, src, n);
+  m.tx -= static_cast<long>(n);
+  ++g_progress;
+  mbar_complete_if_done(m);
+}
 
 // --- cp.async ----------------------------------------------------------------------------------
 inline void cp_async(void* dst, const void* src, int size, int src_bytes) {
