@@ -85,14 +85,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention": False,
     },
-    # the rest of the slide window's blocks after attention (c_proj, ln_2, MLP) as three
-    # decode_linear launches instead of one window_mlp launch where the model is narrow
-    # (fused_step.WINDOW_MLP off)
-    "graph bf16 fused three-launch-mlp": {
+    # the rest of the slide window's blocks after attention (c_proj, ln_2, MLP) as one
+    # window_mlp launch instead of three decode_linear launches where the model is narrow
+    # (fused_step.WINDOW_MLP on; opt-in: it lost)
+    "graph bf16 fused one-launch-mlp": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_mlp": False,
+        "window_mlp": True,
     },
     # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
     # after the MLP's first matmul, and the last block's attention computed for every row

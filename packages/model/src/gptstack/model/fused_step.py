@@ -86,8 +86,12 @@ WINDOW_ATTENTION = True
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
 # ln_2, mlp.c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch where the model
 # is narrow (n_embd in its WINDOW_MLP_WIDTHS: esp32's 256), the same bits as the three
-# decode_linear calls. Measured: TODO. The A/B switch of the benchmarks.
-WINDOW_MLP = True
+# decode_linear calls. Off: it lost on the H100 (2026-12-06, side by side at esp32: 8,993 vs
+# 9,526 tok/s with it; 12.5 vs 10.6 us a call in a chain against the three launches, its
+# critical path one CTA's three products and two exchanges through distributed shared memory,
+# where the three launches overlap each one's weight loads with the kernel before). The A/B
+# switch of the benchmarks.
+WINDOW_MLP = False
 
 # window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
 # model has none) and the tanh GELU in cuBLASLt's epilogue (torch._addmm_activation: one launch
