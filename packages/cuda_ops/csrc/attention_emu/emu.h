@@ -291,7 +291,7 @@ inline void cluster_load(void* dst, const void* local, int rank, size_t n) {
 
 inline unsigned char* dynamic_shared() { return g_block->smem.data(); }
 
-// --- mbarriers and st.async ------------------------------------------------------------------------
+// --- mbarriers and st.async -------------------------------------------------------------------
 inline void mbar_complete_if_done(MBar& m) {
   if (m.pending == 0 && m.tx == 0) {
     ++m.phase;
