@@ -106,7 +106,8 @@ __device__ __forceinline__ void st_async_u4(void* local, int rank, uint4 v, uint
       : "memory");
 }
 // until the phase of parity `parity` of this CTA's mbarrier has completed (acquire, cluster
-// scope: the other CTAs' st.async bytes are visible after it)
+// scope: the other CTAs' st.async bytes are visible after it; decode_blocks waits so for its
+// bulk copies too)
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
   while (!done)

@@ -81,16 +81,6 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
         ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(b)
         : "memory");
 }
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done)
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-        "selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity)
-        : "memory");
-}
 #endif
 // Built by dev/decode_blocks_phases.cu with GS_DECODE_BLOCKS_STAMPS, thread 0 of each CTA
 // records clock64() when each phase's work is done (st 0) and when its barrier is passed (st 1),
@@ -287,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk_load(slice(item), W(item / 4, matrix[item % 4]) + int64_t(r.n0) * r.K,
               r.bytes(sizeof(T)), &bars[item % buffers]);
   };
-  auto await = [&](int item) { mbarrier_wait(&bars[item % buffers], (item / buffers) & 1); };
+  auto await = [&](int item) { mbar_wait(&bars[item % buffers], (item / buffers) & 1); };
   if (threadIdx.x == 0)
     for (int i = 0; i < buffers; ++i) mbarrier_init(&bars[i]);
   __syncthreads();
