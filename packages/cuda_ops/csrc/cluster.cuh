@@ -31,7 +31,9 @@ inline void fence_mbarrier_init() {}
 inline void st_async_u4(void* local, int rank, uint4 v, uint64_t* local_bar) {
   emu::st_async(local, rank, &v, sizeof v, local_bar);
 }
-inline void mbar_wait(uint64_t* bar, unsigned parity) { emu::mbar_wait(bar, parity); }
+template <bool Cluster = true> inline void mbar_wait(uint64_t* bar, unsigned parity) {
+  emu::mbar_wait(bar, parity);
+}
 }  // namespace gs
 
 #elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -105,18 +107,28 @@ __device__ __forceinline__ void st_async_u4(void* local, int rank, uint4 v, uint
       ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
       : "memory");
 }
-// until the phase of parity `parity` of this CTA's mbarrier has completed (acquire, cluster
-// scope: the other CTAs' st.async bytes are visible after it; decode_blocks waits so for its
-// bulk copies too)
+// until the phase of parity `parity` of this CTA's mbarrier has completed, with acquire at
+// cluster scope (the other CTAs' st.async bytes are visible after it) or, Cluster = false, at
+// CTA scope (enough for this CTA's own bulk copies: decode_blocks)
+template <bool Cluster = true>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
-  while (!done)
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
-        "selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity)
-        : "memory");
+  while (!done) {
+    if constexpr (Cluster)
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+          "selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(shared_address(bar)), "r"(parity)
+          : "memory");
+    else
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+          "selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(shared_address(bar)), "r"(parity)
+          : "memory");
+  }
 }
 }  // namespace gs
 #endif

@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk_load(slice(item), W(item / 4, matrix[item % 4]) + int64_t(r.n0) * r.K,
               r.bytes(sizeof(T)), &bars[item % buffers]);
   };
-  auto await = [&](int item) { mbar_wait(&bars[item % buffers], (item / buffers) & 1); };
+  auto await = [&](int item) { mbar_wait<false>(&bars[item % buffers], (item / buffers) & 1); };
   if (threadIdx.x == 0)
     for (int i = 0; i < buffers; ++i) mbarrier_init(&bars[i]);
   __syncthreads();
