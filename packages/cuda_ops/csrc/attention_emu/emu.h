@@ -329,7 +329,10 @@ inline void st_async(void* local, int rank, const void* src, size_t n, uint64_t*
     fail("st.async to CTA " + std::to_string(rank) + "'s mbarrier before it was initialized "
          "(no cluster barrier between its mbarrier.init and this store?)");
   MBar& m = it->second;
-  if (m.pending == 0 && m.tx < static_cast<long>(n))
+  // beyond the bytes expected: in a phase whose arrivals are in, or in one no arrival has
+  // announced yet after a completed one (the kernels here use each phase once)
+  const bool announced_all = m.pending == 0, unannounced = m.phase > 0 && m.pending == m.expected;
+  if (m.tx < static_cast<long>(n) && (announced_all || unannounced))
     fail("st.async of more bytes than CTA " + std::to_string(rank) + "'s mbarrier expects");
   for (size_t i = off; i < off + n; ++i) {
     other.shadow[i].async_bar = static_cast<long>(bar);
