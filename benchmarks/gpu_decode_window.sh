@@ -26,6 +26,10 @@
 #   kernels    packages/cuda_ops/scripts/window_linear_bench.py at both presets' widths
 #              (window-linear-*.json) and scripts/window_parts_bench.py (window-parts.json: the
 #              window's attention, decode_attention, window_attention, window_mlp)
+#   ncu        ncu --set full (base clocks, caches flushed) of one call of each kernel that
+#              NCU_KERNELS matches (default "window_mlp|window_attention|decode_linear_mma") in
+#              scripts/window_parts_bench.py --once (ncu.txt), and the first one's warp stall
+#              samples by SASS instruction (ncu-source.csv.gz)
 #   profile    benchmarks/profile_decode.py gptstack vs gptstack-rows-window (prof.tgz)
 #   dev        every binary in .device/bin: packages/cuda_ops/dev/*.cu built here with
 #              `nvcc -arch=sm_90a -O3 -std=c++17 -I packages/cuda_ops/csrc` (dev-*.txt)
@@ -47,7 +51,7 @@ unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/gptstack-pycache
 T0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - T0 )) s] $*"; }
 # STAGES picks steps (default all); ROUNDS sets sample_speed's alternations (default 3).
-STAGES=${STAGES:-"build train speed test cli memcheck kernels profile"}
+STAGES=${STAGES:-"build train speed test cli memcheck kernels ncu profile"}
 SPEED_CONFIGS=${SPEED_CONFIGS:-"graph bf16 fused,graph bf16 fused rows-window"}
 PROFILE_CONFIGS=${PROFILE_CONFIGS:-"gptstack,gptstack-rows-window"}
 mkdir -p "$OUT/r"
@@ -113,6 +117,17 @@ timeout 90 python3 packages/cuda_ops/scripts/window_linear_bench.py --preset-c 2
   --rounds 10 --json "$OUT/r/window-linear-esp32.json"
 timeout 90 python3 packages/cuda_ops/scripts/window_parts_bench.py --rounds 10 \
   --json "$OUT/r/window-parts.json"
+fi
+
+if want ncu; then
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+KERNELS=${NCU_KERNELS:-"window_mlp|window_attention|decode_linear_mma"}
+timeout 150 "$NCU" --set full --cache-control none -k regex:"$KERNELS" \
+  python3 packages/cuda_ops/scripts/window_parts_bench.py --once > "$OUT/r/ncu.txt" 2>&1
+grep -E "^  [a-z_:]+.*\(|Duration" "$OUT/r/ncu.txt" | head -n 20
+timeout 150 "$NCU" --set full --import-source yes --page source --csv --cache-control none \
+  -k regex:"${KERNELS%%|*}" -c 1 python3 packages/cuda_ops/scripts/window_parts_bench.py --once \
+  2>&1 | grep -v "^==" | gzip > "$OUT/r/ncu-source.csv.gz"
 fi
 
 if want profile; then
