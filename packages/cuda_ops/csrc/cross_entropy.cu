@@ -158,8 +158,7 @@ void launch(float* losses, T* dz, const T* z, const int64_t* targets, const floa
             int64_t ignore_index, CrossEntropyShape s, cudaStream_t stream) {
   if (s.n == 0) return;
   constexpr int W = 16 / sizeof(T);
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = s.V % W == 0 && aligned(z) && (!dz || aligned(dz));
+  const bool vec = s.V % W == 0 && aligned16(z) && (!dz || aligned16(dz));
   const int width = vec ? W : 1;
   if (s.V <= kWarpRowMaxV) {
     const unsigned blocks = unsigned((s.n + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);

@@ -30,6 +30,20 @@ inline cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_
 
 inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 
+// Whether p may be read and written in 16-byte vectors (and cp.async'd)
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The current device's opt-in maximum of dynamic shared memory per block (bytes; 227 KiB on the
+// H100/H200), or -1 where the runtime cannot say: launchers that fall back when a kernel's
+// shared memory does not fit compare with it
+inline int smem_optin_here() {
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return -1;
+  return optin;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), or its emulation.
 template <typename... P, typename... A>
 void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -280,9 +280,8 @@ template <typename T>
 void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int64_t R,
                       int64_t nh, int64_t T_, int64_t hs, cudaStream_t stream) {
   static LaunchCheck vector_check, scalar_check;
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   // 16-byte loads need 16-byte rows: hs a multiple of the vector width, aligned caches
-  const bool vector = hs % Vec16<T>::n == 0 && aligned(kc) && aligned(vc);
+  const bool vector = hs % Vec16<T>::n == 0 && aligned16(kc) && aligned16(vc);
   const int64_t width = vector ? Vec16<T>::n : 1, groups = kAttnThreads / (hs / width);
   const int smem = static_cast<int>((round4(hs) + round4(T_) + groups * hs) * sizeof(float));
   const dim3 grid(static_cast<unsigned>(nh), static_cast<unsigned>(R));

@@ -89,9 +89,8 @@ template <typename T, bool Backward>
 void launch(const char* op, T* out, const T* dout, const T* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   constexpr int W = 16 / sizeof(T);
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   int64_t head = 0;  // elements done by the vector kernel
-  if (aligned(out) && aligned(x) && (!Backward || aligned(dout)) && n >= W) {
+  if (aligned16(out) && aligned16(x) && (!Backward || aligned16(dout)) && n >= W) {
     int64_t packs = n / W;
     unsigned blocks = std::min<long long>(ceil_div(packs, kThreads), kMaxBlocks);
     elementwise_kernel<T, W, Backward><<<blocks, kThreads, 0, stream>>>(out, dout, x, packs);

@@ -516,8 +516,6 @@ void param_grad_reduce(T* dweight, T* dbias, const float* workspace, int blocks,
         dweight, dbias, workspace, blocks, C);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 std::string shape_text(LayerNormShape s) {
   return "(N=" + std::to_string(s.N) + ", C=" + std::to_string(s.C) + ")";
 }

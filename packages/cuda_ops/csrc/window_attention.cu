@@ -28,12 +28,8 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
     return false;
   const int64_t hs = C / nh;
   if (hs != 32 && hs != 64) return false;  // kWindowAttentionHeadSizes
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(x) || !aligned(w) || !aligned(y)) return false;  // cp.async, 16-byte stores
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    return false;
+  if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return false;  // cp.async, 16-byte stores
+  const int optin = smem_optin_here();
   const int64_t smem = hs == 32 ? wa::shared_bytes<32>(C) : wa::shared_bytes<64>(C);
   if (smem > optin) return false;  // x and the head's weight rows do not fit one CTA
   auto bits = [](const void* p) { return static_cast<const uint16_t*>(p); };

@@ -23,16 +23,15 @@ bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, co
   // kernel has other bits, so the three calls are the answer there
   if (dtype != DType::bf16 || !ln_w || R < kDecodeMmaMinRows || !wm_::compiled_for(int(C)))
     return false;
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(out) || !aligned(y) || !aligned(x) || !aligned(wp) || !aligned(wf) ||
-      !aligned(wm))
+  if (!aligned16(out) || !aligned16(y) || !aligned16(x) || !aligned16(wp) || !aligned16(wf) ||
+      !aligned16(wm))
     return false;  // cp.async rows, pair loads and stores
-  int dev = 0, major = 0, optin = 0;
+  int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-          cudaSuccess || major < 9)
+      major < 9)
     return false;  // thread-block clusters: sm_90 and newer
+  const int optin = smem_optin_here();
   auto bits = [](const void* p) { return static_cast<const uint16_t*>(p); };
   const wm_::Args a{static_cast<uint16_t*>(out), bits(y), bits(x), bits(wp), bits(bp),
                     bits(ln_w), bits(ln_b), bits(wf), bits(bf), bits(wm), bits(bm), int(R),
