@@ -71,15 +71,24 @@ inline std::vector<double> decode_linear_reference(const uint16_t* x, int R, int
   return out;
 }
 
-// kernel<<<grid, block, smem>>>(args) under the emulator: "" or what went wrong
+// kernel<<<grid, block, smem>>>(args) under the emulator, in clusters of cluster_x CTAs along x
+// where cluster_x > 0 (emu::launch_cluster): "" or what went wrong
 template <typename... P, typename... A>
-std::string launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, const A&... args) {
+std::string launch_clusters(unsigned cluster_x, void (*kernel)(P...), dim3 grid, dim3 block,
+                            size_t smem, const A&... args) {
   try {
-    emu::launch(kernel, grid, block, smem, args...);
+    if (cluster_x > 0)
+      emu::launch_cluster(kernel, grid, block, smem, cluster_x, args...);
+    else
+      emu::launch(kernel, grid, block, smem, args...);
   } catch (const emu::Error& e) {
     return e.what();
   }
   return "";
+}
+template <typename... P, typename... A>
+std::string launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, const A&... args) {
+  return launch_clusters(0, kernel, grid, block, smem, args...);
 }
 
 // decode_linear's tensor-core launch as decode.cu makes it: NT 8-column tiles a warp, the

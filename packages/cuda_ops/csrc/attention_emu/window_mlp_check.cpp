@@ -51,13 +51,9 @@ bool run_case(const Case& c, std::mt19937& rng) {
                     wf.data(), bfp, wm.data(), bmp, R, eps};
   std::string error = "no instance for C";
   wm_::with_kernel_for(C, [&](auto kernel, int ctas, int64_t smem) {
-    try {
-      emu::launch_cluster(kernel.value, dim3(ctas, (R + wm_::kRows - 1) / wm_::kRows),
-                          dim3(wm_::kThreads), size_t(smem), unsigned(ctas), a);
-      error.clear();
-    } catch (const emu::Error& e) {
-      error = e.what();
-    }
+    error = launch_clusters(unsigned(ctas), kernel.value,
+                            dim3(ctas, (R + wm_::kRows - 1) / wm_::kRows), dim3(wm_::kThreads),
+                            size_t(smem), a);
   });
   // the three launches it replaces
   const ml::Args proj{x1_ref.data(), y.data(), wp.data(), bpp, nullptr, nullptr, x.data(),

@@ -344,12 +344,9 @@ def window_attention(
     ):
         if t is not None or name in ("weight", "ln_weight"):
             like(op, "x", x, name, t, shape=shape)
-    impl = (
-        _window_attention_impl
-        if direct(x, weight, bias, ln_weight, ln_bias)
-        else (_window_attention)
-    )
-    return impl(x, weight, bias, ln_weight, ln_bias, n_head, float(eps))
+    args = (x, weight, bias, ln_weight, ln_bias)
+    impl = _window_attention_impl if direct(*args) else _window_attention
+    return impl(*args, n_head, float(eps))
 
 
 def _window_mlp_impl(

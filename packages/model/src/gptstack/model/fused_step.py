@@ -323,14 +323,10 @@ class FusedDecodeStep:
     def _window_after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
         """_after_attention for the window's rows x (B * T, C) and their attention y: c_proj
         (+ residual), ln_2, c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch
-        where WINDOW_MLP applies (n_embd in WINDOW_MLP_WIDTHS, at least MMA_MIN_ROWS rows),
-        else _after_attention's decode_linear calls; the same bits either way."""
-        decode = self.ops.decode
-        if not (
-            self.window_mlp
-            and x.size(1) in decode.WINDOW_MLP_WIDTHS
-            and x.size(0) >= decode.MMA_MIN_ROWS
-        ):
+        where WINDOW_MLP applies (n_embd in WINDOW_MLP_WIDTHS; _window_rows has at least
+        MMA_MIN_ROWS rows), else _after_attention's decode_linear calls; the same bits either
+        way."""
+        if not (self.window_mlp and x.size(1) in self.ops.decode.WINDOW_MLP_WIDTHS):
             return self._after_attention(block, x, y)
         attn, mlp = block.attn, block.mlp
         return self.ops.window_mlp(
