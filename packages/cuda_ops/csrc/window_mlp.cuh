@@ -24,7 +24,7 @@
 // call against the three launches on the H100, its time in the loads' round trips (each store
 // waited for its load) and in the barriers' release, a GPU-wide memory barrier (ncu:
 // benchmarks/profiles/ncu-window-mlp-h100-20261206-01aa308.txt). This one still loses: 12.5 vs
-// 10.6 us a call, 8,993 vs 9,526 tok/s for `gptstack sample` at esp32 (H100, 2026-12-06): under
+// 10.6 us a call, 9,022 vs 9,526 tok/s for `gptstack sample` at esp32 (H100, 2026-12-06): under
 // programmatic launch the three kernels overlap each one's weight loads and launch with the
 // kernel before, and one CTA's path through three products (mlp.c_proj's a 64-step mma chain
 // on 2 warps) and two exchanges is longer than what the fusion saves. So the model runs it only

@@ -86,7 +86,7 @@ WINDOW_ATTENTION = True
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
 # ln_2, mlp.c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch where the model
 # is narrow (n_embd in its WINDOW_MLP_WIDTHS: esp32's 256), the same bits as the three
-# decode_linear calls. Off: it lost on the H100 (2026-12-06, side by side at esp32: 8,993 vs
+# decode_linear calls. Off: it lost on the H100 (2026-12-06, side by side at esp32: 9,022 vs
 # 9,526 tok/s with it; 12.5 vs 10.6 us a call in a chain against the three launches, its
 # critical path one CTA's three products and two exchanges through distributed shared memory,
 # where the three launches overlap each one's weight loads with the kernel before). The A/B
