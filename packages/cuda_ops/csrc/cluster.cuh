@@ -1,8 +1,8 @@
 // cluster.cuh: thread-block cluster primitives (sm_90 and newer; CUDA C++ Programming Guide,
 // "Thread Block Clusters" and "Distributed Shared Memory"; PTX ISA barrier.cluster, mapa,
-// ld.shared::cluster): the CTA's rank in its cluster, the cluster barrier as a split arrive /
-// wait, 16-byte loads of another CTA's shared memory, and 16-byte stores into it (st.async) that
-// complete on the receiver's mbarrier, so the receiver waits for the bytes it expects instead of
+// st.async, mbarrier): the CTA's rank in its cluster, the cluster barrier as a split arrive /
+// wait, and 16-byte stores into another CTA's shared memory (st.async) that complete on the
+// receiver's mbarrier, so the receiver waits for the bytes it expects instead of
 // a cluster barrier (whose release is a GPU-wide memory barrier: MEMBAR.ALL.GPU + ERRBAR in the
 // SASS, ~30 % of window_mlp's first version's stall samples under ncu). Used by decode_blocks.cu
 // and window_mlp.cuh. GS_CLUSTERS is defined where they exist: the host pass, sm_90+ device passes,
@@ -20,11 +20,6 @@ namespace gs {
 inline int cluster_rank() { return emu::cluster_rank(); }
 inline void cluster_arrive() { emu::cluster_arrive(); }
 inline void cluster_wait() { emu::cluster_wait(); }
-inline uint4 load_cluster_u4(const void* local, int rank) {
-  uint4 v;
-  emu::cluster_load(&v, local, rank, sizeof v);
-  return v;
-}
 inline void cluster_arrive_relaxed() { emu::cluster_arrive(); }
 inline void mbar_init_expect(uint64_t* bar, unsigned bytes) { emu::mbar_init_expect(bar, bytes); }
 inline void fence_mbarrier_init() {}
@@ -60,20 +55,6 @@ __device__ __forceinline__ int cluster_size() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
   return static_cast<int>(r);
-}
-// the 16 bytes at the shared-memory address `local` has in this CTA, read from CTA `rank`'s
-// shared memory (16-byte aligned)
-__device__ __forceinline__ uint4 load_cluster_u4(const void* local, int rank) {
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote)
-               : "r"(shared_address(local)), "r"(rank));
-  uint4 v;
-  asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(remote)
-               : "memory");
-  return v;
 }
 // barrier.cluster.arrive without release semantics: for a barrier that orders no memory
 // accesses of its own (fence_mbarrier_init publishes the mbarriers before it)

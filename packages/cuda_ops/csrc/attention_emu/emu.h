@@ -12,15 +12,13 @@
 // another thread read or wrote, with no barrier in between — and ldmatrix / cp.async addresses
 // are checked for bounds and alignment. A mismatched barrier (deadlock) is reported, not hung.
 // Thread-block clusters (launch_cluster): the CTAs of a cluster run together, their threads
-// interleaved; barrier.cluster (cluster_arrive / cluster_wait) ends a cluster epoch, and a read
-// of another CTA's shared memory (cluster_load, distributed shared memory) is a race where that
-// CTA wrote the bytes in the same cluster epoch, as is a write of bytes another CTA read in it,
-// and an error once that CTA has exited. (An access between a thread's arrive and its wait
-// counts in the epoch current when it happens: the split barrier is modelled no finer.)
-// mbarriers with transaction counts (mbar_init_expect, mbar_wait) and st.async into another CTA's
-// shared memory: a store to an mbarrier not yet initialized, beyond the bytes it expects, or
-// into an exited CTA is an error, and so is a thread's read of bytes st.async delivered before
-// that thread has waited for the phase they complete.
+// interleaved, and drift apart; barrier.cluster (cluster_arrive / cluster_wait) orders accesses
+// as __syncthreads does (an access between a thread's arrive and its wait counts in the epoch
+// current when it happens: the split barrier is modelled no finer). mbarriers with transaction
+// counts (mbar_init_expect, mbar_wait) and st.async into another CTA's shared memory: a store to
+// an mbarrier not yet initialized, beyond the bytes it expects, or into an exited CTA is an
+// error, and so is a thread's read of bytes st.async delivered before that thread has waited for
+// the phase they complete.
 // Floating point: products and sums in fp32 (the tensor cores' exact rounding is not modelled),
 // ex2.approx as exp2f. Errors throw emu::Error.
 #pragma once
@@ -96,8 +94,6 @@ struct Shadow {
   long w_epoch = -1, w_wepoch = -1, w_cepoch = -1;
   int reader = -1, r_warp = -1;  // reader -2: several threads, all of warp r_warp (-1: several)
   long r_epoch = -1, r_wepoch = -1, r_cepoch = -1;
-  int remote_reader = -1;  // the rank of another CTA that read the byte in cluster epoch rr_cepoch
-  long rr_cepoch = -1;
   long async_bar = -1, async_phase = -1;  // st.async: the mbarrier (offset) and phase it completes
 };
 
@@ -235,10 +231,6 @@ inline void shared_access(const void* p, size_t n, bool write) {
            std::to_string(s.writer) + ")");
     if (write) {
       if (conflicts_reader(s)) fail("write-after-read race on shared byte " + std::to_string(i));
-      if (s.remote_reader >= 0 && s.rr_cepoch == cluster_epoch())
-        fail("write-after-read race on shared byte " + std::to_string(i) + ": CTA " +
-             std::to_string(s.remote_reader) +
-             " of the cluster read it with no cluster barrier between");
       s.writer = g_cur;
       s.w_epoch = epoch();
       s.w_wepoch = warp_epoch();
@@ -259,34 +251,6 @@ inline void shared_access(const void* p, size_t n, bool write) {
       s.r_cepoch = cluster_epoch();
     }
   }
-}
-
-// n bytes of CTA `rank`'s shared memory at the offset `local` has in this CTA's
-// (ld.shared::cluster after mapa) into dst: checked for bounds, alignment, a write of the other
-// CTA in this cluster epoch, and that CTA having exited
-inline void cluster_load(void* dst, const void* local, int rank, size_t n) {
-  if (!g_cluster) fail("distributed shared memory outside a cluster launch");
-  const size_t off = smem_offset(local, n, n);
-  std::vector<Block>& blocks = *g_cluster->blocks;
-  if (rank < 0 || rank >= static_cast<int>(blocks.size()))
-    fail("cluster rank " + std::to_string(rank) + " outside the cluster");
-  if (rank == g_block->rank) {  // this CTA's own shared memory: the block's rules
-    shared_access(local, n, false);
-    std::memcpy(dst, local, n);
-    return;
-  }
-  Block& other = blocks[rank];
-  if (other.alive == 0)
-    fail("read of CTA " + std::to_string(rank) + "'s shared memory after it exited");
-  for (size_t i = off; i < off + n; ++i) {
-    Shadow& s = other.shadow[i];
-    if (s.writer != -1 && s.w_cepoch == cluster_epoch())
-      fail("read-after-write race on shared byte " + std::to_string(i) + " of CTA " +
-           std::to_string(rank) + ": written with no cluster barrier between");
-    s.remote_reader = g_block->rank;
-    s.rr_cepoch = cluster_epoch();
-  }
-  std::memcpy(dst, other.smem.data() + off, n);
 }
 
 inline unsigned char* dynamic_shared() { return g_block->smem.data(); }
@@ -465,17 +429,6 @@ inline void fiber_main() {
   B.fibers[g_cur].done = true;
   --B.alive;
   ++g_progress;
-  if (g_cluster && B.alive == 0 && g_error.empty()) {
-    // the CTA's end: another CTA's read of its shared memory in this cluster epoch may not
-    // have completed (the reader has passed no cluster barrier since)
-    for (size_t i = 0; i < B.shadow.size(); ++i)
-      if (B.shadow[i].remote_reader >= 0 && B.shadow[i].rr_cepoch == cluster_epoch()) {
-        g_error = "emu: CTA " + std::to_string(B.rank) + " of the cluster exits while CTA " +
-                  std::to_string(B.shadow[i].remote_reader) + " may still read its shared byte " +
-                  std::to_string(i) + " (no cluster barrier between)";
-        break;
-      }
-  }
   if (g_cluster) {  // and at every later cluster barrier
     Barrier& cb = g_cluster->bar;
     --cb.n;
