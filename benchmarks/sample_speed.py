@@ -85,13 +85,22 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention": False,
     },
+    # the slide window's attn.c_proj as a decode_linear launch of its own instead of inside
+    # window_attention's launch (fused_step.WINDOW_ATTENTION_PROJ)
+    "graph bf16 fused separate-c_proj": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "window_attention_proj": False,
+    },
     # the rest of the slide window's blocks after attention (c_proj, ln_2, MLP) as one
     # window_mlp launch instead of three decode_linear launches where the model is narrow
-    # (fused_step.WINDOW_MLP on; opt-in: it lost)
+    # (fused_step.WINDOW_MLP on, WINDOW_ATTENTION_PROJ off; opt-in: it lost)
     "graph bf16 fused one-launch-mlp": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
+        "window_attention_proj": False,
         "window_mlp": True,
     },
     # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
@@ -160,6 +169,7 @@ DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
 DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
 DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 DEFAULT_WINDOW_ATTENTION = fused_step.WINDOW_ATTENTION
+DEFAULT_WINDOW_ATTENTION_PROJ = fused_step.WINDOW_ATTENTION_PROJ
 DEFAULT_WINDOW_MLP = fused_step.WINDOW_MLP
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
@@ -220,6 +230,9 @@ def main() -> None:
                 fused_step.WINDOW_ATTENTION = options.pop(
                     "window_attention", DEFAULT_WINDOW_ATTENTION
                 )
+                fused_step.WINDOW_ATTENTION_PROJ = options.pop(
+                    "window_attention_proj", DEFAULT_WINDOW_ATTENTION_PROJ
+                )
                 fused_step.WINDOW_MLP = options.pop("window_mlp", DEFAULT_WINDOW_MLP)
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
                 fused_step.ADVANCE_IN_SAMPLER = options.pop(
@@ -253,6 +266,7 @@ def main() -> None:
                     fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
                     fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
                     fused_step.WINDOW_ATTENTION = DEFAULT_WINDOW_ATTENTION
+                    fused_step.WINDOW_ATTENTION_PROJ = DEFAULT_WINDOW_ATTENTION_PROJ
                     fused_step.WINDOW_MLP = DEFAULT_WINDOW_MLP
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER

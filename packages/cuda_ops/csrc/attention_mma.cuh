@@ -172,13 +172,12 @@ __device__ __forceinline__ void load_rows_async(uint16_t* dst, int pitch, const 
   }
 }
 
-// Write a warp's 16 x HS fp32 accumulator tile, times mul_g (rows g) and mul_g8 (rows g+8), to
-// global rows as bf16: through the warp's own 16 shared-memory rows (`stage`, pitch `pitch`) so
-// that the global stores are 16-byte and whole rows; rows >= rows_valid are not written.
+// A warp's 16 x HS fp32 accumulator tile, times mul_g (rows g) and mul_g8 (rows g+8), as bf16
+// into the warp's own 16 shared-memory rows (`stage`, pitch `pitch`), visible to the whole warp
+// on return
 template <int HS>
-__device__ __forceinline__ void store_tile_bf16(const float (&acc)[HS / 8][4], float mul_g,
+__device__ __forceinline__ void stage_tile_bf16(const float (&acc)[HS / 8][4], float mul_g,
                                                 float mul_g8, uint16_t* stage, int pitch,
-                                                uint16_t* dst, int64_t row_stride, int rows_valid,
                                                 int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -189,6 +188,17 @@ __device__ __forceinline__ void store_tile_bf16(const float (&acc)[HS / 8][4], f
         pack_bf16(acc[nt][2] * mul_g8, acc[nt][3] * mul_g8));
   }
   __syncwarp();
+}
+
+// Write a warp's 16 x HS fp32 accumulator tile, times mul_g (rows g) and mul_g8 (rows g+8), to
+// global rows as bf16: through the warp's own 16 shared-memory rows (`stage`, pitch `pitch`) so
+// that the global stores are 16-byte and whole rows; rows >= rows_valid are not written.
+template <int HS>
+__device__ __forceinline__ void store_tile_bf16(const float (&acc)[HS / 8][4], float mul_g,
+                                                float mul_g8, uint16_t* stage, int pitch,
+                                                uint16_t* dst, int64_t row_stride, int rows_valid,
+                                                int lane) {
+  stage_tile_bf16<HS>(acc, mul_g, mul_g8, stage, pitch, lane);
   constexpr int kChunks = HS / 8;
 #pragma unroll
   for (int c = lane; c < 16 * kChunks; c += 32) {

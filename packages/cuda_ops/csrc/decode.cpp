@@ -215,10 +215,11 @@ void decode_attention(nb::ndarray<> y, nb::ndarray<> qkv, nb::ndarray<> k_cache,
 }
 
 // true where the CUDA kernel ran; false: no fused kernel for this call (CPU, another dtype or
-// shape), the caller runs decode_linear and causal_attention
+// shape), the caller runs decode_linear and causal_attention (then, with proj_weight,
+// decode_linear of c_proj with x as the residual)
 bool window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> weight, OptArray bias,
-                      nb::ndarray<> ln_weight, OptArray ln_bias, int64_t nh, double eps,
-                      uintptr_t stream) {
+                      nb::ndarray<> ln_weight, OptArray ln_bias, OptArray proj_weight,
+                      OptArray proj_bias, int64_t nh, double eps, uintptr_t stream) {
   const char* op = "window_attention";
   (void)stream, (void)eps;
   Tensor X = view(op, "x", x), W = view(op, "weight", weight), Y = view(op, "y", y),
@@ -233,11 +234,14 @@ bool window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> weight, Op
   check_arg(op, X, "ln_weight", LW, X.dtype, {C});
   const void* b = optional_arg(op, X, "bias", bias, {3 * C});
   const void* lb = optional_arg(op, X, "ln_bias", ln_bias, {C});
+  const void* wp = optional_arg(op, X, "proj_weight", proj_weight, {C, C});
+  const void* bp = optional_arg(op, X, "proj_bias", proj_bias, {C});
+  if (bp && !wp) fail(op, "proj_bias without proj_weight");
   bool launched = false;
   if (X.cuda) {
     CudaScope scope(op, X);
-    GS_CUDA_CALL(launched = window_attention_cuda(Y.data, X.data, W.data, b, LW.data, lb, B, T,
-                                                  C, nh, eps, X.dtype, stream));
+    GS_CUDA_CALL(launched = window_attention_cuda(Y.data, X.data, W.data, b, LW.data, lb, wp, bp,
+                                                  B, T, C, nh, eps, X.dtype, stream));
   }
   return launched;
 }
@@ -370,10 +374,11 @@ void register_decode(nb::module_& m) {
         "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
   m.def("window_attention", &window_attention, "y"_a, "x"_a, "weight"_a, "bias"_a.none(),
-        "ln_weight"_a, "ln_bias"_a.none(), "n_head"_a, "eps"_a, "stream"_a = 0,
-        nb::call_guard<nb::gil_scoped_release>(),
+        "ln_weight"_a, "ln_bias"_a.none(), "proj_weight"_a.none(), "proj_bias"_a.none(),
+        "n_head"_a, "eps"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "y = causal attention of the heads of decode_linear(x, ln = ln_weight) in one CUDA "
-        "launch (decode.h); returns False where no kernel runs this call.");
+        "launch (decode.h), or with proj_weight x + decode_linear(y, proj_weight, proj_bias); "
+        "returns False where no kernel runs this call.");
   m.def("window_mlp", &window_mlp, "out"_a, "y"_a, "x"_a, "proj_weight"_a,
         "proj_bias"_a.none(), "ln_weight"_a, "ln_bias"_a.none(), "fc_weight"_a,
         "fc_bias"_a.none(), "mlp_proj_weight"_a, "mlp_proj_bias"_a.none(), "eps"_a,
@@ -404,6 +409,7 @@ void register_decode(nb::module_& m) {
     return nb::tuple(list);
   };
   m.attr("window_attention_head_sizes") = ints(kWindowAttentionHeadSizes);
+  m.attr("window_attention_proj_max_heads") = kWindowAttentionProjMaxHeads;
   m.attr("window_mlp_widths") = ints(kWindowMlpWidths);
 }
 

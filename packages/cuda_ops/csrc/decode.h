@@ -54,8 +54,12 @@ constexpr int64_t kDecodeMmaMaxK = 1744;
 //   kernel (B * T >= kDecodeMmaMinRows), one launch (window_attention.cu): the bits of that
 //   kernel followed by the attention forward. Elsewhere
 //   window_attention_cuda returns false and the caller runs those two ops.
+//   With attn.c_proj (wp, bp: (C, C), (C,)), x1 = decode_linear(y, c_proj, residual = x)
+//   instead of y, in the same launch where the sequence's heads make a thread-block cluster
+//   (sm_90+, nh <= kWindowAttentionProjMaxHeads): those two ops' bits.
 constexpr int64_t kWindowAttentionMaxT = 64;
 constexpr int kWindowAttentionHeadSizes[] = {32, 64};  // its kernel's instances
+constexpr int64_t kWindowAttentionProjMaxHeads = 8;     // the portable cluster size
 // window_mlp, for each row r of the slide window (R rows, C columns), the rest of a block after
 // its attention y:
 //   x1[r]  = decode_linear(y[r], attn.c_proj, residual = x[r])
@@ -124,8 +128,8 @@ void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, 
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
                         double eps, bool gelu, DType dtype, uintptr_t stream);
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
-                           const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
-                           double eps, DType dtype, uintptr_t stream);
+                           const void* ln_b, const void* wp, const void* bp, int64_t B, int64_t T,
+                           int64_t C, int64_t nh, double eps, DType dtype, uintptr_t stream);
 bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, const void* bp,
                      const void* ln_w, const void* ln_b, const void* wf, const void* bf,
                      const void* wm, const void* bm, int64_t R, int64_t C, double eps, DType dtype,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda_common.cuh"
+#include "cuda_launch.h"
 #include "decode.h"
 #include "window_attention.cuh"
 
@@ -18,8 +19,8 @@ static_assert(sizeof(kWindowAttentionHeadSizes) == 2 * sizeof(int) &&
               "decode.h's head sizes are the instances launched below");
 
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
-                           const void* ln_b, int64_t B, int64_t T, int64_t C, int64_t nh,
-                           double eps, DType dtype, uintptr_t stream) {
+                           const void* ln_b, const void* wp, const void* bp, int64_t B, int64_t T,
+                           int64_t C, int64_t nh, double eps, DType dtype, uintptr_t stream) {
   namespace wa = window_attn;
   // fewer rows than decode_linear's tensor-core kernel takes: the two ops are the one-row
   // kernel's bits, not this kernel's
@@ -29,26 +30,62 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
   const int64_t hs = C / nh;
   if (hs != 32 && hs != 64) return false;  // kWindowAttentionHeadSizes
   if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return false;  // cp.async, 16-byte stores
+  const bool proj = wp != nullptr;
+  if (proj) {  // a cluster of the sequence's nh CTAs: sm_90 and newer, a portable size
+    if (nh > kWindowAttentionProjMaxHeads || !aligned16(wp)) return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        major < 9)
+      return false;
+  }
   const int optin = smem_optin_here();
-  const int64_t smem = hs == 32 ? wa::shared_bytes<32>(C) : wa::shared_bytes<64>(C);
+  const int64_t smem = hs == 32 ? (proj ? wa::shared_bytes<32, true>(C) : wa::shared_bytes<32>(C))
+                                : (proj ? wa::shared_bytes<64, true>(C) : wa::shared_bytes<64>(C));
   if (smem > optin) return false;  // x and the head's weight rows do not fit one CTA
   auto bits = [](const void* p) { return static_cast<const uint16_t*>(p); };
   const wa::Args a{static_cast<uint16_t*>(y), bits(x), bits(w), bits(b), bits(ln_w), bits(ln_b),
-                   int(T), int(C), float(eps), attn::kLog2e / sqrtf(static_cast<float>(hs))};
+                   int(T), int(C), float(eps), attn::kLog2e / sqrtf(static_cast<float>(hs)),
+                   bits(wp), bits(bp)};
   const std::string config = "(B=" + std::to_string(B) + ", T=" + std::to_string(T) +
-                             ", C=" + std::to_string(C) + ", nh=" + std::to_string(nh) + ")";
+                             ", C=" + std::to_string(C) + ", nh=" + std::to_string(nh) +
+                             (proj ? ", c_proj" : "") + ")";
   auto launch = [&](auto kernel) {
     // each instance's limit raised once, to the most this GPU allows (any C of its range)
     static LaunchCheck check;
     check.ensure(reinterpret_cast<const void*>(kernel.value), "window_attention", config,
                  wa::kThreads, optin);
-    launch_programmatic(kernel.value, dim3(unsigned(nh), unsigned(B)), wa::kThreads, int(smem),
-                        as_stream(stream), a);
+    if (!proj) {
+      launch_programmatic(kernel.value, dim3(unsigned(nh), unsigned(B)), wa::kThreads, int(smem),
+                          as_stream(stream), a);
+      return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(nh), unsigned(B));
+    cfg.blockDim = dim3(wa::kThreads);
+    cfg.dynamicSmemBytes = size_t(smem);
+    cfg.stream = as_stream(stream);
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(nh);
+    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = programmatic_launch_here() ? 2 : 1;
+    cudaLaunchKernelEx(&cfg, kernel.value, a);
   };
-  if (hs == 32)
-    wa::with_kernel_for<32>(int(C), launch);
-  else
-    wa::with_kernel_for<64>(int(C), launch);
+  if (hs == 32) {
+    if (proj)
+      wa::with_kernel_for<32, true>(int(C), launch);
+    else
+      wa::with_kernel_for<32>(int(C), launch);
+  } else {
+    if (proj)
+      wa::with_kernel_for<64, true>(int(C), launch);
+    else
+      wa::with_kernel_for<64>(int(C), launch);
+  }
   check_launch("window_attention", config);
   return true;
 }

@@ -23,14 +23,24 @@
 // call against the two launches in a chain of dependent calls, 9,684 vs 9,369 tok/s for
 // `gptstack sample` side by side (scripts/window_parts_bench.py, benchmarks/sample_speed.py).
 //
+// With attn.c_proj (Args::wp; the Proj instances) the launch also does the block's next
+// matrix: x1 = x + y Wp^T + bp, what decode_linear's tensor-core kernel computes from y, to the
+// bit, one launch fewer a block. The CTAs of a sequence (its n_head heads) form a thread-block
+// cluster: each query warp pushes its 16 rows of its head's y (bf16, the values the plain
+// kernel stores) into every CTA's shared memory by st.async, and the 4 warps that sit out the
+// attention (T <= 64: 4 query warps) wait on their CTA's mbarrier for the whole y rows, then
+// multiply them by c_proj's rows of the CTA's columns [h HS, (h + 1) HS) (prefetched before
+// pdl_wait, as c_attn's; the residual's pairs loaded into registers right after it).
+//
 // Built with GS_ATTN_EMULATE, the same device code runs on the CPU under the warp emulator
-// (attention_emu/window_attention_check.cpp compares it with the two kernels it replaces).
+// (attention_emu/window_attention_check.cpp compares it with the kernels it replaces).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "attention_forward.cuh"
+#include "cluster.cuh"
 #include "decode_mma.cuh"
 
 namespace gs::window_attn {
@@ -44,7 +54,8 @@ constexpr int kWarps = ml::kWarps;
 static_assert(kMaxT == 64 && kWarps == 8, "4 x 2 mma warps of 16 rows; 4 query warps");
 
 struct Args {
-  uint16_t* y;               // (B * T, C) bf16 bits: head h at columns [h HS, (h + 1) HS)
+  uint16_t* y;               // (B * T, C) bf16 bits: head h at columns [h HS, (h + 1) HS); with
+                             // wp, x1 = x + y Wp^T + bp instead
   const uint16_t* x;         // (B * T, C)
   const uint16_t* w;         // (3C, C): c_attn's weight, q rows, then k rows, then v rows
   const uint16_t* b;         // (3C,) or null
@@ -52,18 +63,27 @@ struct Args {
   const uint16_t* ln_b;      // (C,) or null
   int T, C;
   float eps, scale_log2;     // scale_log2: log2(e) / sqrt(HS), as the attention forward's
+  const uint16_t* wp = nullptr;  // (C, C): attn.c_proj, for the Proj instances
+  const uint16_t* bp = nullptr;  // (C,) or null
 };
+
+constexpr int kQueryWarps = kMaxT / 16;  // warps of the attention; the others, with Proj, c_proj's
 
 template <int HS> constexpr int qkv_pitch() { return HS + 8; }  // elements; 16 padding bytes
 // x rows, the head's 3HS weight rows (pitch C + 8), the LayerNorm's weight and bias (C each),
-// the head's 3HS biases, then the q, k and v tiles (kMaxT rows each); every region starts on
-// 16 bytes (C % 16 == 0, HS % 16 == 0)
-template <int HS> constexpr int64_t shared_bytes(int64_t C) {
-  return ((kMaxT + 3 * HS) * ml::pitch(C) + 2 * C + 3 * HS + 3 * kMaxT * qkv_pitch<HS>()) * 2;
+// the head's 3HS biases, then the q, k and v tiles (kMaxT rows each); with Proj then every
+// head's y rows (kMaxT, pitch C + 8), c_proj's HS rows of the CTA's columns, their HS biases
+// and an mbarrier. Every region starts on 16 bytes (C % 16 == 0, HS % 16 == 0).
+template <int HS> constexpr int64_t proj_offset(int64_t C) {  // bf16 elements
+  return (kMaxT + 3 * HS) * ml::pitch(C) + 2 * C + 3 * HS + 3 * kMaxT * qkv_pitch<HS>();
+}
+template <int HS, bool Proj = false> constexpr int64_t shared_bytes(int64_t C) {
+  return (proj_offset<HS>(C) + (Proj ? (kMaxT + HS) * ml::pitch(C) + HS + 4 : 0)) * 2;
 }
 
-// grid (nh, B), kThreads threads. KC: C as a compile-time constant, or 0 for any C.
-template <int HS, int KC = 0>
+// grid (nh, B), kThreads threads; with Proj in clusters of (nh, 1, 1). KC: C as a
+// compile-time constant, or 0 for any C.
+template <int HS, int KC = 0, bool Proj = false>
 __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a) {
   constexpr int kCols = 3 * HS;    // the head's q, k and v columns of c_attn
   constexpr int NT = kCols / 16;   // 8-column mma tiles a warp: two warps across kCols
@@ -76,23 +96,57 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
   uint16_t* lnb_s = lnw_s + C;                        // [C]
   uint16_t* b_s = lnb_s + C;                          // [kCols]
   uint16_t* q_s = b_s + kCols;                        // [kMaxT][PA], then k_s, v_s
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // Proj: every head's y rows, c_proj's rows and biases of this CTA's columns, the mbarrier the
+  // cluster's y stores complete on
+  [[maybe_unused]] uint16_t* yall_s = reinterpret_cast<uint16_t*>(smem) + proj_offset<HS>(C);
+  [[maybe_unused]] uint16_t* wp_s = yall_s + kMaxT * P;  // [HS][P]
+  [[maybe_unused]] uint16_t* bp_s = wp_s + HS * P;       // [HS]
+  [[maybe_unused]] uint64_t* const bar = reinterpret_cast<uint64_t*>(bp_s + HS);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int h = blockIdx.x;
   const int64_t row0 = int64_t(blockIdx.y) * T;  // the sequence's first row of x and y
+  [[maybe_unused]] const int nh = static_cast<int>(gridDim.x);
+  [[maybe_unused]] const int query_warps = (T + 15) / 16;  // each pushes its 16 rows of y
 
+#ifdef GS_CLUSTERS
+  if constexpr (Proj) {  // published by a cluster barrier waited for before the first store
+    if (tid == 0) {
+      mbar_init_expect(bar, unsigned(nh * query_warps * 16 * HS * 2));
+      fence_mbarrier_init();
+    }
+    cluster_arrive_relaxed();
+  }
+#endif
   pdl_launch_dependents();
   // the weights do not depend on the kernel before: on their way before waiting for it
 #pragma unroll
   for (int part = 0; part < 3; ++part)  // q, k, v rows of head h
     ml::copy_rows<HS>(w_s + part * HS * P, a.w + (int64_t(part) * C + h * HS) * C, HS, C, P,
                       warp, lane);
+  if constexpr (Proj) ml::copy_rows<HS>(wp_s, a.wp + int64_t(h) * HS * C, HS, C, P, warp, lane);
   ml::copy_layernorm_params(lnw_s, lnb_s, a.ln_w, a.ln_b, C, tid);
   cp_async_commit();
   for (int c = tid; c < kCols; c += kThreads)
     sts(b_s + c, a.b ? a.b[(c / HS) * C + h * HS + c % HS] : uint16_t(0));
+  if constexpr (Proj)
+    for (int c = tid; c < HS; c += kThreads) sts(bp_s + c, a.bp ? a.bp[h * HS + c] : uint16_t(0));
   pdl_wait();  // x is the previous kernel's output
   ml::copy_rows<kMaxT>(x_s, a.x + row0 * C, T, C, P, warp, lane);
   cp_async_commit();
+  // Proj: c_proj's warp pw (rows 16 pw..) loads x's pairs at its outputs now, into registers:
+  // the residual (res[nt][hh]: row g + 8 hh, columns 8 nt + 2 t + {0, 1} of the CTA's HS)
+  const int pw = warp - kQueryWarps;
+  uint32_t res[HS / 8][2] = {};
+  if (Proj && pw >= 0 && 16 * pw < T) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = 16 * pw + g + 8 * hh;
+      if (row >= T) continue;
+#pragma unroll
+      for (int nt = 0; nt < HS / 8; ++nt)
+        res[nt][hh] = ml::load_pair_produced(a.x + (row0 + row) * C + h * HS + nt * 8 + 2 * t);
+    }
+  }
   cp_async_wait<0>();
   __syncthreads();
   ml::layernorm_rows<kMaxT / kWarps>(x_s, P, C, lnw_s, lnb_s, a.eps, warp, lane);
@@ -116,6 +170,26 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
   }
   __syncthreads();
 
+  if (Proj && warp >= kQueryWarps) {
+#ifdef GS_CLUSTERS
+    // x1 = x + y Wp^T + bp for rows 16 pw.. and the CTA's HS columns, once every head's y rows
+    // are here (every warp waits: the CTA outlives the stores into it)
+    mbar_wait(bar, 0);
+    if (16 * pw >= T) return;
+    float acc[HS / 8][4] = {};
+    ml::mma_rows_k<HS / 8>(acc, yall_s + 16 * pw * P, wp_s, C, P, lane);
+    ml::each_acc_pair<HS / 8>(lane, [&](int nt, int hh, int r, int c) {
+      const int row = 16 * pw + r;
+      if (row >= T) return;
+      *reinterpret_cast<uint32_t*>(a.y + (row0 + row) * C + h * HS + c) = pack_bf16(
+          ml::linear_epilogue(acc[nt][2 * hh], lds(bp_s + c), false, bf16_lo(res[nt][hh])),
+          ml::linear_epilogue(acc[nt][2 * hh + 1], lds(bp_s + c + 1), false,
+                              bf16_hi(res[nt][hh])));
+    });
+#endif
+    return;
+  }
+
   // the attention forward's steps for one tile of kMaxT keys (attention_forward.cuh)
   const int wq0 = 16 * warp;  // this warp's first query
   if (wq0 >= T) return;
@@ -136,21 +210,36 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
   l[0] = quad_sum(l[0]);
   l[1] = quad_sum(l[1]);
   // staged through this warp's own q rows (in registers since the ldmatrix above)
-  store_tile_bf16<HS>(o, 1.0f / l[0], 1.0f / l[1], q_s + wq0 * PA, PA,
-                      a.y + (row0 + wq0) * C + h * HS, C, T - wq0, lane);
+  if constexpr (!Proj) {
+    store_tile_bf16<HS>(o, 1.0f / l[0], 1.0f / l[1], q_s + wq0 * PA, PA,
+                        a.y + (row0 + wq0) * C + h * HS, C, T - wq0, lane);
+  } else {
+#ifdef GS_CLUSTERS
+    // the 16 rows into every CTA of the cluster, at this head's columns of its y rows:
+    // consecutive lanes send one 16-byte chunk to consecutive CTAs
+    stage_tile_bf16<HS>(o, 1.0f / l[0], 1.0f / l[1], q_s + wq0 * PA, PA, lane);
+    cluster_wait();  // every CTA's mbarrier is initialized
+    constexpr int kChunks = HS / 8;  // of a row
+    for (int i = lane; i < nh * 16 * kChunks; i += 32) {
+      const int to = i % nh, chunk = i / nh, r = chunk / kChunks, ch = chunk % kChunks;
+      const uint4 v = lds(reinterpret_cast<const uint4*>(q_s + (wq0 + r) * PA + ch * 8));
+      st_async_u4(yall_s + (wq0 + r) * P + h * HS + ch * 8, to, v, bar);
+    }
+#endif
+  }
 }
 
 // f(kernel) with the instance that runs head size HS and width C: the fixed-width one at esp32's
 // C = 256 (head size 32), else the generic one. kernel is a std::integral_constant holding the
 // kernel's address (a type per instance, as decode_mma.cuh's with_kernel_for).
-template <int HS, typename F> void with_kernel_for(int C, F&& f) {
+template <int HS, bool Proj = false, typename F> void with_kernel_for(int C, F&& f) {
   if constexpr (HS == 32) {
     // named as a variable first: GCC does not instantiate a function template whose address
     // appears only as a template argument (the emulator's build)
-    constexpr auto fixed = &window_attention_kernel<32, 256>;
+    constexpr auto fixed = &window_attention_kernel<32, 256, Proj>;
     if (C == 256) return f(std::integral_constant<void (*)(Args), fixed>{});
   }
-  constexpr auto generic = &window_attention_kernel<HS, 0>;
+  constexpr auto generic = &window_attention_kernel<HS, 0, Proj>;
   return f(std::integral_constant<void (*)(Args), generic>{});
 }
 

@@ -105,10 +105,16 @@ def once() -> None:
         q, k, v = (t.view(2, 40, 8, 32).transpose(1, 2) for t in qkv.split(256, dim=2))
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
         assert_close(y, ref.reshape(2, 40, 256), dtype, f"window_attention {dtype}")
+        # with c_proj too: in bf16 on CUDA a cluster of the 8 heads (window_attention.cuh)
+        wp, bp = rnd(256, 256, dtype=dtype) / 16, rnd(256, dtype=dtype)
+        x1 = ops.window_attention(x, w, None, ln_weight=lw, ln_bias=lb, n_head=8,
+                                  proj_weight=wp, proj_bias=bp)  # fmt: skip
+        ref = ops.decode_linear(y.view(80, 256), wp, bp, residual=x.view(80, 256))
+        assert_close(x1.view(80, 256), ref, dtype, f"window_attention + c_proj {dtype}")
         # then the rest of its block, c_proj + ln_2 + c_fc + mlp.c_proj: one launch in bf16 on
         # CUDA (window_mlp.cuh), against the three decode_linear calls it stands for
         y, x = y.view(80, 256), x.view(80, 256)
-        wp, wf = rnd(256, 256, dtype=dtype) / 16, rnd(1024, 256, dtype=dtype) / 16
+        wf = rnd(1024, 256, dtype=dtype) / 16
         wm = rnd(256, 1024, dtype=dtype) / 32
         out = ops.window_mlp(y, x, wp, None, wf, None, wm, ln_weight=lw, ln_bias=lb)
         x1 = ops.decode_linear(y, wp, None, residual=x)

@@ -2,7 +2,8 @@
 causal attention (cuda_ops' 4-warp and split-keys kernels, SDPA), the cached step's
 decode_attention at a full cache, and, where the window is short (esp32's 64 rows), the
 one-launch ops against the launches they replace: window_attention against decode_linear +
-causal_attention, window_mlp against three decode_linear calls. Each as a chain of dependent
+causal_attention, window_attention with c_proj against it and a decode_linear call, window_mlp
+against three decode_linear calls. Each as a chain of dependent
 calls captured in one CUDA graph (window_linear_bench.graph_us), median microseconds a call.
 
     python3 packages/cuda_ops/scripts/window_parts_bench.py [--json F]
@@ -66,6 +67,15 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
     )
     out["decode_linear + causal_attention"] = two_launches
     y, r, wp = rnd(T, C), rnd(T, C), rnd(C, C, scale=C**-0.5)
+
+    def attention_then_proj():
+        a = ops.window_attention(x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh).view(T, C)
+        return ops.decode_linear(a, wp, b[:C], residual=x.view(T, C))
+
+    out["window_attention + c_proj (one launch)"] = lambda: ops.window_attention(
+        x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh, proj_weight=wp, proj_bias=b[:C]
+    )
+    out["window_attention, then c_proj"] = attention_then_proj
     wf, wm = rnd(4 * C, C, scale=C**-0.5), rnd(C, 4 * C, scale=(4 * C) ** -0.5)
 
     def mlp_three():

@@ -151,16 +151,31 @@ def _window_two_ops(x, w, b, lw, lb, nh):
     return ops.causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
 
 
+def _proj_inputs(C, dtype, gen, device="cpu"):
+    """attn.c_proj's weight and bias for window_attention's proj_weight / proj_bias."""
+    w = (torch.randn(C, C, generator=gen) / math.sqrt(C)).to(dtype).to(device)
+    return w, (0.5 * torch.randn(C, generator=gen)).to(dtype).to(device)
+
+
 @pytest.mark.parametrize("shape", WINDOW_SHAPES)
 @pytest.mark.parametrize("dtype", CPU_DTYPES)
 def test_window_attention_matches_torch(shape, dtype, gen):
     B, T, C, nh = shape
     x, w, b, lw, lb = _window_inputs(B, T, C, dtype, gen)
+    wp, bp = _proj_inputs(C, dtype, gen)
     for bias, ln_bias in ((b, lb), (None, None)):
         y = ops.window_attention(x, w, bias, ln_weight=lw, ln_bias=ln_bias, n_head=nh)
         assert y.shape == x.shape and y.dtype == dtype
         ref = _window_reference(x, w, bias, lw, ln_bias, nh)
         assert_close(y, ref, dtype, f"window_attention {shape} {dtype} bias={bias is not None}")
+        # with c_proj: x + c_proj(y), from the y above
+        proj_bias = bp if bias is not None else None
+        x1 = ops.window_attention(x, w, bias, ln_weight=lw, ln_bias=ln_bias, n_head=nh,
+                                  proj_weight=wp, proj_bias=proj_bias)  # fmt: skip
+        assert x1.shape == x.shape and x1.dtype == dtype
+        ref = _linear_reference(y.reshape(B * T, C), wp, proj_bias, None, None,
+                                x.reshape(B * T, C), False)  # fmt: skip
+        assert_close(x1.reshape(B * T, C), ref, dtype, f"window_attention + c_proj {shape}")
 
 
 @pytest.mark.cuda
@@ -175,14 +190,28 @@ def test_cuda_window_attention_is_the_two_ops_bit_for_bit(shape, gen):
     # comparison below holds trivially)
     d = ops.decode
     fits = T <= d.WINDOW_ATTENTION_MAX_T and C // nh in d.WINDOW_ATTENTION_HEAD_SIZES
-    ran = _C.window_attention(torch.empty_like(x), x, w, b, lw, lb, nh, 1e-5)
+    ran = _C.window_attention(torch.empty_like(x), x, w, b, lw, lb, None, None, nh, 1e-5)
     assert ran == (fits and B * T >= d.MMA_MIN_ROWS), f"{shape}: the kernel ran: {ran}"
+    # with c_proj: one launch where the heads also make a thread-block cluster
+    wp, bp = _proj_inputs(C, torch.bfloat16, gen, "cuda")
+    ran = _C.window_attention(torch.empty_like(x), x, w, b, lw, lb, wp, bp, nh, 1e-5)
+    sm90 = torch.cuda.get_device_capability()[0] >= 9
+    want = fits and B * T >= d.MMA_MIN_ROWS and sm90 and nh <= d.WINDOW_ATTENTION_PROJ_MAX_HEADS
+    assert ran == want, f"{shape}: the kernel with c_proj ran: {ran}"
     for bias, ln_bias in ((b, lb), (None, lb), (b, None)):
         y = ops.window_attention(x, w, bias, ln_weight=lw, ln_bias=ln_bias, n_head=nh)
         two = _window_two_ops(x, w, bias, lw, ln_bias, nh)
         assert torch.equal(y, two), f"{shape}: {(y != two).sum().item()} values differ"
         ref = _window_reference(x, w, bias, lw, ln_bias, nh)
         assert_close(y, ref, torch.bfloat16, f"window_attention {shape} on cuda")
+        proj_bias = bp if bias is not None else None
+        x1 = ops.window_attention(x, w, bias, ln_weight=lw, ln_bias=ln_bias, n_head=nh,
+                                  proj_weight=wp, proj_bias=proj_bias)  # fmt: skip
+        rows = (B * T, C)
+        want = ops.decode_linear(two.reshape(rows), wp, proj_bias, residual=x.reshape(rows))
+        assert torch.equal(x1.reshape(rows), want), (
+            f"{shape} with c_proj: {(x1.reshape(rows) != want).sum().item()} values differ"
+        )
 
 
 def _mlp_inputs(R, C, dtype, gen, device="cpu"):
@@ -268,6 +297,22 @@ def test_cuda_window_block_chain_in_a_graph_gives_the_same_bits(gen):
     _assert_replays_are_eager(lambda: block(block(x)))
 
 
+@pytest.mark.cuda
+def test_cuda_window_attention_with_c_proj_chain_in_a_graph_gives_the_same_bits(gen):
+    """window_attention with c_proj (a thread-block cluster of the heads exchanging their
+    outputs by st.async) as dependent launches, three deep, captured and replayed with and
+    without programmatic dependent launch: eager's bits each time."""
+    B, T, C, nh = 1, 64, 256, 8
+    x, w, b, lw, lb = _window_inputs(B, T, C, torch.bfloat16, gen, "cuda")
+    wp, bp = _proj_inputs(C, torch.bfloat16, gen, "cuda")
+
+    def block(x):
+        return ops.window_attention(x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh,
+                                    proj_weight=wp, proj_bias=bp)  # fmt: skip
+
+    _assert_replays_are_eager(lambda: block(block(block(x))))
+
+
 def test_opcheck(gen):
     x, w, b, lw, lb, res = _linear_inputs(2, 16, 24, torch.float32, gen)
     torch.library.opcheck(
@@ -282,10 +327,10 @@ def test_opcheck(gen):
         torch.ops.gptstack.decode_attention.default, (qkv, kc, vc, torch.tensor(3))
     )
     x, w, b, lw, lb = _window_inputs(2, 5, 64, torch.float32, gen)
-    torch.library.opcheck(torch.ops.gptstack.window_attention.default, (x, w, b, lw, lb, 2, 1e-5))
-    torch.library.opcheck(
-        torch.ops.gptstack.window_attention.default, (x, w, None, lw, None, 2, 1e-5)
-    )
+    wp, bp = _proj_inputs(64, torch.float32, gen)
+    for args in ((b, lw, lb, None, None), (None, lw, None, None, None), (b, lw, lb, wp, bp),
+                 (None, lw, None, wp, None)):  # fmt: skip
+        torch.library.opcheck(torch.ops.gptstack.window_attention.default, (x, w, *args, 2, 1e-5))
     y, x, wp, bp, lw, lb, wf, bf, wm, bm = _mlp_inputs(6, 32, torch.float32, gen)
     torch.library.opcheck(
         torch.ops.gptstack.window_mlp.default, (y, x, wp, bp, lw, lb, wf, bf, wm, bm, 1e-5)
@@ -338,6 +383,13 @@ def _bad_window(**changes):
         (_bad_window(bias=torch.ones(64)), ValueError, r"bias has shape \(64,\)"),
         (_bad_window(ln_weight=None), TypeError, "ln_weight"),
         (_bad_window(ln_bias=torch.ones(64, dtype=torch.float64)), TypeError, "use one dtype"),
+        (_bad_window(proj_weight=torch.ones(64, 32)), ValueError, r"proj_weight has shape"),
+        (_bad_window(proj_bias=torch.ones(64)), ValueError, "proj_bias was given without"),
+        (
+            _bad_window(proj_weight=torch.ones(64, 64), proj_bias=torch.ones(32)),
+            ValueError,
+            r"proj_bias has shape \(32,\)",
+        ),
     ],
 )
 def test_window_attention_bad_inputs_raise_clear_errors(bad, error, words):
@@ -577,9 +629,11 @@ def _emulator_check(tmp_path, name: str) -> str:
 def test_window_attention_under_the_emulator(tmp_path):
     """The slide window's one-launch c_attn + attention (csrc/window_attention.cuh), its device
     code run on the CPU by the warp emulator, against the two kernels it replaces run the same
-    way, bit for bit, and a float64 reference (attention_emu/window_attention_check.cpp)."""
+    way, bit for bit, and a float64 reference; then its instance with c_proj (a cluster of the
+    heads) against decode_linear's kernel on that output
+    (attention_emu/window_attention_check.cpp)."""
     out = _emulator_check(tmp_path, "window_attention_check")
-    assert out.count("ok  ") == 6, out
+    assert out.count("ok  ") == 12 and out.count("with c_proj") == 6, out
 
 
 def test_window_mlp_under_the_emulator(tmp_path):

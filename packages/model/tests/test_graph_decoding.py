@@ -247,17 +247,22 @@ def test_window_rows_limit_picks_the_path(make_gpt, random_tokens, rel_err):
 
 
 @needs_cuda_ops
-def test_window_attention_launch_is_chosen_by_the_window(make_gpt, random_tokens, rel_err):
+@pytest.mark.parametrize("proj", [True, False])
+def test_window_attention_launch_is_chosen_by_the_window(make_gpt, random_tokens, rel_err, proj):
     """window() on rows runs each block's ln_1, c_attn and attention as one window_attention
     call where the window is short (T <= WINDOW_ATTENTION_MAX_T, head size 32 or 64) and
-    fused_step.WINDOW_ATTENTION is on, else decode_linear and the attention; every path gives
-    the model's logits (on a CPU window_attention runs those two ops)."""
+    fused_step.WINDOW_ATTENTION is on, with attn.c_proj in it where WINDOW_ATTENTION_PROJ is on,
+    else decode_linear and the attention; every path gives the model's logits (on a CPU
+    window_attention runs the ops it stands for)."""
     model = make_gpt(35, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True, block_size=80)
     step = _fused_step(model, 1)
+    step.window_attention_proj = proj
     max_t = step.ops.decode.WINDOW_ATTENTION_MAX_T
     calls = []
     one = step._window_attention
-    step._window_attention = lambda block, x: calls.append(x.shape) or one(block, x)
+    step._window_attention = lambda block, x, proj=False: (
+        calls.append((x.shape, proj)) or one(block, x, proj)
+    )
     with torch.no_grad():
         for T, on, want in ((max_t, True, True), (max_t + 1, True, False), (16, False, False)):
             idx = random_tokens(35, 1, T, model.config.vocab_size)
@@ -266,8 +271,8 @@ def test_window_attention_launch_is_chosen_by_the_window(make_gpt, random_tokens
             step.window_rows, step.window_attention = idx.numel(), on
             got = step.window(idx)
             assert bool(calls) == want, f"T={T}, window_attention={on}: calls {calls}"
-            if want:
-                assert len(calls) == model.config.n_layer  # the last block's too
+            if want:  # the last block's too
+                assert [p for _, p in calls] == [proj] * model.config.n_layer, calls
             assert rel_err(got, ref) < 1e-5
 
 
@@ -278,8 +283,9 @@ def test_window_mlp_launch_is_chosen_by_the_width(
 ):
     """window() on rows runs the rest of each block after its attention, c_proj, ln_2, c_fc and
     mlp.c_proj (all but the last block's, whose one row takes the one-row path), as one
-    window_mlp call where n_embd is one of its WINDOW_MLP_WIDTHS and fused_step.WINDOW_MLP is
-    on, else three decode_linear calls; both give the model's logits."""
+    window_mlp call where n_embd is one of its WINDOW_MLP_WIDTHS, fused_step.WINDOW_MLP is on
+    and WINDOW_ATTENTION_PROJ is off (on, c_proj is done in window_attention's launch), else
+    three decode_linear calls; every path gives the model's logits."""
     model = make_gpt(38, scramble=0.3, n_layer=3, n_head=4, n_embd=n_embd, bias=True)
     step = _fused_step(model, 1)
     calls = []
@@ -289,11 +295,13 @@ def test_window_mlp_launch_is_chosen_by_the_width(
     idx = random_tokens(38, 1, 16, model.config.vocab_size)
     with torch.no_grad():
         ref = model(idx, last_only=True)[0][:, -1]
-        for on in (True, False):
+        for on, proj in ((True, False), (False, False), (True, True)):
             calls.clear()
             step.window_rows, step.window_mlp = idx.numel(), on
+            step.window_attention_proj = proj
             got = step.window(idx)
-            assert len(calls) == (model.config.n_layer - 1 if want and on else 0), calls
+            runs = want and on and not proj
+            assert len(calls) == (model.config.n_layer - 1 if runs else 0), calls
             assert rel_err(got, ref) < 1e-5
 
 
@@ -301,24 +309,27 @@ def test_window_mlp_launch_is_chosen_by_the_width(
 @needs_cuda
 @needs_cuda_ops
 @pytest.mark.parametrize("window", ["slide", "halve"])
-@pytest.mark.parametrize("switch", ["WINDOW_ATTENTION", "WINDOW_MLP"])
+@pytest.mark.parametrize("switch", ["WINDOW_ATTENTION", "WINDOW_ATTENTION_PROJ", "WINDOW_MLP"])
 def test_window_launches_write_the_two_launches_text(
     make_gpt, random_tokens, monkeypatch, window, switch
 ):
     """In bf16 on CUDA the slide window's one-launch c_attn + attention (window_attention,
-    fused_step.WINDOW_ATTENTION) and the rest of the block, c_proj + ln_2 + MLP (window_mlp,
-    WINDOW_MLP), give the tokens of the launches they replace, greedy and drawn, in graphs."""
+    fused_step.WINDOW_ATTENTION), with c_proj (WINDOW_ATTENTION_PROJ), and the rest of the
+    block, c_proj + ln_2 + MLP (window_mlp, WINDOW_MLP), give the tokens of the launches they
+    replace, greedy and drawn, in graphs."""
     from gptstack.model import fused_step
 
     model = make_gpt(36, scramble=0.3, block_size=32, n_head=4, n_embd=128, bias=True)
     model = model.cuda().to(torch.bfloat16)
     idx = random_tokens(36, 2, 5, model.config.vocab_size).cuda()
+    if switch == "WINDOW_MLP":  # window_mlp runs where c_proj is not in window_attention
+        monkeypatch.setattr(fused_step, "WINDOW_ATTENTION_PROJ", False)
     texts = {}
     for on in (True, False):
         monkeypatch.setattr(fused_step, switch, on)
         decoder = GraphDecoder(model, batch_size=2, chunk=16, fused=True)
         step = decoder.step
-        assert (step.window_attention, step.window_mlp)[switch != "WINDOW_ATTENTION"] == on
+        assert getattr(step, switch.lower()) == on
         assert step._attention_in_one_launch(32) == (on or switch != "WINDOW_ATTENTION")
         assert 2 * 32 <= step.window_rows  # the window runs on rows
         texts[on] = _greedy_and_drawn(decoder, idx, 90, window)

@@ -3,8 +3,10 @@
 // two kernels it replaces run the same way: decode_linear's tensor-core kernel (decode_mma.cuh)
 // for qkv = LN(x) W^T + b, then the attention forward (attention_forward.cuh) over qkv's q, k, v
 // views. Also against a double-precision reference within bf16 tolerance, so that the two
-// paths cannot agree on a wrong answer. Fresh random inputs each run. Built and run by
-// tests/test_decode.py:
+// paths cannot agree on a wrong answer. Then the instance with attn.c_proj (a thread-block
+// cluster of the sequence's heads; x1 = x + y Wp^T + bp) against decode_linear's kernel run on
+// the two kernels' y, bit for bit, where the heads make a portable cluster (nh <= 8). Fresh
+// random inputs each run. Built and run by tests/test_decode.py:
 //
 //   g++ -std=c++17 -O1 -DGS_ATTN_EMULATE -I csrc csrc/attention_emu/window_attention_check.cpp
 //   ./a.out [case ...]
@@ -70,6 +72,16 @@ template <int HS> std::string run_fused(const Case& c, const wa::Args& a) {
   return error;
 }
 
+template <int HS> std::string run_fused_proj(const Case& c, const wa::Args& a) {
+  std::string error;
+  const int nh = c.C / HS;
+  wa::with_kernel_for<HS, true>(c.C, [&](auto kernel) {
+    error = launch_clusters(nh, kernel.value, dim3(nh, c.B), dim3(wa::kThreads),
+                            wa::shared_bytes<HS, true>(c.C), a);
+  });
+  return error;
+}
+
 // the two kernels the window ran before, as decode.cu and attention_cuda.cu launch them
 template <int HS>
 std::string run_two_kernels(const Case& c, const ml::Args& la, const FwdArgs& fa) {
@@ -114,14 +126,42 @@ bool run_case(const Case& c, std::mt19937& rng) {
   const auto ref = reference_attention(c, qkv);
   Worst worst;
   for (size_t i = 0; i < ref.size(); ++i) worst.add(from_bf16(y[i]), ref[i]);
-  const bool guard = y.back() == 0x7fc1 && y2.back() == 0x7fc1 && qkv.back() == 0x7fc1;
-  const bool ok = error.empty() && differ == 0 && worst.value <= 1.0 && guard;
+  bool guard = y.back() == 0x7fc1 && y2.back() == 0x7fc1 && qkv.back() == 0x7fc1;
+  bool ok = error.empty() && differ == 0 && worst.value <= 1.0 && guard;
   std::printf("%s hs=%d B=%d T=%d C=%d bias=%d ln_bias=%d: %d of %d values differ from the two "
               "kernels, worst %.3f of tolerance%s%s%s\n",
               ok ? "ok  " : "FAIL", c.hs, c.B, c.T, C, c.bias, c.ln_bias, differ, R * C,
               worst.value,
               guard ? "" : ", wrote past the end", error.empty() ? "" : ", ", error.c_str());
-  return ok;
+  if (nh > 8) return ok;
+
+  // with c_proj: x1 against decode_linear(y2, Wp, bp, residual = x), and x1 from y2 in double
+  auto wp = random_bf16(rng, size_t(C) * C, 1.0f / std::sqrt(float(C)));
+  auto bp = random_bf16(rng, C, 0.5f);
+  const uint16_t* proj_bias = c.bias ? bp.data() : nullptr;
+  std::vector<uint16_t> x1(size_t(R) * C + 1, 0x7fc1), x1_ref(x1);
+  wa::Args pa = a;
+  pa.y = x1.data(), pa.wp = wp.data(), pa.bp = proj_bias;
+  std::string perror = c.hs == 32 ? run_fused_proj<32>(c, pa) : run_fused_proj<64>(c, pa);
+  const ml::Args proj{x1_ref.data(), y2.data(), wp.data(), proj_bias, nullptr, nullptr, x.data(),
+                      R, C, C, eps, false};
+  const std::string perror2 = decode_linear_mma(proj, 4);
+  if (perror.empty()) perror = perror2;
+  const auto pref = decode_linear_reference(y2.data(), R, C, wp.data(), C, proj_bias, nullptr,
+                                            nullptr, x.data(), false, eps);
+  int pdiffer = 0;
+  Worst pworst;
+  for (size_t i = 0; i < pref.size(); ++i) {
+    pdiffer += x1[i] != x1_ref[i];
+    pworst.add(from_bf16(x1[i]), pref[i]);
+  }
+  guard = x1.back() == 0x7fc1 && x1_ref.back() == 0x7fc1;
+  const bool pok = perror.empty() && pdiffer == 0 && pworst.value <= 1.0 && guard;
+  std::printf("%s   with c_proj: %d of %d values differ from decode_linear's, worst %.3f of "
+              "tolerance%s%s%s\n",
+              pok ? "ok  " : "FAIL", pdiffer, R * C, pworst.value,
+              guard ? "" : ", wrote past the end", perror.empty() ? "" : ", ", perror.c_str());
+  return ok && pok;
 }
 
 Case parse(const std::vector<int>& f) {

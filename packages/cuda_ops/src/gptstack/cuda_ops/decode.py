@@ -9,6 +9,8 @@
 
     y = window_attention(x, w_attn, b_attn, ln_weight=ln1_w, n_head=nh)  # a short slide
                                                    # window's c_attn + attention, x (B, T, C)
+    x1 = window_attention(x, w_attn, b_attn, ln_weight=ln1_w, n_head=nh,
+                          proj_weight=w_proj, proj_bias=b_proj)  # ... then x + c_proj(y)
     x = window_mlp(y, x, w_proj, b_proj, w_fc, b_fc, w_out, b_out, ln_weight=ln2_w)  # the rest
                     # of its block: c_proj + residual, ln_2, c_fc + GELU, mlp.c_proj + residual
 
@@ -43,6 +45,9 @@ MMA_MAX_K: int = _C.decode_mma_max_k
 # attention's one key tile) at these head sizes; elsewhere decode_linear and causal_attention
 WINDOW_ATTENTION_MAX_T: int = _C.window_attention_max_t
 WINDOW_ATTENTION_HEAD_SIZES: tuple[int, ...] = tuple(_C.window_attention_head_sizes)
+# window_attention with proj_weight is one launch (a thread-block cluster of the sequence's
+# heads, sm_90+) up to this many heads; more: the ops it stands for
+WINDOW_ATTENTION_PROJ_MAX_HEADS: int = _C.window_attention_proj_max_heads
 # window_mlp on CUDA (sm_90+) in bfloat16 is one launch at these widths (C): a thread-block
 # cluster of C/16 CTAs per 32 rows passing x1 and h through distributed shared memory
 # (csrc/window_mlp.cuh); elsewhere three decode_linear calls
@@ -282,16 +287,26 @@ def _window_attention_impl(
     bias: Tensor | None,
     ln_weight: Tensor,
     ln_bias: Tensor | None,
+    proj_weight: Tensor | None,
+    proj_bias: Tensor | None,
     n_head: int,
     eps: float,
 ) -> Tensor:
     y = torch.empty_like(x)
     if x.is_cuda and _C.window_attention(
-        dl(y), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), n_head, eps, stream_of(x)
-    ):
+        dl(y), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), dl(proj_weight),
+        dl(proj_bias), n_head, eps, stream_of(x),
+    ):  # fmt: skip
         return y
-    # no fused kernel for this call: the two ops it stands for
+    # no fused kernel for this call: the ops it stands for
     B, T, C = x.shape
+    if proj_weight is not None:
+        y = window_attention(x, weight, bias, ln_weight=ln_weight, ln_bias=ln_bias, n_head=n_head,
+                             eps=eps)  # fmt: skip
+        x1 = decode_linear(
+            y.reshape(B * T, C), proj_weight, proj_bias, residual=x.reshape(B * T, C)
+        )
+        return x1.view(B, T, C)
     qkv = decode_linear(
         x.reshape(B * T, C), weight, bias, ln_weight=ln_weight, ln_bias=ln_bias, eps=eps
     ).view(B, T, 3 * C)
@@ -305,7 +320,8 @@ _window_attention = torch.library.custom_op("gptstack::window_attention", mutate
 
 
 @_window_attention.register_fake
-def _window_attention_fake(x, weight, bias, ln_weight, ln_bias, n_head, eps):
+def _window_attention_fake(x, weight, bias, ln_weight, ln_bias, proj_weight, proj_bias, n_head,
+                           eps):  # fmt: skip
     return torch.empty_like(x)
 
 
@@ -318,16 +334,23 @@ def window_attention(
     ln_bias: Tensor | None = None,
     n_head: int,
     eps: float = DEFAULT_EPS,
+    proj_weight: Tensor | None = None,
+    proj_bias: Tensor | None = None,
 ) -> Tensor:
     """A block's attention over a slide window: y = causal self-attention of the n_head heads
-    of qkv = decode_linear(x, weight, bias, ln_weight=, ln_bias=) for each sequence of x.
+    of qkv = decode_linear(x, weight, bias, ln_weight=, ln_bias=) for each sequence of x; with
+    proj_weight, x + the attention's output projection instead:
+    decode_linear(y, proj_weight, proj_bias, residual=x).
 
     x (B, T, C); weight (3C, C), bias (3C,): c_attn, q then k then v rows, head h at rows
-    [h*hs, (h+1)*hs) of each; ln_weight / ln_bias (C,): ln_1. Returns y (B, T, C), head h at
-    columns [h*hs, (h+1)*hs). On CUDA in bfloat16 with T <= WINDOW_ATTENTION_MAX_T and head
-    size 32 or 64 it is one launch (csrc/window_attention.cuh), the same bits as the two ops;
-    otherwise those two ops, decode_linear then causal_attention (head sizes 32, 64 or 128).
-    For generation: no autograd formula. Raises OpTypeError / OpInputError naming the argument.
+    [h*hs, (h+1)*hs) of each; ln_weight / ln_bias (C,): ln_1; proj_weight (C, C), proj_bias
+    (C,): attn.c_proj. Returns y (B, T, C), head h at columns [h*hs, (h+1)*hs), or x1 (B, T, C).
+    On CUDA in bfloat16 with T <= WINDOW_ATTENTION_MAX_T and head size 32 or 64 it is one launch
+    (csrc/window_attention.cuh), the same bits as the ops it stands for (with proj_weight where
+    the GPU has thread-block clusters and n_head <= WINDOW_ATTENTION_PROJ_MAX_HEADS);
+    otherwise those ops, decode_linear then causal_attention (head sizes 32, 64 or 128), then
+    decode_linear. For generation: no autograd formula. Raises OpTypeError / OpInputError
+    naming the argument.
     """
     op = "window_attention"
     float_tensor(op, "x", x, min_dim=3)
@@ -336,15 +359,19 @@ def window_attention(
     C = x.size(2)
     if not isinstance(n_head, int) or isinstance(n_head, bool) or n_head < 1 or C % n_head:
         raise OpInputError(f"{op}: n_head = {n_head!r} must be a positive divisor of C = {C}")
+    if proj_bias is not None and proj_weight is None:
+        raise OpInputError(f"{op}: proj_bias was given without proj_weight")
     for name, t, shape in (
         ("weight", weight, (3 * C, C)),
         ("bias", bias, (3 * C,)),
         ("ln_weight", ln_weight, (C,)),
         ("ln_bias", ln_bias, (C,)),
+        ("proj_weight", proj_weight, (C, C)),
+        ("proj_bias", proj_bias, (C,)),
     ):
         if t is not None or name in ("weight", "ln_weight"):
             like(op, "x", x, name, t, shape=shape)
-    args = (x, weight, bias, ln_weight, ln_bias)
+    args = (x, weight, bias, ln_weight, ln_bias, proj_weight, proj_bias)
     impl = _window_attention_impl if direct(*args) else _window_attention
     return impl(*args, n_head, float(eps))
 

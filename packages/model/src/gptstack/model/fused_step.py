@@ -83,14 +83,21 @@ WINDOW_ROWS = 64
 # the H100 (2026-12-06). The A/B switch of the benchmarks.
 WINDOW_ATTENTION = True
 
+# window() with WINDOW_ATTENTION: True = each block's attn.c_proj (+ residual) in its
+# window_attention launch too (proj_weight: the sequence's heads as a thread-block cluster
+# passing their outputs through distributed shared memory), 3 launches a block instead of 4, the
+# same bits. The A/B switch of the benchmarks.
+WINDOW_ATTENTION_PROJ = True
+
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
 # ln_2, mlp.c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch where the model
 # is narrow (n_embd in its WINDOW_MLP_WIDTHS: esp32's 256), the same bits as the three
 # decode_linear calls. Off: it lost on the H100 (2026-12-06, side by side at esp32: 9,022 vs
 # 9,526 tok/s with it; 12.5 vs 10.6 us a call in a chain against the three launches, its
 # critical path one CTA's three products and two exchanges through distributed shared memory,
-# where the three launches overlap each one's weight loads with the kernel before). The A/B
-# switch of the benchmarks.
+# where the three launches overlap each one's weight loads with the kernel before). Where
+# WINDOW_ATTENTION_PROJ applies, c_proj is already done and this does not. The A/B switch of
+# the benchmarks.
 WINDOW_MLP = False
 
 # window() with cuBLAS matmuls: True = the MLP's first matmul applies its bias (zeros where the
@@ -166,8 +173,10 @@ class FusedDecodeStep:
         # window() through decode_linear up to this many rows (see WINDOW_ROWS); tests set it on
         # a CPU too, where the rows run through the CPU reference
         self.window_rows = WINDOW_ROWS if self.rows_kernel_runs() else 0
-        # window()'s c_attn and attention in one launch (see WINDOW_ATTENTION)
+        # window()'s c_attn and attention in one launch (see WINDOW_ATTENTION), c_proj too
+        # (WINDOW_ATTENTION_PROJ)
         self.window_attention = WINDOW_ATTENTION
+        self.window_attention_proj = WINDOW_ATTENTION_PROJ
         # window()'s c_proj, ln_2 and MLP in one launch (see WINDOW_MLP)
         self.window_mlp = WINDOW_MLP
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
@@ -213,8 +222,13 @@ class FusedDecodeStep:
     def _after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
         """The rest of a block for rows x (B, C) with attention output y (B, C):
         x + c_proj(y), then + mlp(ln_2(.)), in three launches."""
-        attn, mlp, ops = block.attn, block.mlp, self.ops
-        x = ops.decode_linear(y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
+        attn = block.attn
+        x = self.ops.decode_linear(y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
+        return self._mlp(block, x)
+
+    def _mlp(self, block, x: Tensor) -> Tensor:
+        """x + mlp(ln_2(x)) for rows x (B, C), in two launches."""
+        mlp, ops = block.mlp, self.ops
         h = ops.decode_linear(
             x, mlp.c_fc.weight, mlp.c_fc.bias,
             ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, gelu=True, eps=self.eps,
@@ -306,13 +320,21 @@ class FusedDecodeStep:
         x = x.view(B * T, C)
         *blocks, last = m.h
         one_launch = self._attention_in_one_launch(T)
+        proj = one_launch and self.window_attention_proj
         for block in blocks:
+            if proj:  # x + c_proj(attention), then the MLP
+                x = self._window_attention(block, x.view(B, T, C), proj=True).view(B * T, C)
+                x = self._mlp(block, x)
+                continue
             if one_launch:
                 y = self._window_attention(block, x.view(B, T, C)).view(B * T, C)
             else:
                 y = self._attend(self._qkv(block, x).view(B, T, 3 * C)).reshape(B * T, C)
             x = self._window_after_attention(block, x, y)
         # the last block: every position's keys and values, then the last row alone
+        if proj:
+            x = self._window_attention(last, x.view(B, T, C), proj=True)[:, -1].contiguous()
+            return self._head(self._mlp(last, x))
         if one_launch:  # (every row's attention: inside one launch it costs next to nothing)
             y = self._window_attention(last, x.view(B, T, C))[:, -1]
         else:
@@ -346,13 +368,16 @@ class FusedDecodeStep:
             and hs in decode.WINDOW_ATTENTION_HEAD_SIZES
         )
 
-    def _window_attention(self, block, x: Tensor) -> Tensor:
+    def _window_attention(self, block, x: Tensor, proj: bool = False) -> Tensor:
         """y (B, T, C): the causal attention of block over the rows x (B, T, C), ln_1 and c_attn
-        included, in one launch on CUDA (window_attention)."""
+        included, in one launch on CUDA (window_attention); proj: x + c_proj(y) instead, in
+        that launch too (WINDOW_ATTENTION_PROJ)."""
         attn = block.attn
         return self.ops.window_attention(
             x, attn.c_attn.weight, attn.c_attn.bias, ln_weight=block.ln_1.weight,
             ln_bias=block.ln_1.bias, n_head=self.model.config.n_head, eps=self.eps,
+            proj_weight=attn.c_proj.weight if proj else None,
+            proj_bias=attn.c_proj.bias if proj else None,
         )  # fmt: skip
 
     def _window_matmuls(self, x: Tensor) -> Tensor:
