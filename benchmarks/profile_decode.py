@@ -21,10 +21,11 @@ each token by PyTorch's ops instead of decode_embed / window_embed / decode_adva
 decode_advance launch after the sampler instead of by the sampler's last block
 (fused_step.ADVANCE_IN_SAMPLER off), "gptstack-two-launch-attention" = a short
 slide window's c_attn and attention as two launches instead of one window_attention launch
-(fused_step.WINDOW_ATTENTION off), "gptstack-separate-c_proj" = its attn.c_proj as a
-decode_linear launch of its own, not inside window_attention's (fused_step.WINDOW_ATTENTION_PROJ
-off), "gptstack-one-launch-mlp" = the rest of its blocks after attention (c_proj, ln_2, MLP) as
-one window_mlp launch instead of three decode_linear launches (fused_step.WINDOW_MLP on: opt-in),
+(fused_step.WINDOW_ATTENTION off), "gptstack-c_proj-in-attention" = its attn.c_proj inside
+window_attention's launch (fused_step.WINDOW_ATTENTION_PROJ on: opt-in), "gptstack-unsplit-k" =
+its mlp.c_proj by decode_linear's unsplit kernel (fused_step.WINDOW_SPLIT_K off),
+"gptstack-one-launch-mlp" = the rest of its blocks after attention (c_proj, ln_2, MLP) as one
+window_mlp launch instead of three decode_linear launches (fused_step.WINDOW_MLP on: opt-in),
 "gptstack-gelu-kernel" = a bias-free model's window GELU as
 a kernel instead of cuBLASLt's epilogue with a zero bias (fused_step.ZERO_BIAS_EPILOGUE off);
 --configs picks them), alternating the configurations
@@ -96,10 +97,11 @@ def main() -> None:
             decoders["gptstack-separate-advance"].advance_in_sampler = False
         if "gptstack-two-launch-attention" in decoders:
             decoders["gptstack-two-launch-attention"].step.window_attention = False
-        if "gptstack-separate-c_proj" in decoders:
-            decoders["gptstack-separate-c_proj"].step.window_attention_proj = False
+        if "gptstack-c_proj-in-attention" in decoders:
+            decoders["gptstack-c_proj-in-attention"].step.window_attention_proj = True
+        if "gptstack-unsplit-k" in decoders:
+            decoders["gptstack-unsplit-k"].step.window_split_k = False
         if "gptstack-one-launch-mlp" in decoders:
-            decoders["gptstack-one-launch-mlp"].step.window_attention_proj = False
             decoders["gptstack-one-launch-mlp"].step.window_mlp = True
         if "gptstack-torch-io" in decoders:
             decoders["gptstack-torch-io"].step.io_kernels = False

@@ -85,22 +85,30 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention": False,
     },
-    # the slide window's attn.c_proj as a decode_linear launch of its own instead of inside
-    # window_attention's launch (fused_step.WINDOW_ATTENTION_PROJ)
-    "graph bf16 fused separate-c_proj": {
+    # the slide window's attn.c_proj inside window_attention's launch (a cluster of the heads)
+    # instead of a decode_linear launch of its own (fused_step.WINDOW_ATTENTION_PROJ on; opt-in:
+    # it lost)
+    "graph bf16 fused c_proj-in-attention": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_attention_proj": False,
+        "window_attention_proj": True,
+    },
+    # the slide window's mlp.c_proj by decode_linear's unsplit kernel (8 CTAs at esp32) instead
+    # of with its K over a cluster of 4 CTAs a tile (fused_step.WINDOW_SPLIT_K)
+    "graph bf16 fused unsplit-k": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "window_split_k": False,
     },
     # the rest of the slide window's blocks after attention (c_proj, ln_2, MLP) as one
     # window_mlp launch instead of three decode_linear launches where the model is narrow
-    # (fused_step.WINDOW_MLP on, WINDOW_ATTENTION_PROJ off; opt-in: it lost)
+    # (fused_step.WINDOW_MLP on; opt-in: it lost)
     "graph bf16 fused one-launch-mlp": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_attention_proj": False,
         "window_mlp": True,
     },
     # the slide window as before 2026-12-06 (fused_step.WINDOW_EPILOGUES off): a GELU kernel
@@ -171,6 +179,7 @@ DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
 DEFAULT_WINDOW_ATTENTION = fused_step.WINDOW_ATTENTION
 DEFAULT_WINDOW_ATTENTION_PROJ = fused_step.WINDOW_ATTENTION_PROJ
 DEFAULT_WINDOW_MLP = fused_step.WINDOW_MLP
+DEFAULT_WINDOW_SPLIT_K = fused_step.WINDOW_SPLIT_K
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
@@ -234,6 +243,7 @@ def main() -> None:
                     "window_attention_proj", DEFAULT_WINDOW_ATTENTION_PROJ
                 )
                 fused_step.WINDOW_MLP = options.pop("window_mlp", DEFAULT_WINDOW_MLP)
+                fused_step.WINDOW_SPLIT_K = options.pop("window_split_k", DEFAULT_WINDOW_SPLIT_K)
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
                 fused_step.ADVANCE_IN_SAMPLER = options.pop(
                     "advance_in_sampler", DEFAULT_ADVANCE_IN_SAMPLER
@@ -268,6 +278,7 @@ def main() -> None:
                     fused_step.WINDOW_ATTENTION = DEFAULT_WINDOW_ATTENTION
                     fused_step.WINDOW_ATTENTION_PROJ = DEFAULT_WINDOW_ATTENTION_PROJ
                     fused_step.WINDOW_MLP = DEFAULT_WINDOW_MLP
+                    fused_step.WINDOW_SPLIT_K = DEFAULT_WINDOW_SPLIT_K
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE

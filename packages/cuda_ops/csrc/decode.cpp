@@ -145,7 +145,7 @@ const void* optional_arg(const char* op, const Tensor& X, const char* name, cons
 
 void decode_linear(nb::ndarray<> out, nb::ndarray<> x, nb::ndarray<> weight, OptArray bias,
                    OptArray ln_weight, OptArray ln_bias, OptArray residual, double eps, bool gelu,
-                   uintptr_t stream, int num_threads) {
+                   bool split_k, uintptr_t stream, int num_threads) {
   const char* op = "decode_linear";
   (void)stream;
   Tensor X = view(op, "x", x), W = view(op, "weight", weight), Y = view(op, "out", out);
@@ -167,7 +167,7 @@ void decode_linear(nb::ndarray<> out, nb::ndarray<> x, nb::ndarray<> weight, Opt
       fail(op, "K = " + std::to_string(K) + " is above the CUDA kernel's limit of " +
                    std::to_string(kDecodeMaxK));
     GS_CUDA_CALL(decode_linear_cuda(Y.data, X.data, W.data, b, lw, lb, res, R, N, K, eps, gelu,
-                                    X.dtype, stream));
+                                    split_k, X.dtype, stream));
     return;
   }
   const int nt = resolve_threads(num_threads);
@@ -368,8 +368,10 @@ void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb
 void register_decode(nb::module_& m) {
   m.def("decode_linear", &decode_linear, "out"_a, "x"_a, "weight"_a, "bias"_a.none(),
         "ln_weight"_a.none(), "ln_bias"_a.none(), "residual"_a.none(), "eps"_a, "gelu"_a,
-        "stream"_a = 0, "num_threads"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
-        "out = act(weight @ layernorm?(x) + bias) + residual, row by row (decode.h).");
+        "split_k"_a = false, "stream"_a = 0, "num_threads"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "out = act(weight @ layernorm?(x) + bias) + residual, row by row (decode.h); split_k: K "
+        "over a cluster of 4 CTAs where decode.h's kDecodeSplitWidths apply.");
   m.def("decode_attention", &decode_attention, "y"_a, "qkv"_a, "k_cache"_a, "v_cache"_a,
         "pos"_a, "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Write k, v at pos into the caches; y = one query's causal attention (decode.h).");
@@ -402,12 +404,13 @@ void register_decode(nb::module_& m) {
   m.attr("decode_max_k") = kDecodeMaxK;
   m.attr("decode_mma_min_rows") = kDecodeMmaMinRows;
   m.attr("decode_mma_max_k") = kDecodeMmaMaxK;
-  m.attr("window_attention_max_t") = kWindowAttentionMaxT;
   auto ints = [](const auto& values) {
     nb::list list;
     for (int v : values) list.append(v);
     return nb::tuple(list);
   };
+  m.attr("decode_split_widths") = ints(kDecodeSplitWidths);
+  m.attr("window_attention_max_t") = kWindowAttentionMaxT;
   m.attr("window_attention_head_sizes") = ints(kWindowAttentionHeadSizes);
   m.attr("window_attention_proj_max_heads") = kWindowAttentionProjMaxHeads;
   m.attr("window_mlp_widths") = ints(kWindowMlpWidths);

@@ -47,6 +47,7 @@
 #include "decode.h"
 #include "decode_linear.cuh"
 #include "decode_mma.cuh"
+#include "decode_split.cuh"
 #include "decode_vec.cuh"
 
 namespace gs {
@@ -246,11 +247,61 @@ bool launch_linear_mma(T* out, const T* x, const T* w, const T* b, const T* ln_w
   }
 }
 
+// decode_linear of many bf16 rows with K split over a thread-block cluster (decode_split.cuh),
+// where it applies: asked for, no LayerNorm, K one of its widths, the tensor-core kernel's rows,
+// N even, sm_90+; false: the caller runs another kernel.
+template <typename T>
+bool launch_linear_split(T* out, const T* x, const T* w, const T* b, const T* ln_w,
+                         const T* residual, int64_t R, int64_t N, int64_t K, bool gelu,
+                         cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+    return false;
+  } else {
+    namespace sl = split_linear;
+    if (ln_w || R < kDecodeMmaMinRows || N % 2 != 0 || !aligned16(x) || !aligned16(w) ||
+        !aligned16(out) || (residual && !aligned16(residual)))
+      return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        major < 9)
+      return false;  // thread-block clusters: sm_90 and newer
+    auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
+    const mma_linear::Args a{reinterpret_cast<uint16_t*>(out), bits(x), bits(w), bits(b),
+                             nullptr, nullptr, bits(residual), int(R), int(N), int(K), 0.0f,
+                             gelu};
+    const std::string config = "(R=" + std::to_string(R) + ", N=" + std::to_string(N) +
+                               ", K=" + std::to_string(K) + ", split K)";
+    const bool launched = sl::with_kernel_for(int(K), [&](auto kernel, int64_t smem) {
+      static LaunchCheck check;  // one per instance (its one K)
+      check.ensure(reinterpret_cast<const void*>(kernel.value), "decode_linear", config,
+                   sl::kThreads, int(smem));
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(sl::kSplit * ceil_div(N, sl::kCols), ceil_div(R, sl::kRows));
+      cfg.blockDim = dim3(sl::kThreads);
+      cfg.dynamicSmemBytes = size_t(smem);
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[2];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = sl::kSplit;
+      attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+      attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[1].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = programmatic_launch_here() ? 2 : 1;
+      cudaLaunchKernelEx(&cfg, kernel.value, a);
+    });
+    if (launched) check_launch("decode_linear", config);
+    return launched;
+  }
+}
+
 template <typename T>
 void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, const T* ln_b,
                    const T* residual, int64_t R, int64_t N, int64_t K, double eps, bool gelu,
-                   cudaStream_t stream) {
+                   bool split_k, cudaStream_t stream) {
   if (R == 0) return;
+  if (split_k && launch_linear_split(out, x, w, b, ln_w, residual, R, N, K, gelu, stream)) return;
   if (launch_linear_mma(out, x, w, b, ln_w, ln_b, residual, R, N, K, eps, gelu, stream)) return;
   const int smem = static_cast<int>(K * sizeof(float));
   const bool vector = linear_vector_loads<T>(w, K);
@@ -305,18 +356,18 @@ void launch_attention(T* y, const T* qkv, T* kc, T* vc, const int64_t* pos, int6
 
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
-                        double eps, bool gelu, DType dtype, uintptr_t stream) {
+                        double eps, bool gelu, bool split_k, DType dtype, uintptr_t stream) {
   if (dtype == DType::bf16) {
     using T = __nv_bfloat16;
     launch_linear<T>(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w),
                      static_cast<const T*>(b), static_cast<const T*>(ln_w),
                      static_cast<const T*>(ln_b), static_cast<const T*>(residual), R, N, K, eps,
-                     gelu, as_stream(stream));
+                     gelu, split_k, as_stream(stream));
   } else {
     launch_linear<float>(static_cast<float*>(out), static_cast<const float*>(x),
                          static_cast<const float*>(w), static_cast<const float*>(b),
                          static_cast<const float*>(ln_w), static_cast<const float*>(ln_b),
-                         static_cast<const float*>(residual), R, N, K, eps, gelu,
+                         static_cast<const float*>(residual), R, N, K, eps, gelu, false,
                          as_stream(stream));
   }
 }

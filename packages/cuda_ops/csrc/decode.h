@@ -45,6 +45,11 @@ constexpr int64_t kDecodeMaxK = 12288;
 // operands' whole K extent in one CTA's shared memory); other calls take the one-row kernel.
 constexpr int64_t kDecodeMmaMinRows = 16;
 constexpr int64_t kDecodeMmaMaxK = 1744;
+// decode_linear with split_k: on CUDA in bfloat16 (sm_90+), without a LayerNorm, for these K and
+// at least kDecodeMmaMinRows rows, K is split over a thread-block cluster of 4 CTAs a tile
+// (decode_split.cuh: each output the sum of 4 partial sums in a fixed order, not the one chain
+// of the other kernels: other bits); elsewhere split_k changes nothing.
+constexpr int kDecodeSplitWidths[] = {1024, 1536};
 
 // window_attention, for each sequence b of T rows of x (B * T, C) (the slide window's step):
 //   qkv = decode_linear(x[b], c_attn, ln = ln_1), then y[b] = causal attention of its heads
@@ -126,7 +131,7 @@ struct DecodeBlocksArgs {
 void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t stream);
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
-                        double eps, bool gelu, DType dtype, uintptr_t stream);
+                        double eps, bool gelu, bool split_k, DType dtype, uintptr_t stream);
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
                            const void* ln_b, const void* wp, const void* bp, int64_t B, int64_t T,
                            int64_t C, int64_t nh, double eps, DType dtype, uintptr_t stream);

@@ -123,16 +123,17 @@ template <int N> __device__ __forceinline__ void warp_sums(float (&v)[N]) {
 // rows [0, Rows) of a (Rows, K) bf16 matrix at src (row r past `valid` zero-filled) into the
 // shared rows of pitch P at dst: warp w copies rows w, w + kWarps, ..., its lanes 16-byte
 // chunks. Loops of fixed counts, so that with K a constant they unroll into bare copies.
+// (stride: src's row stride in elements where it is not K: a K-wide slice of wider rows)
 template <int Rows>
 __device__ __forceinline__ void copy_rows(uint16_t* dst, const uint16_t* src, int valid, int K,
-                                          int P, int warp, int lane) {
+                                          int P, int warp, int lane, int64_t stride = 0) {
   static_assert(Rows % kWarps == 0, "copy_rows: whole rows a warp");
   const int chunks = K / 8, per_lane = (chunks + 31) / 32;
 #pragma unroll
   for (int i = 0; i < Rows / kWarps; ++i) {
     const int r = warp + i * kWarps;
     const bool ok = r < valid;
-    const uint16_t* s = src + (ok ? r : 0) * K;
+    const uint16_t* s = src + (ok ? r : 0) * (stride ? stride : K);
 #pragma unroll
     for (int j = 0; j < per_lane; ++j) {
       const int ch = lane + 32 * j;

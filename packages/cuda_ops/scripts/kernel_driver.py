@@ -121,6 +121,9 @@ def once() -> None:
         h = ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
         ref = ops.decode_linear(h, wm, None, residual=x1)
         assert_close(out, ref, dtype, f"window_mlp {dtype}")
+        # its mlp.c_proj with K split over a cluster of 4 CTAs (decode_split.cuh)
+        out = ops.decode_linear(h, wm, None, residual=x1, split_k=True)
+        assert_close(out, ref, dtype, f"decode_linear split_k {dtype}")
         C, nh, L = 384, 6, 2  # every block of a step in one call (a cluster on sm_90)
         shapes = [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C),
                   (4 * C,), (C, 4 * C), (C,)]  # fmt: skip

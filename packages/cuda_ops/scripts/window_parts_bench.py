@@ -3,8 +3,9 @@ causal attention (cuda_ops' 4-warp and split-keys kernels, SDPA), the cached ste
 decode_attention at a full cache, and, where the window is short (esp32's 64 rows), the
 one-launch ops against the launches they replace: window_attention against decode_linear +
 causal_attention, window_attention with c_proj against it and a decode_linear call, window_mlp
-against three decode_linear calls. Each as a chain of dependent
-calls captured in one CUDA graph (window_linear_bench.graph_us), median microseconds a call.
+against three decode_linear calls, and those with mlp.c_proj's K split over a cluster. Each as
+a chain of dependent calls captured in one CUDA graph (window_linear_bench.graph_us), median
+microseconds a call.
 
     python3 packages/cuda_ops/scripts/window_parts_bench.py [--json F]
     python3 packages/cuda_ops/scripts/window_parts_bench.py --once    # each once, for ncu:
@@ -83,10 +84,19 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
         h = ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
         return ops.decode_linear(h, wm, None, residual=x1)
 
+    def mlp_three_split():
+        x1 = ops.decode_linear(y, wp, None, residual=r)
+        h = ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
+        return ops.decode_linear(h, wm, None, residual=x1, split_k=True)
+
     out["window_mlp (one launch)"] = lambda: ops.window_mlp(
         y, r, wp, None, wf, None, wm, ln_weight=lw, ln_bias=lb
     )
     out["three decode_linear"] = mlp_three
+    out["three decode_linear (mlp.c_proj split K)"] = mlp_three_split
+    hw = rnd(T, 4 * C)
+    out["mlp.c_proj"] = lambda: ops.decode_linear(hw, wm, None, residual=r)
+    out["mlp.c_proj (split K)"] = lambda: ops.decode_linear(hw, wm, None, residual=r, split_k=True)
     return out
 
 

@@ -127,6 +127,67 @@ def test_attention_out_of_range_position_writes_nothing_and_gives_nan(gen):
         assert torch.isnan(y).all() and not kc.any() and not vc.any()
 
 
+# decode_linear(split_k=True): R, K, N: esp32's mlp.c_proj in its window, shakespeare-char's
+# with row and column tails and GELU, one row tile; then a K it is not compiled for and fewer
+# rows than MMA_MIN_ROWS (the other kernels, split_k ignored)
+SPLIT_SHAPES = [(64, 1024, 256), (40, 1536, 100), (16, 1024, 64), (64, 768, 256), (8, 1024, 64)]
+
+
+def test_split_k_changes_nothing_on_the_cpu(gen):
+    """split_k is a CUDA kernel's choice: on the CPU the result is the unsplit one, bit for bit."""
+    x, w, b, _, _, res = _linear_inputs(64, 1024, 256, torch.float32, gen)
+    want = ops.decode_linear(x, w, b, residual=res)
+    assert torch.equal(ops.decode_linear(x, w, b, residual=res, split_k=True), want)
+
+
+def _ulp_steps(a: torch.Tensor, b: torch.Tensor) -> int:
+    """The most bf16 steps between a and b, element by element."""
+
+    def ordered(t):
+        i = t.view(torch.int16).to(torch.int32)
+        return torch.where(i < 0, -(i & 0x7FFF), i)
+
+    return int((ordered(a) - ordered(b)).abs().max())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", SPLIT_SHAPES)
+def test_cuda_split_k_linear(shape, gen):
+    """On CUDA (sm_90+) in bf16, decode_linear(split_k=True) splits K over a cluster of 4 CTAs
+    where it says it does (csrc/decode_split.cuh): within bf16 tolerance of the float64
+    reference, at most one bf16 step from the unsplit kernel, the same bits call after call
+    and in graph replays; elsewhere the unsplit result, bit for bit."""
+    R, K, N = shape
+    x, w, b, _, _, res = _linear_inputs(R, K, N, torch.bfloat16, gen, "cuda")
+    d = ops.decode
+    splits = torch.cuda.get_device_capability()[0] >= 9 and K in d.SPLIT_WIDTHS
+    splits = splits and R >= d.MMA_MIN_ROWS
+    for kw in ({"bias": b, "residual": res}, {"gelu": True}, {}):
+        out = ops.decode_linear(x, w, split_k=True, **kw)
+        plain = ops.decode_linear(x, w, **kw)
+        ref = _linear_reference(x, w, kw.get("bias"), None, None, kw.get("residual"),
+                                kw.get("gelu", False))  # fmt: skip
+        assert_close(out, ref, torch.bfloat16, f"split_k {shape} {sorted(kw)}")
+        if splits:
+            assert _ulp_steps(out, plain) <= 1, f"{shape}: more than a bf16 step apart"
+        else:
+            assert torch.equal(out, plain), f"{shape}: split_k changed an unsplit call"
+        again = [ops.decode_linear(x, w, split_k=True, **kw) for _ in range(3)]
+        assert all(torch.equal(a, out) for a in again), f"{shape}: bits differ between calls"
+    # dependent calls (each one's output the next one's residual) captured in a graph
+    if not splits:
+        return
+    h = torch.randn(R, K, generator=gen).to(torch.bfloat16).cuda()
+
+    def chain():
+        y = res
+        for _ in range(3):
+            y = ops.decode_linear(h, w, b, residual=y, split_k=True)
+        return y
+
+    _assert_replays_are_eager(chain)
+
+
 def _window_inputs(B, T, C, dtype, gen, device="cpu"):
     def r(*shape, s=1.0):
         return (s * torch.randn(*shape, generator=gen)).to(dtype).to(device)
@@ -321,6 +382,9 @@ def test_opcheck(gen):
     torch.library.opcheck(
         torch.ops.gptstack.decode_linear.default, (x, w, None, None, None, None, 1e-5, False)
     )
+    torch.library.opcheck(
+        torch.ops.gptstack.decode_linear.default, (x, w, b, None, None, res, 1e-5, False, True)
+    )
     qkv = torch.randn(2, 36, generator=gen)
     kc, vc = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 9, 4)
     torch.library.opcheck(
@@ -444,6 +508,7 @@ def test_window_mlp_bad_inputs_raise_clear_errors(bad, error, words):
         (_bad(residual=torch.ones(2, 4)), ValueError, "residual has shape"),
         (_bad(weight=torch.ones(8, 4).t()), ValueError, "contiguous"),
         (_bad(gelu=1), TypeError, "gelu must be True or False"),
+        (_bad(split_k=4), TypeError, "split_k must be True or False"),
         (
             lambda: ops.decode_attention(
                 torch.ones(1, 12), torch.ones(1, 2, 3, 2), torch.ones(1, 2, 3, 2), 1
@@ -664,3 +729,13 @@ def test_tensor_core_linear_under_the_emulator(tmp_path):
     shared memory."""
     out = _emulator_check(tmp_path, "decode_mma_check")
     assert out.count("ok  ") == 10, out
+
+
+def test_split_k_linear_under_the_emulator(tmp_path):
+    """decode_linear's split-K kernel (csrc/decode_split.cuh: K over a thread-block cluster of 4
+    CTAs, the partials pushed to each warp tile's owner by st.async), its device code run on the
+    CPU by the warp emulator with its CTAs drifting apart: within bf16 tolerance of a float64
+    reference, at most one bf16 step from the unsplit kernel, the same bits run twice
+    (attention_emu/decode_split_check.cpp)."""
+    out = _emulator_check(tmp_path, "decode_split_check")
+    assert out.count("ok  ") == 3, out

@@ -305,6 +305,31 @@ def test_window_mlp_launch_is_chosen_by_the_width(
             assert rel_err(got, ref) < 1e-5
 
 
+@needs_cuda_ops
+@pytest.mark.parametrize("split", [True, False])
+def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, monkeypatch, split):
+    """window() on rows calls mlp.c_proj's decode_linear with split_k as
+    fused_step.WINDOW_SPLIT_K says (the window's blocks, not the last block's one row), and
+    gives the model's logits either way."""
+    model = make_gpt(39, scramble=0.3, n_layer=3, n_head=4, n_embd=64, bias=True)
+    step = _fused_step(model, 1)
+    asked = []
+    linear = step.ops.decode_linear
+
+    def spy(x, w, *a, split_k=False, **k):
+        if w.size(1) == 4 * model.config.n_embd:  # mlp.c_proj
+            asked.append((x.size(0), split_k))
+        return linear(x, w, *a, split_k=split_k, **k)
+
+    monkeypatch.setattr(step.ops, "decode_linear", spy)
+    idx = random_tokens(39, 1, 16, model.config.vocab_size)
+    with torch.no_grad():
+        step.window_rows, step.window_split_k = idx.numel(), split
+        got = step.window(idx)
+        assert rel_err(got, model(idx, last_only=True)[0][:, -1]) < 1e-5
+    assert asked == [(16, split)] * (model.config.n_layer - 1) + [(1, False)], asked
+
+
 @pytest.mark.cuda
 @needs_cuda
 @needs_cuda_ops
@@ -322,8 +347,6 @@ def test_window_launches_write_the_two_launches_text(
     model = make_gpt(36, scramble=0.3, block_size=32, n_head=4, n_embd=128, bias=True)
     model = model.cuda().to(torch.bfloat16)
     idx = random_tokens(36, 2, 5, model.config.vocab_size).cuda()
-    if switch == "WINDOW_MLP":  # window_mlp runs where c_proj is not in window_attention
-        monkeypatch.setattr(fused_step, "WINDOW_ATTENTION_PROJ", False)
     texts = {}
     for on in (True, False):
         monkeypatch.setattr(fused_step, switch, on)

@@ -41,6 +41,9 @@ MAX_K: int = _C.decode_max_k
 # on, for K a multiple of 16 up to MMA_MAX_K (the slide window's step); else the one-row kernel
 MMA_MIN_ROWS: int = _C.decode_mma_min_rows
 MMA_MAX_K: int = _C.decode_mma_max_k
+# decode_linear(split_k=True) splits K over a thread-block cluster of 4 CTAs (sm_90+, bfloat16,
+# no LayerNorm, at least MMA_MIN_ROWS rows) at these K (csrc/decode_split.cuh): other bits
+SPLIT_WIDTHS: tuple[int, ...] = tuple(_C.decode_split_widths)
 # window_attention on CUDA in bfloat16 is one launch up to this many rows a sequence (the
 # attention's one key tile) at these head sizes; elsewhere decode_linear and causal_attention
 WINDOW_ATTENTION_MAX_T: int = _C.window_attention_max_t
@@ -83,11 +86,12 @@ def _decode_linear_impl(
     residual: Tensor | None,
     eps: float,
     gelu: bool,
+    split_k: bool = False,
 ) -> Tensor:
     out = torch.empty(x.size(0), weight.size(0), dtype=x.dtype, device=x.device)
     _C.decode_linear(
         dl(out), dl(x), dl(weight), dl(bias), dl(ln_weight), dl(ln_bias), dl(residual), eps, gelu,
-        stream_of(x), threads(),
+        split_k, stream_of(x), threads(),
     )  # fmt: skip
     return out
 
@@ -98,7 +102,7 @@ _decode_linear = torch.library.custom_op("gptstack::decode_linear", mutates_args
 
 
 @_decode_linear.register_fake
-def _decode_linear_fake(x, weight, bias, ln_weight, ln_bias, residual, eps, gelu):
+def _decode_linear_fake(x, weight, bias, ln_weight, ln_bias, residual, eps, gelu, split_k=False):
     return torch.empty(x.size(0), weight.size(0), dtype=x.dtype, device=x.device)
 
 
@@ -128,6 +132,7 @@ def decode_linear(
     residual: Tensor | None = None,
     gelu: bool = False,
     eps: float = DEFAULT_EPS,
+    split_k: bool = False,
 ) -> Tensor:
     """out = act(weight @ layernorm(x) + bias) + residual for each row of x.
 
@@ -135,7 +140,11 @@ def decode_linear(
     LayerNorm of each row first (ln_bias needs ln_weight); residual (R, N), added last; gelu:
     the tanh GELU after the bias. One dtype throughout (float32 or bfloat16; float64 on the
     CPU), contiguous, one device; computed in float32, rounded once. Returns (R, N).
-    Raises OpTypeError / OpInputError naming the argument.
+    split_k: on CUDA (sm_90+) in bfloat16, without a LayerNorm, with at least MMA_MIN_ROWS rows
+    and K in SPLIT_WIDTHS, K split over a thread-block cluster of 4 CTAs (more SMs for a wide
+    product on few rows: the slide window's mlp.c_proj); the result is deterministic but of
+    other bits than without (4 partial sums added in a fixed order). Elsewhere it changes
+    nothing. Raises OpTypeError / OpInputError naming the argument.
     """
     op = "decode_linear"
     float_tensor(op, "x", x, min_dim=2)
@@ -159,14 +168,15 @@ def decode_linear(
             like(op, "x", x, name, t, shape=shape)
     if ln_bias is not None and ln_weight is None:
         raise OpInputError(f"{op}: ln_bias without ln_weight; pass both, or ln_weight alone")
-    if not isinstance(gelu, bool):
-        raise OpTypeError(f"{op}: gelu must be True or False, got {gelu!r}")
+    for name, flag in (("gelu", gelu), ("split_k", split_k)):
+        if not isinstance(flag, bool):
+            raise OpTypeError(f"{op}: {name} must be True or False, got {flag!r}")
     op = (
         _decode_linear_impl
         if direct(x, weight, bias, ln_weight, ln_bias, residual)
         else _decode_linear
     )
-    return op(x, weight, bias, ln_weight, ln_bias, residual, float(eps), gelu)
+    return op(x, weight, bias, ln_weight, ln_bias, residual, float(eps), gelu, split_k)
 
 
 def decode_attention(qkv: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor) -> Tensor:

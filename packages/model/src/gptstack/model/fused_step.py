@@ -86,8 +86,17 @@ WINDOW_ATTENTION = True
 # window() with WINDOW_ATTENTION: True = each block's attn.c_proj (+ residual) in its
 # window_attention launch too (proj_weight: the sequence's heads as a thread-block cluster
 # passing their outputs through distributed shared memory), 3 launches a block instead of 4, the
-# same bits. The A/B switch of the benchmarks.
-WINDOW_ATTENTION_PROJ = True
+# same bits. Off: it lost on the H100 (2026-12-06, side by side at esp32: 9,104 vs 9,579 tok/s
+# with it; 8.72 vs 8.14 us a call in a chain against window_attention and a decode_linear: each
+# CTA takes in all 64 rows of y, 32 KiB through distributed shared memory, where c_proj's own
+# CTAs read 16 KiB each from L2). The A/B switch of the benchmarks.
+WINDOW_ATTENTION_PROJ = False
+
+# window() through decode_linear (WINDOW_ROWS): True = each block's mlp.c_proj (K = 4C in
+# decode.SPLIT_WIDTHS: esp32's 1,024) with its K split over a thread-block cluster of 4 CTAs
+# (decode_linear(split_k=True): 32 CTAs of a 16-step mma chain instead of 8 of a 64-step one;
+# deterministic, other bits than the unsplit kernel). The A/B switch of the benchmarks.
+WINDOW_SPLIT_K = True
 
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
 # ln_2, mlp.c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch where the model
@@ -177,6 +186,8 @@ class FusedDecodeStep:
         # (WINDOW_ATTENTION_PROJ)
         self.window_attention = WINDOW_ATTENTION
         self.window_attention_proj = WINDOW_ATTENTION_PROJ
+        # window()'s mlp.c_proj with K over a cluster of CTAs (see WINDOW_SPLIT_K)
+        self.window_split_k = WINDOW_SPLIT_K
         # window()'s c_proj, ln_2 and MLP in one launch (see WINDOW_MLP)
         self.window_mlp = WINDOW_MLP
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
@@ -219,21 +230,22 @@ class FusedDecodeStep:
             eps=self.eps,
         )  # fmt: skip
 
-    def _after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
+    def _after_attention(self, block, x: Tensor, y: Tensor, split_k: bool = False) -> Tensor:
         """The rest of a block for rows x (B, C) with attention output y (B, C):
         x + c_proj(y), then + mlp(ln_2(.)), in three launches."""
         attn = block.attn
         x = self.ops.decode_linear(y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
-        return self._mlp(block, x)
+        return self._mlp(block, x, split_k)
 
-    def _mlp(self, block, x: Tensor) -> Tensor:
-        """x + mlp(ln_2(x)) for rows x (B, C), in two launches."""
+    def _mlp(self, block, x: Tensor, split_k: bool = False) -> Tensor:
+        """x + mlp(ln_2(x)) for rows x (B, C), in two launches; split_k: mlp.c_proj's K over a
+        cluster of CTAs where decode_linear does that (WINDOW_SPLIT_K)."""
         mlp, ops = block.mlp, self.ops
         h = ops.decode_linear(
             x, mlp.c_fc.weight, mlp.c_fc.bias,
             ln_weight=block.ln_2.weight, ln_bias=block.ln_2.bias, gelu=True, eps=self.eps,
         )  # fmt: skip
-        return ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x)
+        return ops.decode_linear(h, mlp.c_proj.weight, mlp.c_proj.bias, residual=x, split_k=split_k)
 
     def _head(self, x: Tensor) -> Tensor:
         m = self.model
@@ -324,7 +336,7 @@ class FusedDecodeStep:
         for block in blocks:
             if proj:  # x + c_proj(attention), then the MLP
                 x = self._window_attention(block, x.view(B, T, C), proj=True).view(B * T, C)
-                x = self._mlp(block, x)
+                x = self._mlp(block, x, self.window_split_k)
                 continue
             if one_launch:
                 y = self._window_attention(block, x.view(B, T, C)).view(B * T, C)
@@ -346,10 +358,10 @@ class FusedDecodeStep:
         """_after_attention for the window's rows x (B * T, C) and their attention y: c_proj
         (+ residual), ln_2, c_fc (+ GELU) and mlp.c_proj (+ residual) as one window_mlp launch
         where WINDOW_MLP applies (n_embd in WINDOW_MLP_WIDTHS; _window_rows has at least
-        MMA_MIN_ROWS rows), else _after_attention's decode_linear calls; the same bits either
-        way."""
+        MMA_MIN_ROWS rows), else _after_attention's decode_linear calls (mlp.c_proj with
+        split_k as WINDOW_SPLIT_K says); the same bits either way where K is not split."""
         if not (self.window_mlp and x.size(1) in self.ops.decode.WINDOW_MLP_WIDTHS):
-            return self._after_attention(block, x, y)
+            return self._after_attention(block, x, y, self.window_split_k)
         attn, mlp = block.attn, block.mlp
         return self.ops.window_mlp(
             y, x, attn.c_proj.weight, attn.c_proj.bias, mlp.c_fc.weight, mlp.c_fc.bias,
