@@ -308,7 +308,7 @@ def test_window_mlp_launch_is_chosen_by_the_width(
 @needs_cuda_ops
 @pytest.mark.parametrize("split", [True, False])
 def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, monkeypatch, split):
-    """window() on rows calls mlp.c_proj's decode_linear with split_k as
+    """window() on rows calls attn.c_proj's and mlp.c_proj's decode_linear with split_k as
     fused_step.WINDOW_SPLIT_K says (the window's blocks, not the last block's one row), and
     gives the model's logits either way."""
     model = make_gpt(39, scramble=0.3, n_layer=3, n_head=4, n_embd=64, bias=True)
@@ -317,7 +317,7 @@ def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, mo
     linear = step.ops.decode_linear
 
     def spy(x, w, *a, split_k=False, **k):
-        if w.size(1) == 4 * model.config.n_embd:  # mlp.c_proj
+        if w.size(0) == model.config.n_embd:  # attn.c_proj, mlp.c_proj (not c_attn, c_fc)
             asked.append((x.size(0), split_k))
         return linear(x, w, *a, split_k=split_k, **k)
 
@@ -327,7 +327,7 @@ def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, mo
         step.window_rows, step.window_split_k = idx.numel(), split
         got = step.window(idx)
         assert rel_err(got, model(idx, last_only=True)[0][:, -1]) < 1e-5
-    assert asked == [(16, split)] * (model.config.n_layer - 1) + [(1, False)], asked
+    assert asked == [(16, split)] * 2 * (model.config.n_layer - 1) + [(1, False)] * 2, asked
 
 
 @pytest.mark.cuda

@@ -2,9 +2,10 @@
 // thread-block cluster of 4 CTAs, the partials passed to each warp tile's owner by st.async)
 // under the warp emulator (emu.h), its CTAs drifting apart, and compares it with a
 // double-precision reference of decode.h's formula and with the unsplit tensor-core kernel
-// (decode_mma.cuh) run the same way: each output a fp32 sum rounded once, so the two differ by
-// at most one bf16 step. Twice on the same inputs: the same bits (the partials are added in
-// rank order, whatever the CTAs' timing). Fresh random inputs each run. Built and run by
+// (decode_mma.cuh) run the same way, both within bf16 tolerance (the same terms summed in
+// another order; after the bias and residual a near-cancelling output may differ by more than a
+// bf16 step). Twice on the same inputs: the same bits (the partials are added in rank order,
+// whatever the CTAs' timing). Fresh random inputs each run. Built and run by
 // tests/test_decode.py:
 //
 //   g++ -std=c++17 -O1 -DGS_ATTN_EMULATE -I csrc csrc/attention_emu/decode_split_check.cpp
@@ -13,7 +14,6 @@
 // A case is "R:N:K:gelu:bias:residual" (flags 0/1), e.g. "64:256:1024:0:1:1"; none = the
 // default list. One line per case; exits 1 if any is off.
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,9 +43,6 @@ std::string run_split(const ml::Args& a) {
   return error;
 }
 
-// bf16 bits as an ordered integer line (adjacent values one apart across zero)
-long ordered(uint16_t b) { return (b & 0x8000) ? -long(b & 0x7fff) : long(b); }
-
 bool run_case(const Case& c, std::mt19937& rng) {
   auto x = random_bf16(rng, size_t(c.R) * c.K, 2.0f);
   auto w = random_bf16(rng, size_t(c.N) * c.K, 1.0f / std::sqrt(float(c.K)));
@@ -63,22 +60,22 @@ bool run_case(const Case& c, std::mt19937& rng) {
   if (error.empty()) error = decode_linear_mma(a, 4);
   const auto ref = decode_linear_reference(x.data(), c.R, c.K, w.data(), c.N, bias, nullptr,
                                            nullptr, residual, c.gelu, 1e-5);
-  Worst worst;
-  long steps = 0;
+  Worst worst, apart;
   int differ = 0, repeat = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     worst.add(from_bf16(out[i]), ref[i]);
+    apart.add(from_bf16(out[i]), from_bf16(plain[i]));
     differ += out[i] != plain[i];
     repeat += out[i] != again[i];
-    steps = std::max(steps, std::labs(ordered(out[i]) - ordered(plain[i])));
   }
   const bool guard = out.back() == 0x7fc1 && again.back() == 0x7fc1;
-  const bool ok = error.empty() && worst.value <= 1.0 && steps <= 1 && repeat == 0 && guard;
-  std::printf("%s R=%d N=%d K=%d gelu=%d bias=%d residual=%d: worst %.3f of tolerance, %d of %zu "
-              "values one bf16 step from the unsplit kernel's (most %ld), %d differ between "
-              "runs%s%s%s\n",
+  const bool ok =
+      error.empty() && worst.value <= 1.0 && apart.value <= 1.0 && repeat == 0 && guard;
+  std::printf("%s R=%d N=%d K=%d gelu=%d bias=%d residual=%d: worst %.3f of tolerance; %d of %zu "
+              "values differ from the unsplit kernel's, worst %.3f of tolerance; %d differ "
+              "between runs%s%s%s\n",
               ok ? "ok  " : "FAIL", c.R, c.N, c.K, c.gelu, c.bias, c.residual, worst.value,
-              differ, ref.size(), steps, repeat, guard ? "" : ", wrote past the end",
+              differ, ref.size(), apart.value, repeat, guard ? "" : ", wrote past the end",
               error.empty() ? "" : ", ", error.c_str());
   return ok;
 }
@@ -95,6 +92,7 @@ int main(int argc, char** argv) {
                              {64, 256, 1024, false, true, true},   // esp32's mlp.c_proj
                              {40, 100, 1536, true, true, false},   // row and column tails, GELU
                              {16, 64, 1024, false, false, true},   // one tile, no bias
+                             {64, 256, 256, false, true, true},    // esp32's attn.c_proj
                          },
                          parse, run_case);
 }

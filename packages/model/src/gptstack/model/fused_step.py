@@ -92,10 +92,11 @@ WINDOW_ATTENTION = True
 # CTAs read 16 KiB each from L2). The A/B switch of the benchmarks.
 WINDOW_ATTENTION_PROJ = False
 
-# window() through decode_linear (WINDOW_ROWS): True = each block's mlp.c_proj (K = 4C in
-# decode.SPLIT_WIDTHS: esp32's 1,024) with its K split over a thread-block cluster of 4 CTAs
-# (decode_linear(split_k=True): 32 CTAs of a 16-step mma chain instead of 8 of a 64-step one;
-# deterministic, other bits than the unsplit kernel). The A/B switch of the benchmarks.
+# window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj and mlp.c_proj
+# (K = C or 4C in decode.SPLIT_WIDTHS: esp32's 256 and 1,024) with K split over a thread-block
+# cluster of 4 CTAs (decode_linear(split_k=True): at mlp.c_proj 32 CTAs of a 16-step mma chain
+# instead of 8 of a 64-step one; deterministic, other bits than the unsplit kernel). The A/B
+# switch of the benchmarks.
 WINDOW_SPLIT_K = True
 
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
@@ -234,7 +235,9 @@ class FusedDecodeStep:
         """The rest of a block for rows x (B, C) with attention output y (B, C):
         x + c_proj(y), then + mlp(ln_2(.)), in three launches."""
         attn = block.attn
-        x = self.ops.decode_linear(y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
+        x = self.ops.decode_linear(
+            y, attn.c_proj.weight, attn.c_proj.bias, residual=x, split_k=split_k
+        )
         return self._mlp(block, x, split_k)
 
     def _mlp(self, block, x: Tensor, split_k: bool = False) -> Tensor:
