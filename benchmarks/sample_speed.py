@@ -94,6 +94,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention_proj": True,
     },
+    # the slide window's ids embedded by a window_embed launch of their own instead of inside the
+    # first block's window_attention launch (fused_step.WINDOW_EMBED_IN_ATTENTION)
+    "graph bf16 fused embed-launch": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "window_embed_in_attention": False,
+    },
     # the slide window's mlp.c_proj by decode_linear's unsplit kernel (8 CTAs at esp32) instead
     # of with its K over a cluster of 4 CTAs a tile (fused_step.WINDOW_SPLIT_K)
     "graph bf16 fused unsplit-k": {
@@ -180,6 +188,7 @@ DEFAULT_WINDOW_ATTENTION = fused_step.WINDOW_ATTENTION
 DEFAULT_WINDOW_ATTENTION_PROJ = fused_step.WINDOW_ATTENTION_PROJ
 DEFAULT_WINDOW_MLP = fused_step.WINDOW_MLP
 DEFAULT_WINDOW_SPLIT_K = fused_step.WINDOW_SPLIT_K
+DEFAULT_WINDOW_EMBED_IN_ATTENTION = fused_step.WINDOW_EMBED_IN_ATTENTION
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
@@ -244,6 +253,9 @@ def main() -> None:
                 )
                 fused_step.WINDOW_MLP = options.pop("window_mlp", DEFAULT_WINDOW_MLP)
                 fused_step.WINDOW_SPLIT_K = options.pop("window_split_k", DEFAULT_WINDOW_SPLIT_K)
+                fused_step.WINDOW_EMBED_IN_ATTENTION = options.pop(
+                    "window_embed_in_attention", DEFAULT_WINDOW_EMBED_IN_ATTENTION
+                )
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
                 fused_step.ADVANCE_IN_SAMPLER = options.pop(
                     "advance_in_sampler", DEFAULT_ADVANCE_IN_SAMPLER
@@ -279,6 +291,7 @@ def main() -> None:
                     fused_step.WINDOW_ATTENTION_PROJ = DEFAULT_WINDOW_ATTENTION_PROJ
                     fused_step.WINDOW_MLP = DEFAULT_WINDOW_MLP
                     fused_step.WINDOW_SPLIT_K = DEFAULT_WINDOW_SPLIT_K
+                    fused_step.WINDOW_EMBED_IN_ATTENTION = DEFAULT_WINDOW_EMBED_IN_ATTENTION
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE

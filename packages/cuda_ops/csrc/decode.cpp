@@ -246,6 +246,52 @@ bool window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> weight, Op
   return launched;
 }
 
+// true where the CUDA kernel ran (x written: window_embed's rows; y: window_attention of
+// them); false: the caller runs window_embed, then window_attention. Arguments are checked by
+// the Python op (gptstack.cuda_ops.decode.embedded_window_attention); here their kinds and
+// shapes, as the kernel reads them.
+bool embedded_window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> window,
+                               nb::ndarray<> token, nb::ndarray<> wte, nb::ndarray<> wpe,
+                               nb::ndarray<> weight, OptArray bias, nb::ndarray<> ln_weight,
+                               OptArray ln_bias, int64_t nh, double eps, uintptr_t stream) {
+  const char* op = "embedded_window_attention";
+  Tensor X = view(op, "x", x), Y = view(op, "y", y), Win = view(op, "window", window),
+         Tok = view(op, "token", token), E = view(op, "wte", wte), P = view(op, "wpe", wpe),
+         W = view(op, "weight", weight), LW = view(op, "ln_weight", ln_weight);
+  check_dtype(op, "x", X, {DType::f32, DType::bf16, DType::f64});
+  check_dtype(op, "window", Win, {DType::i64});
+  check_dtype(op, "token", Tok, {DType::i64});
+  if (X.ndim() != 3 || Win.ndim() != 2)
+    fail(op, "x must be (B, T, C) and window (B, T), got shapes " + shape_str(X.shape) + " and " +
+                 shape_str(Win.shape));
+  const int64_t B = X.size(0), T = X.size(1), C = X.size(2);
+  if (Win.size(0) != B || Win.size(1) != T || Tok.numel() != B)
+    fail(op, "window must be (B, T) and token hold B ids for x of shape " + shape_str(X.shape));
+  if (E.ndim() != 2 || P.ndim() != 2 || P.size(0) < T)
+    fail(op, "wte must be (vocab, C) and wpe (>= T, C)");
+  if (nh < 1 || C % nh != 0)
+    fail(op, "n_head = " + std::to_string(nh) + " does not divide C = " + std::to_string(C));
+  check_arg(op, X, "y", Y, X.dtype, {B, T, C});
+  check_arg(op, X, "wte", E, X.dtype, {E.size(0), C});
+  check_arg(op, X, "wpe", P, X.dtype, {P.size(0), C});
+  check_arg(op, X, "weight", W, X.dtype, {3 * C, C});
+  check_arg(op, X, "ln_weight", LW, X.dtype, {C});
+  check_same_device(op, X, "window", Win);
+  check_same_device(op, X, "token", Tok);
+  const void* b = optional_arg(op, X, "bias", bias, {3 * C});
+  const void* lb = optional_arg(op, X, "ln_bias", ln_bias, {C});
+  bool launched = false;
+  if (X.cuda) {
+    CudaScope scope(op, X);
+    const WindowIds ids{Win.ptr<const int64_t>(), Tok.ptr<const int64_t>(), E.data, P.data,
+                        E.size(0)};
+    GS_CUDA_CALL(launched = window_attention_cuda(Y.data, X.data, W.data, b, LW.data, lb,
+                                                  nullptr, nullptr, B, T, C, nh, eps, X.dtype,
+                                                  stream, &ids));
+  }
+  return launched;
+}
+
 // true where the CUDA kernel ran; false: the caller makes the three decode_linear calls
 bool window_mlp(nb::ndarray<> out, nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> proj_weight,
                 OptArray proj_bias, nb::ndarray<> ln_weight, OptArray ln_bias,
@@ -381,6 +427,12 @@ void register_decode(nb::module_& m) {
         "y = causal attention of the heads of decode_linear(x, ln = ln_weight) in one CUDA "
         "launch (decode.h), or with proj_weight x + decode_linear(y, proj_weight, proj_bias); "
         "returns False where no kernel runs this call.");
+  m.def("embedded_window_attention", &embedded_window_attention, "y"_a, "x"_a, "window"_a,
+        "token"_a, "wte"_a, "wpe"_a, "weight"_a, "bias"_a.none(), "ln_weight"_a,
+        "ln_bias"_a.none(), "n_head"_a, "eps"_a, "stream"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "x = window_embed(window, token, wte, wpe), y = window_attention(x, ...) in one CUDA "
+        "launch (decode.h); returns False where no kernel runs this call.");
   m.def("window_mlp", &window_mlp, "out"_a, "y"_a, "x"_a, "proj_weight"_a,
         "proj_bias"_a.none(), "ln_weight"_a, "ln_bias"_a.none(), "fc_weight"_a,
         "fc_bias"_a.none(), "mlp_proj_weight"_a, "mlp_proj_bias"_a.none(), "eps"_a,

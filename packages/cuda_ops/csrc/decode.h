@@ -62,6 +62,8 @@ constexpr int kDecodeSplitWidths[] = {256, 1024, 1536};
 //   With attn.c_proj (wp, bp: (C, C), (C,)), x1 = decode_linear(y, c_proj, residual = x)
 //   instead of y, in the same launch where the sequence's heads make a thread-block cluster
 //   (sm_90+, nh <= kWindowAttentionProjMaxHeads): those two ops' bits.
+//   With the window's ids (WindowIds), x = window_embed(window, token, wte, wpe) is computed
+//   (and written) in the same launch: those two ops' bits.
 constexpr int64_t kWindowAttentionMaxT = 64;
 constexpr int kWindowAttentionHeadSizes[] = {32, 64};  // its kernel's instances
 constexpr int64_t kWindowAttentionProjMaxHeads = 8;     // the portable cluster size
@@ -132,9 +134,18 @@ void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t str
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
                         double eps, bool gelu, bool split_k, DType dtype, uintptr_t stream);
+// window_attention's input embedded in its launch (decode_io.h's window_embed): x is written
+struct WindowIds {
+  const int64_t* window;  // (B, T)
+  const int64_t* token;   // (B,)
+  const void* wte;        // (vocab, C)
+  const void* wpe;        // (>= T, C)
+  int64_t vocab;
+};
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
                            const void* ln_b, const void* wp, const void* bp, int64_t B, int64_t T,
-                           int64_t C, int64_t nh, double eps, DType dtype, uintptr_t stream);
+                           int64_t C, int64_t nh, double eps, DType dtype, uintptr_t stream,
+                           const WindowIds* ids = nullptr);
 bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, const void* bp,
                      const void* ln_w, const void* ln_b, const void* wf, const void* bf,
                      const void* wm, const void* bm, int64_t R, int64_t C, double eps, DType dtype,

@@ -20,7 +20,8 @@ static_assert(sizeof(kWindowAttentionHeadSizes) == 2 * sizeof(int) &&
 
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
                            const void* ln_b, const void* wp, const void* bp, int64_t B, int64_t T,
-                           int64_t C, int64_t nh, double eps, DType dtype, uintptr_t stream) {
+                           int64_t C, int64_t nh, double eps, DType dtype, uintptr_t stream,
+                           const WindowIds* ids) {
   namespace wa = window_attn;
   // fewer rows than decode_linear's tensor-core kernel takes: the two ops are the one-row
   // kernel's bits, not this kernel's
@@ -30,6 +31,7 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
   const int64_t hs = C / nh;
   if (hs != 32 && hs != 64) return false;  // kWindowAttentionHeadSizes
   if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return false;  // cp.async, 16-byte stores
+  if (ids && (wp || !aligned16(ids->wte) || !aligned16(ids->wpe))) return false;
   const bool proj = wp != nullptr;
   if (proj) {  // a cluster of the sequence's nh CTAs: sm_90 and newer, a portable size
     if (nh > kWindowAttentionProjMaxHeads || !aligned16(wp)) return false;
@@ -44,12 +46,17 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
                                 : (proj ? wa::shared_bytes<64, true>(C) : wa::shared_bytes<64>(C));
   if (smem > optin) return false;  // x and the head's weight rows do not fit one CTA
   auto bits = [](const void* p) { return static_cast<const uint16_t*>(p); };
-  const wa::Args a{static_cast<uint16_t*>(y), bits(x), bits(w), bits(b), bits(ln_w), bits(ln_b),
-                   int(T), int(C), float(eps), attn::kLog2e / sqrtf(static_cast<float>(hs)),
-                   bits(wp), bits(bp)};
+  wa::Args a{static_cast<uint16_t*>(y), bits(ids ? nullptr : x), bits(w), bits(b), bits(ln_w),
+             bits(ln_b), int(T), int(C), float(eps),
+             attn::kLog2e / sqrtf(static_cast<float>(hs)), bits(wp), bits(bp)};
+  if (ids) {
+    a.window = ids->window, a.token = ids->token, a.vocab = ids->vocab;
+    a.wte = bits(ids->wte), a.wpe = bits(ids->wpe);
+    a.x_out = static_cast<uint16_t*>(const_cast<void*>(x));
+  }
   const std::string config = "(B=" + std::to_string(B) + ", T=" + std::to_string(T) +
                              ", C=" + std::to_string(C) + ", nh=" + std::to_string(nh) +
-                             (proj ? ", c_proj" : "") + ")";
+                             (proj ? ", c_proj" : "") + (ids ? ", embedded" : "") + ")";
   auto launch = [&](auto kernel) {
     // each instance's limit raised once, to the most this GPU allows (any C of its range)
     static LaunchCheck check;
@@ -78,11 +85,15 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
   if (hs == 32) {
     if (proj)
       wa::with_kernel_for<32, true>(int(C), launch);
+    else if (ids)
+      wa::with_kernel_for<32, false, true>(int(C), launch);
     else
       wa::with_kernel_for<32>(int(C), launch);
   } else {
     if (proj)
       wa::with_kernel_for<64, true>(int(C), launch);
+    else if (ids)
+      wa::with_kernel_for<64, false, true>(int(C), launch);
     else
       wa::with_kernel_for<64>(int(C), launch);
   }

@@ -32,6 +32,13 @@
 // multiply them by c_proj's rows of the CTA's columns [h HS, (h + 1) HS) (prefetched before
 // pdl_wait, as c_attn's; the residual's pairs loaded into registers right after it).
 //
+// With the window's ids (Args::window; the Embed instances) the launch also embeds them, what
+// window_embed computes and the plain kernel reads as x: rows x[t] = wte[id] + wpe[t], ids =
+// cat(window[1:], token) (decode_io.h), one launch fewer a slide step. The positions' wpe rows
+// are requested before pdl_wait (nothing writes them); after it, the ids (the previous step's
+// state), then their wte rows, added in fp32 and rounded to bf16 as window_embed does (a row of
+// NaN for an id out of range); CTA h writes rows t = h (mod nh) of x for the block's residual.
+//
 // Built with GS_ATTN_EMULATE, the same device code runs on the CPU under the warp emulator
 // (attention_emu/window_attention_check.cpp compares it with the kernels it replaces).
 #pragma once
@@ -65,7 +72,72 @@ struct Args {
   float eps, scale_log2;     // scale_log2: log2(e) / sqrt(HS), as the attention forward's
   const uint16_t* wp = nullptr;  // (C, C): attn.c_proj, for the Proj instances
   const uint16_t* bp = nullptr;  // (C,) or null
+  // the Embed instances: x is written, not read (B * T rows, C columns)
+  const int64_t* window = nullptr;  // (B, T) ids
+  const int64_t* token = nullptr;   // (B,): the id after them
+  const uint16_t* wte = nullptr;    // (vocab, C)
+  const uint16_t* wpe = nullptr;    // (>= T, C)
+  int64_t vocab = 0;
+  uint16_t* x_out = nullptr;        // (B * T, C)
 };
+
+// A value the kernel before wrote (cuda_common.cuh's load_produced; a plain read under the
+// emulator)
+__device__ __forceinline__ int64_t load_id_produced(const int64_t* p) {
+#ifdef GS_ATTN_EMULATE
+  return *p;
+#else
+  return load_produced(p);
+#endif
+}
+
+// x_s's rows [0, T) = wte[id] + wpe[t] in bf16 (decode_io.cu's window_embed), wpe's rows already
+// in x_s by this thread's own cp.async (copy_rows' mapping: warp w rows w, w + kWarps, ..., lane
+// chunks lane + 32 j), which this waits for; rows r = h (mod nh) also to x_out. After pdl_wait.
+__device__ __forceinline__ void embed_rows(uint16_t* x_s, int P, int C, const Args& a, int T,
+                                           int64_t row0, int h, int nh, int warp, int lane) {
+  constexpr int kRowsPerWarp = kMaxT / kWarps;
+  const int chunks = C / 8, per_lane = (chunks + 31) / 32;
+  const int64_t b = row0 / T;
+  int64_t ids[kRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {  // every id's load out before the first is used
+    const int t = warp + i * kWarps;
+    ids[i] = t < T ? load_id_produced(t < T - 1 ? a.window + b * T + t + 1 : a.token + b) : 0;
+  }
+#pragma unroll
+  for (int j = 0; j < per_lane; ++j) {
+    const int ch = lane + 32 * j;
+    if (ch >= chunks) break;
+    {
+      uint4 e[kRowsPerWarp];
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {  // the rows' wte chunks, all in flight at once
+        const bool ok = warp + i * kWarps < T && ids[i] >= 0 && ids[i] < a.vocab;
+        e[i] = ok ? *reinterpret_cast<const uint4*>(a.wte + ids[i] * C + ch * 8) : uint4{};
+      }
+      cp_async_wait<0>();  // this thread's wpe chunks
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int t = warp + i * kWarps;
+        if (t >= T) continue;  // zeros, as the plain kernel's copy leaves them
+        uint16_t* dst = x_s + t * P + ch * 8;
+        float we[8], pe[8];
+        ml::unpack8(e[i], we);
+        ml::unpack8(lds(reinterpret_cast<const uint4*>(dst)), pe);
+        const bool ok = ids[i] >= 0 && ids[i] < a.vocab;
+        uint32_t o[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          o[k] = ok ? pack_bf16(we[2 * k] + pe[2 * k], we[2 * k + 1] + pe[2 * k + 1])
+                    : pack_bf16(NAN, NAN);
+        const uint4 v{o[0], o[1], o[2], o[3]};
+        sts(reinterpret_cast<uint4*>(dst), v);
+        if (t % nh == h) *reinterpret_cast<uint4*>(a.x_out + (row0 + t) * C + ch * 8) = v;
+      }
+    }
+  }
+}
 
 constexpr int kQueryWarps = kMaxT / 16;  // warps of the attention; the others, with Proj, c_proj's
 
@@ -83,8 +155,9 @@ template <int HS, bool Proj = false> constexpr int64_t shared_bytes(int64_t C) {
 
 // grid (nh, B), kThreads threads; with Proj in clusters of (nh, 1, 1). KC: C as a
 // compile-time constant, or 0 for any C.
-template <int HS, int KC = 0, bool Proj = false>
+template <int HS, int KC = 0, bool Proj = false, bool Embed = false>
 __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a) {
+  static_assert(!(Proj && Embed), "one of the two extensions at a time");
   constexpr int kCols = 3 * HS;    // the head's q, k and v columns of c_attn
   constexpr int NT = kCols / 16;   // 8-column mma tiles a warp: two warps across kCols
   constexpr int PA = qkv_pitch<HS>();
@@ -130,9 +203,17 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
     sts(b_s + c, a.b ? a.b[(c / HS) * C + h * HS + c % HS] : uint16_t(0));
   if constexpr (Proj)
     for (int c = tid; c < HS; c += kThreads) sts(bp_s + c, a.bp ? a.bp[h * HS + c] : uint16_t(0));
-  pdl_wait();  // x is the previous kernel's output
-  ml::copy_rows<kMaxT>(x_s, a.x + row0 * C, T, C, P, warp, lane);
-  cp_async_commit();
+  if constexpr (Embed) {  // the positions' rows: nothing the kernel before writes
+    ml::copy_rows<kMaxT>(x_s, a.wpe, T, C, P, warp, lane);
+    cp_async_commit();
+  }
+  pdl_wait();  // x (Embed: the window's ids) is the previous kernels' output
+  if constexpr (Embed) {
+    embed_rows(x_s, P, C, a, T, row0, h, static_cast<int>(gridDim.x), warp, lane);
+  } else {
+    ml::copy_rows<kMaxT>(x_s, a.x + row0 * C, T, C, P, warp, lane);
+    cp_async_commit();
+  }
   // Proj: c_proj's warp pw (rows 16 pw..) loads x's pairs at its outputs now, into registers:
   // the residual (res[nt][hh]: row g + 8 hh, columns 8 nt + 2 t + {0, 1} of the CTA's HS)
   const int pw = warp - kQueryWarps;
@@ -232,14 +313,15 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
 // f(kernel) with the instance that runs head size HS and width C: the fixed-width one at esp32's
 // C = 256 (head size 32), else the generic one. kernel is a std::integral_constant holding the
 // kernel's address (a type per instance, as decode_mma.cuh's with_kernel_for).
-template <int HS, bool Proj = false, typename F> void with_kernel_for(int C, F&& f) {
+template <int HS, bool Proj = false, bool Embed = false, typename F>
+void with_kernel_for(int C, F&& f) {
   if constexpr (HS == 32) {
     // named as a variable first: GCC does not instantiate a function template whose address
     // appears only as a template argument (the emulator's build)
-    constexpr auto fixed = &window_attention_kernel<32, 256, Proj>;
+    constexpr auto fixed = &window_attention_kernel<32, 256, Proj, Embed>;
     if (C == 256) return f(std::integral_constant<void (*)(Args), fixed>{});
   }
-  constexpr auto generic = &window_attention_kernel<HS, 0, Proj>;
+  constexpr auto generic = &window_attention_kernel<HS, 0, Proj, Embed>;
   return f(std::integral_constant<void (*)(Args), generic>{});
 }
 

@@ -2,7 +2,8 @@
 causal attention (cuda_ops' 4-warp and split-keys kernels, SDPA), the cached step's
 decode_attention at a full cache, and, where the window is short (esp32's 64 rows), the
 one-launch ops against the launches they replace: window_attention against decode_linear +
-causal_attention, window_attention with c_proj against it and a decode_linear call, window_mlp
+causal_attention, embedded_window_attention against window_embed and window_attention,
+window_attention with c_proj against it and a decode_linear call, window_mlp
 against three decode_linear calls, and those with mlp.c_proj's K split over a cluster. Each as
 a chain of dependent calls captured in one CUDA graph (window_linear_bench.graph_us), median
 microseconds a call.
@@ -67,6 +68,19 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
         x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh
     )
     out["decode_linear + causal_attention"] = two_launches
+    vocab = 512
+    wte, wpe = rnd(vocab, C), rnd(T, C)
+    ids = torch.randint(0, vocab, (1, T), generator=g, device="cuda")
+    tok = torch.randint(0, vocab, (1,), generator=g, device="cuda")
+
+    def embed_then_attention():
+        e = ops.window_embed(ids, tok, wte, wpe)
+        return ops.window_attention(e, w, b, ln_weight=lw, ln_bias=lb, n_head=nh)
+
+    out["embedded_window_attention (one launch)"] = lambda: ops.embedded_window_attention(
+        ids, tok, wte, wpe, w, b, ln_weight=lw, ln_bias=lb, n_head=nh
+    )
+    out["window_embed + window_attention"] = embed_then_attention
     y, r, wp = rnd(T, C), rnd(T, C), rnd(C, C, scale=C**-0.5)
 
     def attention_then_proj():

@@ -266,6 +266,62 @@ def test_cuda_window_attention_is_the_two_ops_bit_for_bit(shape, gen):
         )
 
 
+def _embed_inputs(B, T, C, dtype, gen, device="cpu", vocab=50):
+    """window (B, T), token (B,), wte (vocab, C), wpe (T + 3, C) for embedded_window_attention."""
+    window = torch.randint(0, vocab, (B, T), generator=gen).to(device)
+    token = torch.randint(0, vocab, (B,), generator=gen).to(device)
+    wte = torch.randn(vocab, C, generator=gen).to(dtype).to(device)
+    return window, token, wte, torch.randn(T + 3, C, generator=gen).to(dtype).to(device)
+
+
+@pytest.mark.parametrize("shape", WINDOW_SHAPES[:3])
+def test_embedded_window_attention_is_window_embed_then_window_attention(shape, gen):
+    """(x, y) = window_embed's rows and window_attention's output of them, on the CPU."""
+    B, T, C, nh = shape
+    window, token, wte, wpe = _embed_inputs(B, T, C, torch.float32, gen)
+    _, w, b, lw, lb = _window_inputs(B, T, C, torch.float32, gen)
+    x, y = ops.embedded_window_attention(window, token, wte, wpe, w, b, ln_weight=lw, ln_bias=lb,
+                                         n_head=nh)  # fmt: skip
+    want_x = ops.window_embed(window, token, wte, wpe)
+    assert torch.equal(x, want_x)
+    assert torch.equal(y, ops.window_attention(want_x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", WINDOW_SHAPES)
+def test_cuda_embedded_window_attention_is_the_two_ops_bit_for_bit(shape, gen):
+    """On CUDA in bf16 one launch where window_attention is one (csrc/window_attention.cuh,
+    Embed): x and y are window_embed's and window_attention's bits, an id out of range a row
+    of NaN in x as window_embed gives it; in a graph, replays give eager's bits."""
+    B, T, C, nh = shape
+    window, token, wte, wpe = _embed_inputs(B, T, C, torch.bfloat16, gen, "cuda")
+    _, w, b, lw, lb = _window_inputs(B, T, C, torch.bfloat16, gen, "cuda")
+    d = ops.decode
+    fits = T <= d.WINDOW_ATTENTION_MAX_T and C // nh in d.WINDOW_ATTENTION_HEAD_SIZES
+    x = torch.empty(B, T, C, dtype=torch.bfloat16, device="cuda")
+    ran = _C.embedded_window_attention(
+        torch.empty_like(x), x, window, token, wte, wpe, w, b, lw, lb, nh, 1e-5
+    )
+    assert ran == (fits and B * T >= d.MMA_MIN_ROWS), f"{shape}: the kernel ran: {ran}"
+    for bad_id in (None, 10_000):
+        if bad_id is not None:
+            window[0, T // 2] = bad_id  # row T // 2 - 1 of x
+        x, y = ops.embedded_window_attention(window, token, wte, wpe, w, b, ln_weight=lw,
+                                             ln_bias=lb, n_head=nh)  # fmt: skip
+        want_x = ops.window_embed(window, token, wte, wpe)
+        want_y = ops.window_attention(want_x, w, b, ln_weight=lw, ln_bias=lb, n_head=nh)
+        for got, want in ((x, want_x), (y, want_y)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    window[0, T // 2] = 3
+
+    def chain():
+        x, y = ops.embedded_window_attention(window, token, wte, wpe, w, b, ln_weight=lw,
+                                             ln_bias=lb, n_head=nh)  # fmt: skip
+        return torch.cat([x, y])
+
+    _assert_replays_are_eager(chain)
+
+
 def _mlp_inputs(R, C, dtype, gen, device="cpu"):
     """y, x, proj_weight, proj_bias, ln_weight, ln_bias, fc_weight, fc_bias, mlp_proj_weight,
     mlp_proj_bias: the order of _C.window_mlp and the custom op, N = 4C."""
@@ -386,6 +442,11 @@ def test_opcheck(gen):
     for args in ((b, lw, lb, None, None), (None, lw, None, None, None), (b, lw, lb, wp, bp),
                  (None, lw, None, wp, None)):  # fmt: skip
         torch.library.opcheck(torch.ops.gptstack.window_attention.default, (x, w, *args, 2, 1e-5))
+    window, token, wte, wpe = _embed_inputs(2, 5, 64, torch.float32, gen)
+    torch.library.opcheck(
+        torch.ops.gptstack.embedded_window_attention.default,
+        (window, token, wte, wpe, w, b, lw, lb, 2, 1e-5),
+    )
     y, x, wp, bp, lw, lb, wf, bf, wm, bm = _mlp_inputs(6, 32, torch.float32, gen)
     torch.library.opcheck(
         torch.ops.gptstack.window_mlp.default, (y, x, wp, bp, lw, lb, wf, bf, wm, bm, 1e-5)
@@ -448,6 +509,32 @@ def _bad_window(**changes):
     ],
 )
 def test_window_attention_bad_inputs_raise_clear_errors(bad, error, words):
+    with pytest.raises(error, match=words):
+        bad()
+
+
+def _bad_embedded(**changes):
+    """embedded_window_attention with one argument changed from a valid call."""
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    args = {"window": ids, "token": ids[:, 0], "wte": torch.ones(10, 64),
+            "wpe": torch.ones(8, 64), "weight": torch.ones(192, 64), "ln_weight": torch.ones(64),
+            "n_head": 2}  # fmt: skip
+    args.update(changes)
+    return lambda: ops.embedded_window_attention(**args)
+
+
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [
+        (_bad_embedded(window=torch.zeros(1, 4)), TypeError, "window must be an int64"),
+        (_bad_embedded(window=torch.zeros(1, 9, dtype=torch.long)), ValueError, "only 8 positions"),
+        (_bad_embedded(token=torch.zeros(2, dtype=torch.long)), ValueError, "token has 2 rows"),
+        (_bad_embedded(wpe=torch.ones(8, 32)), ValueError, r"wpe has shape \(8, 32\)"),
+        (_bad_embedded(n_head=3), ValueError, "n_head = 3 must be a positive divisor"),
+        (_bad_embedded(weight=torch.ones(64, 64)), ValueError, r"weight has shape \(64, 64\)"),
+    ],
+)
+def test_embedded_window_attention_bad_inputs_raise_clear_errors(bad, error, words):
     with pytest.raises(error, match=words):
         bad()
 
@@ -685,11 +772,13 @@ def _emulator_check(tmp_path, name: str) -> str:
 def test_window_attention_under_the_emulator(tmp_path):
     """The slide window's one-launch c_attn + attention (csrc/window_attention.cuh), its device
     code run on the CPU by the warp emulator, against the two kernels it replaces run the same
-    way, bit for bit, and a float64 reference; then its instance with c_proj (a cluster of the
+    way, bit for bit, and a float64 reference; its instance that embeds its input against
+    window_embed's rows through the plain one; then its instance with c_proj (a cluster of the
     heads) against decode_linear's kernel on that output
     (attention_emu/window_attention_check.cpp)."""
     out = _emulator_check(tmp_path, "window_attention_check")
-    assert out.count("ok  ") == 12 and out.count("with c_proj") == 6, out
+    assert out.count("ok  ") == 18, out
+    assert out.count("with c_proj") == 6 and out.count("embedded") == 6, out
 
 
 def test_window_mlp_under_the_emulator(tmp_path):

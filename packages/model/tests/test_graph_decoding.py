@@ -306,6 +306,32 @@ def test_window_mlp_launch_is_chosen_by_the_width(
 
 
 @needs_cuda_ops
+@pytest.mark.parametrize("n_layer", [1, 2])
+def test_slide_embeds_in_the_first_attention_launch(
+    make_gpt, random_tokens, rel_err, monkeypatch, n_layer
+):
+    """slide() on rows with WINDOW_EMBED_IN_ATTENTION embeds the window's ids inside the first
+    block's attention call (embedded_window_attention), else by window_embed; both give
+    window()'s logits of the slid ids."""
+    model = make_gpt(34, scramble=0.3, n_layer=n_layer, n_head=2, n_embd=64, bias=True)
+    step = _fused_step(model, 1)
+    calls = []
+    fused = step.ops.embedded_window_attention
+    spy = lambda *a, **k: calls.append(1) or fused(*a, **k)  # noqa: E731
+    monkeypatch.setattr(step.ops, "embedded_window_attention", spy)
+    window = random_tokens(34, 1, 16, model.config.vocab_size)
+    token = random_tokens(35, 1, 1, model.config.vocab_size)
+    with torch.no_grad():
+        want = step.window(torch.cat([window[:, 1:], token], dim=1))
+        for on in (True, False):
+            calls.clear()
+            step.window_rows, step.window_embed_in_attention = window.numel(), on
+            got = step.slide(window, token)
+            assert len(calls) == on, f"embedded_window_attention calls: {calls}"
+            assert rel_err(got, want) < 1e-6
+
+
+@needs_cuda_ops
 @pytest.mark.parametrize("split", [True, False])
 def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, monkeypatch, split):
     """window() on rows calls attn.c_proj's and mlp.c_proj's decode_linear with split_k as

@@ -3,7 +3,9 @@
 // two kernels it replaces run the same way: decode_linear's tensor-core kernel (decode_mma.cuh)
 // for qkv = LN(x) W^T + b, then the attention forward (attention_forward.cuh) over qkv's q, k, v
 // views. Also against a double-precision reference within bf16 tolerance, so that the two
-// paths cannot agree on a wrong answer. Then the instance with attn.c_proj (a thread-block
+// paths cannot agree on a wrong answer. The instance that embeds its input (ids, wte, wpe)
+// against the plain one on x = window_embed's rows made here, both y and the x it writes, bit
+// for bit. Then the instance with attn.c_proj (a thread-block
 // cluster of the sequence's heads; x1 = x + y Wp^T + bp) against decode_linear's kernel run on
 // the two kernels' y, bit for bit, where the heads make a portable cluster (nh <= 8). Fresh
 // random inputs each run. Built and run by tests/test_decode.py:
@@ -72,6 +74,57 @@ template <int HS> std::string run_fused(const Case& c, const wa::Args& a) {
   return error;
 }
 
+template <int HS> std::string run_fused_embed(const Case& c, const wa::Args& a) {
+  std::string error;
+  wa::with_kernel_for<HS, false, true>(c.C, [&](auto kernel) {
+    error = launch(kernel.value, dim3(c.C / HS, c.B), dim3(wa::kThreads),
+                   wa::shared_bytes<HS>(c.C), a);
+  });
+  return error;
+}
+
+// The embedded instance: window ids (B, T) and tokens (B,) drawn from a vocabulary of 50, x's
+// rows bf16(wte[id] + wpe[t]) (window_embed's formula) made here; y and x from the one launch
+// against the plain kernel's y from those rows, bit for bit
+bool run_embed(const Case& c, const wa::Args& plain_args, std::mt19937& rng) {
+  const int C = c.C, R = c.B * c.T, vocab = 50;
+  auto wte = random_bf16(rng, size_t(vocab) * C, 1.0f);
+  auto wpe = random_bf16(rng, size_t(c.T) * C, 1.0f);
+  std::uniform_int_distribution<int> pick(0, vocab - 1);
+  std::vector<int64_t> window(size_t(c.B) * c.T), token(c.B);
+  for (auto& id : window) id = pick(rng);
+  for (auto& id : token) id = pick(rng);
+  std::vector<uint16_t> x(size_t(R) * C);
+  for (int b = 0; b < c.B; ++b)
+    for (int t = 0; t < c.T; ++t) {
+      const int64_t id = t < c.T - 1 ? window[size_t(b) * c.T + t + 1] : token[b];
+      for (int k = 0; k < C; ++k)
+        x[(size_t(b) * c.T + t) * C + k] =
+            to_bf16(from_bf16(wte[id * C + k]) + from_bf16(wpe[size_t(t) * C + k]));
+    }
+  std::vector<uint16_t> y(size_t(R) * C + 1, 0x7fc1), y_embed(y), x_out(y);
+  wa::Args a = plain_args;
+  a.y = y.data(), a.x = x.data();
+  std::string error = c.hs == 32 ? run_fused<32>(c, a) : run_fused<64>(c, a);
+  a.y = y_embed.data(), a.x = nullptr, a.x_out = x_out.data();
+  a.window = window.data(), a.token = token.data(), a.wte = wte.data(), a.wpe = wpe.data();
+  a.vocab = vocab;
+  const std::string error2 = c.hs == 32 ? run_fused_embed<32>(c, a) : run_fused_embed<64>(c, a);
+  if (error.empty()) error = error2;
+  int differ = 0, x_differ = 0;
+  for (size_t i = 0; i < size_t(R) * C; ++i) {
+    differ += y[i] != y_embed[i];
+    x_differ += x[i] != x_out[i];
+  }
+  const bool guard = y_embed.back() == 0x7fc1 && x_out.back() == 0x7fc1;
+  const bool ok = error.empty() && differ == 0 && x_differ == 0 && guard;
+  std::printf("%s   embedded: %d of %d values of y and %d of x differ from window_embed's rows "
+              "through the plain kernel%s%s%s\n",
+              ok ? "ok  " : "FAIL", differ, R * C, x_differ, guard ? "" : ", wrote past the end",
+              error.empty() ? "" : ", ", error.c_str());
+  return ok;
+}
+
 template <int HS> std::string run_fused_proj(const Case& c, const wa::Args& a) {
   std::string error;
   const int nh = c.C / HS;
@@ -133,6 +186,7 @@ bool run_case(const Case& c, std::mt19937& rng) {
               ok ? "ok  " : "FAIL", c.hs, c.B, c.T, C, c.bias, c.ln_bias, differ, R * C,
               worst.value,
               guard ? "" : ", wrote past the end", error.empty() ? "" : ", ", error.c_str());
+  ok = run_embed(c, a, rng) && ok;
   if (nh > 8) return ok;
 
   // with c_proj: x1 against decode_linear(y2, Wp, bp, residual = x), and x1 from y2 in double

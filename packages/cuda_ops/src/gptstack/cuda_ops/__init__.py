@@ -18,6 +18,7 @@ from .decode import (
     decode_attention,
     decode_blocks,
     decode_linear,
+    embedded_window_attention,
     window_attention,
     window_mlp,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "decode_blocks",
     "decode_embed",
     "decode_linear",
+    "embedded_window_attention",
     "gelu_tanh",
     "gptstack_attention",
     "layernorm",

@@ -11,6 +11,8 @@
                                                    # window's c_attn + attention, x (B, T, C)
     x1 = window_attention(x, w_attn, b_attn, ln_weight=ln1_w, n_head=nh,
                           proj_weight=w_proj, proj_bias=b_proj)  # ... then x + c_proj(y)
+    x, y = embedded_window_attention(window, token, wte, wpe, w_attn, b_attn,
+                                     ln_weight=ln1_w, n_head=nh)  # window_embed first
     x = window_mlp(y, x, w_proj, b_proj, w_fc, b_fc, w_out, b_out, ln_weight=ln2_w)  # the rest
                     # of its block: c_proj + residual, ln_2, c_fc + GELU, mlp.c_proj + residual
 
@@ -31,6 +33,7 @@ from torch import Tensor
 from ._checks import direct, float_tensor, like
 from ._ext import _C, dl, stream_of, threads
 from .attention import causal_attention
+from .decode_io import _tables, _tokens, _window, window_embed
 from .errors import OpInputError, OpTypeError
 
 DEFAULT_EPS = 1e-5
@@ -383,6 +386,90 @@ def window_attention(
             like(op, "x", x, name, t, shape=shape)
     args = (x, weight, bias, ln_weight, ln_bias, proj_weight, proj_bias)
     impl = _window_attention_impl if direct(*args) else _window_attention
+    return impl(*args, n_head, float(eps))
+
+
+def _embedded_window_attention_impl(
+    window: Tensor,
+    token: Tensor,
+    wte: Tensor,
+    wpe: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    ln_weight: Tensor,
+    ln_bias: Tensor | None,
+    n_head: int,
+    eps: float,
+) -> tuple[Tensor, Tensor]:
+    B, T = window.shape
+    x = torch.empty(B, T, wte.size(1), dtype=wte.dtype, device=wte.device)
+    y = torch.empty_like(x)
+    if x.is_cuda and _C.embedded_window_attention(
+        dl(y), dl(x), dl(window), dl(token), dl(wte), dl(wpe), dl(weight), dl(bias),
+        dl(ln_weight), dl(ln_bias), n_head, eps, stream_of(x),
+    ):  # fmt: skip
+        return x, y
+    # no fused kernel for this call: the two ops it stands for
+    x = window_embed(window, token, wte, wpe)
+    y = window_attention(x, weight, bias, ln_weight=ln_weight, ln_bias=ln_bias, n_head=n_head,
+                         eps=eps)  # fmt: skip
+    return x, y
+
+
+_embedded_window_attention = torch.library.custom_op(
+    "gptstack::embedded_window_attention", mutates_args=()
+)(_embedded_window_attention_impl)
+
+
+@_embedded_window_attention.register_fake
+def _embedded_window_attention_fake(window, token, wte, wpe, weight, bias, ln_weight, ln_bias,
+                                    n_head, eps):  # fmt: skip
+    x = wte.new_empty(window.size(0), window.size(1), wte.size(1))
+    return x, torch.empty_like(x)
+
+
+def embedded_window_attention(
+    window: Tensor,
+    token: Tensor,
+    wte: Tensor,
+    wpe: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    *,
+    ln_weight: Tensor,
+    ln_bias: Tensor | None = None,
+    n_head: int,
+    eps: float = DEFAULT_EPS,
+) -> tuple[Tensor, Tensor]:
+    """The slide window's first block attention with its input embedded: returns (x, y) with
+    x = window_embed(window, token, wte, wpe) (B, T, C) and y = window_attention(x, weight,
+    bias, ln_weight=, ln_bias=, n_head=) (B, T, C). On CUDA where window_attention is one launch
+    (bfloat16, T <= WINDOW_ATTENTION_MAX_T, head size 32 or 64, 16-byte aligned tables), the
+    embedding is done in that launch too, the same bits as the two ops; otherwise those two ops.
+    Arguments as the two ops take them. For generation: no autograd formula. Raises OpTypeError
+    / OpInputError naming the argument.
+    """
+    op = "embedded_window_attention"
+    _tables(op, wte, wpe)
+    window = _window(op, window, wte.device, contiguous=False).contiguous()
+    B, T = window.shape
+    if T > wpe.size(0):
+        raise OpInputError(f"{op}: the window holds {T} ids but wpe only {wpe.size(0)} positions")
+    _tokens(op, token, wte.device, rows=B, contiguous=False)
+    token = token.contiguous()
+    C = wte.size(1)
+    if not isinstance(n_head, int) or isinstance(n_head, bool) or n_head < 1 or C % n_head:
+        raise OpInputError(f"{op}: n_head = {n_head!r} must be a positive divisor of C = {C}")
+    for name, t, shape in (
+        ("weight", weight, (3 * C, C)),
+        ("bias", bias, (3 * C,)),
+        ("ln_weight", ln_weight, (C,)),
+        ("ln_bias", ln_bias, (C,)),
+    ):
+        if t is not None or name in ("weight", "ln_weight"):
+            like(op, "wte", wte, name, t, shape=shape)
+    args = (window, token, wte, wpe, weight, bias, ln_weight, ln_bias)
+    impl = _embedded_window_attention_impl if direct(*args) else _embedded_window_attention
     return impl(*args, n_head, float(eps))
 
 

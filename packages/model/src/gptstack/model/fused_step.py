@@ -92,6 +92,12 @@ WINDOW_ATTENTION = True
 # CTAs read 16 KiB each from L2). The A/B switch of the benchmarks.
 WINDOW_ATTENTION_PROJ = False
 
+# slide() with IO_KERNELS and WINDOW_ATTENTION: True = the window's ids embedded inside the
+# first block's window_attention launch (embedded_window_attention: x written there for the
+# block's residual) instead of a window_embed launch before it, the same bits. The A/B switch of
+# the benchmarks.
+WINDOW_EMBED_IN_ATTENTION = True
+
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj and mlp.c_proj
 # (K = C or 4C in decode.SPLIT_WIDTHS: esp32's 256 and 1,024) with K split over a thread-block
 # cluster of 4 CTAs (decode_linear(split_k=True): at mlp.c_proj 32 CTAs of a 16-step mma chain
@@ -189,6 +195,9 @@ class FusedDecodeStep:
         self.window_attention_proj = WINDOW_ATTENTION_PROJ
         # window()'s mlp.c_proj with K over a cluster of CTAs (see WINDOW_SPLIT_K)
         self.window_split_k = WINDOW_SPLIT_K
+        # slide()'s ids embedded in the first block's window_attention (see
+        # WINDOW_EMBED_IN_ATTENTION)
+        self.window_embed_in_attention = WINDOW_EMBED_IN_ATTENTION
         # window()'s c_proj, ln_2 and MLP in one launch (see WINDOW_MLP)
         self.window_mlp = WINDOW_MLP
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
@@ -324,24 +333,45 @@ class FusedDecodeStep:
         if not self.io_kernels:
             return self.window(torch.cat([window[:, 1:], token], dim=1))
         m = self.model
+        B, T = window.shape
+        if (
+            self.window_embed_in_attention
+            and self._rows_path(B, T)
+            and (self._attention_in_one_launch(T) and not self.window_attention_proj)
+        ):  # window_embed inside the first block's window_attention launch
+            first = m.h[0]
+            x, y = self.ops.embedded_window_attention(
+                window, token, m.wte.weight, m.wpe.weight, first.attn.c_attn.weight,
+                first.attn.c_attn.bias, ln_weight=first.ln_1.weight, ln_bias=first.ln_1.bias,
+                n_head=m.config.n_head, eps=self.eps,
+            )  # fmt: skip
+            return self._window_rows(x, first_attention=y)
         return self._window_rows(self.ops.window_embed(window, token, m.wte.weight, m.wpe.weight))
 
-    def _window_rows(self, x: Tensor) -> Tensor:
-        """window() for the embedded rows x (B, T, C)."""
+    def _rows_path(self, B: int, T: int) -> bool:
+        """Whether _window_rows runs a window of B sequences of T rows through decode_linear's
+        tensor-core kernel (WINDOW_ROWS), not cuBLAS matmuls."""
+        return self.ops.decode.MMA_MIN_ROWS <= B * T <= self.window_rows
+
+    def _window_rows(self, x: Tensor, first_attention: Tensor | None = None) -> Tensor:
+        """window() for the embedded rows x (B, T, C); first_attention: the first block's
+        _window_attention of x where the caller has it (embedded_window_attention)."""
         m = self.model
         B, T, C = x.shape
-        if not self.ops.decode.MMA_MIN_ROWS <= B * T <= self.window_rows:
+        if not self._rows_path(B, T):
             return self._window_matmuls(x)
         x = x.view(B * T, C)
         *blocks, last = m.h
         one_launch = self._attention_in_one_launch(T)
         proj = one_launch and self.window_attention_proj
-        for block in blocks:
+        for i, block in enumerate(blocks):
             if proj:  # x + c_proj(attention), then the MLP
                 x = self._window_attention(block, x.view(B, T, C), proj=True).view(B * T, C)
                 x = self._mlp(block, x, self.window_split_k)
                 continue
-            if one_launch:
+            if i == 0 and first_attention is not None:
+                y = first_attention.view(B * T, C)
+            elif one_launch:
                 y = self._window_attention(block, x.view(B, T, C)).view(B * T, C)
             else:
                 y = self._attend(self._qkv(block, x).view(B, T, 3 * C)).reshape(B * T, C)
@@ -350,7 +380,9 @@ class FusedDecodeStep:
         if proj:
             x = self._window_attention(last, x.view(B, T, C), proj=True)[:, -1].contiguous()
             return self._head(self._mlp(last, x))
-        if one_launch:  # (every row's attention: inside one launch it costs next to nothing)
+        if not blocks and first_attention is not None:  # one block: the first is the last
+            y = first_attention[:, -1]
+        elif one_launch:  # (every row's attention: inside one launch it costs next to nothing)
             y = self._window_attention(last, x.view(B, T, C))[:, -1]
         else:
             y = self._attend_last(self._qkv(last, x).view(B, T, 3 * C))  # (B, C)
