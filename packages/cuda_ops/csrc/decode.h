@@ -49,7 +49,7 @@ constexpr int64_t kDecodeMmaMaxK = 1744;
 // at least kDecodeMmaMinRows rows, K is split over a thread-block cluster of 4 CTAs a tile
 // (decode_split.cuh: each output the sum of 4 partial sums in a fixed order, not the one chain
 // of the other kernels: other bits); elsewhere split_k changes nothing.
-constexpr int kDecodeSplitWidths[] = {256, 1024, 1536};
+constexpr int kDecodeSplitWidths[] = {1024, 1536};
 
 // window_attention, for each sequence b of T rows of x (B * T, C) (the slide window's step):
 //   qkv = decode_linear(x[b], c_attn, ln = ln_1), then y[b] = causal attention of its heads

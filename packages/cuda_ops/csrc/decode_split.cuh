@@ -37,8 +37,8 @@ constexpr int kRows = ml::kRows;          // 32
 constexpr int kThreads = ml::kThreads;
 constexpr int kMmaWarps = ml::kMmaWarps;  // 4: 2 x 2 of 16 x 32
 static_assert(kMmaWarps % kSplit == 0, "every rank owns the same number of warp tiles");
-// The widths K compiled for (esp32's attn.c_proj, its and shakespeare-char's mlp.c_proj;
-// decode.h's kDecodeSplitWidths); others are not split
+// The widths K compiled for (esp32's and shakespeare-char's mlp.c_proj; decode.h's
+// kDecodeSplitWidths); others are not split
 constexpr auto& kWidths = kDecodeSplitWidths;
 // A warp's partial: kNT uint4 a lane (acc[nt][0..3]), laid out [nt][lane] so that a warp's
 // 16-byte accesses fall in distinct banks

@@ -99,7 +99,7 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
         return ops.decode_linear(h, wm, None, residual=x1)
 
     def mlp_three_split():
-        x1 = ops.decode_linear(y, wp, None, residual=r, split_k=True)
+        x1 = ops.decode_linear(y, wp, None, residual=r)
         h = ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
         return ops.decode_linear(h, wm, None, residual=x1, split_k=True)
 
@@ -107,9 +107,7 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
         y, r, wp, None, wf, None, wm, ln_weight=lw, ln_bias=lb
     )
     out["three decode_linear"] = mlp_three
-    out["three decode_linear (c_proj, mlp.c_proj split K)"] = mlp_three_split
-    out["attn.c_proj"] = lambda: ops.decode_linear(y, wp, None, residual=r)
-    out["attn.c_proj (split K)"] = lambda: ops.decode_linear(y, wp, None, residual=r, split_k=True)
+    out["three decode_linear (mlp.c_proj split K)"] = mlp_three_split
     hw = rnd(T, 4 * C)
     out["mlp.c_proj"] = lambda: ops.decode_linear(hw, wm, None, residual=r)
     out["mlp.c_proj (split K)"] = lambda: ops.decode_linear(hw, wm, None, residual=r, split_k=True)

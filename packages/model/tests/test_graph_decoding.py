@@ -334,9 +334,9 @@ def test_slide_embeds_in_the_first_attention_launch(
 @needs_cuda_ops
 @pytest.mark.parametrize("split", [True, False])
 def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, monkeypatch, split):
-    """window() on rows calls attn.c_proj's and mlp.c_proj's decode_linear with split_k as
-    fused_step.WINDOW_SPLIT_K says (the window's blocks, not the last block's one row), and
-    gives the model's logits either way."""
+    """window() on rows calls mlp.c_proj's decode_linear with split_k as
+    fused_step.WINDOW_SPLIT_K says (the window's blocks, not the last block's one row; never
+    attn.c_proj's), and gives the model's logits either way."""
     model = make_gpt(39, scramble=0.3, n_layer=3, n_head=4, n_embd=64, bias=True)
     step = _fused_step(model, 1)
     asked = []
@@ -344,7 +344,7 @@ def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, mo
 
     def spy(x, w, *a, split_k=False, **k):
         if w.size(0) == model.config.n_embd:  # attn.c_proj, mlp.c_proj (not c_attn, c_fc)
-            asked.append((x.size(0), split_k))
+            asked.append((w.size(1), x.size(0), split_k))
         return linear(x, w, *a, split_k=split_k, **k)
 
     monkeypatch.setattr(step.ops, "decode_linear", spy)
@@ -353,7 +353,9 @@ def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, mo
         step.window_rows, step.window_split_k = idx.numel(), split
         got = step.window(idx)
         assert rel_err(got, model(idx, last_only=True)[0][:, -1]) < 1e-5
-    assert asked == [(16, split)] * 2 * (model.config.n_layer - 1) + [(1, False)] * 2, asked
+    C = model.config.n_embd
+    window_block = [(C, 16, False), (4 * C, 16, split)]  # attn.c_proj, mlp.c_proj
+    assert asked == window_block * (model.config.n_layer - 1) + [(C, 1, False), (4 * C, 1, False)]
 
 
 @pytest.mark.cuda

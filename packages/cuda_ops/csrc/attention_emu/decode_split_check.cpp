@@ -92,7 +92,6 @@ int main(int argc, char** argv) {
                              {64, 256, 1024, false, true, true},   // esp32's mlp.c_proj
                              {40, 100, 1536, true, true, false},   // row and column tails, GELU
                              {16, 64, 1024, false, false, true},   // one tile, no bias
-                             {64, 256, 256, false, true, true},    // esp32's attn.c_proj
                          },
                          parse, run_case);
 }

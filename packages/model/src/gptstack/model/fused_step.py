@@ -98,11 +98,13 @@ WINDOW_ATTENTION_PROJ = False
 # the benchmarks.
 WINDOW_EMBED_IN_ATTENTION = True
 
-# window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj and mlp.c_proj
-# (K = C or 4C in decode.SPLIT_WIDTHS: esp32's 256 and 1,024) with K split over a thread-block
-# cluster of 4 CTAs (decode_linear(split_k=True): at mlp.c_proj 32 CTAs of a 16-step mma chain
-# instead of 8 of a 64-step one; deterministic, other bits than the unsplit kernel). The A/B
-# switch of the benchmarks.
+# window() through decode_linear (WINDOW_ROWS): True = each block's mlp.c_proj (K = 4C in
+# decode.SPLIT_WIDTHS: esp32's 1,024) with K split over a thread-block cluster of 4 CTAs
+# (decode_linear(split_k=True): 32 CTAs of a 16-step mma chain instead of 8 of a 64-step one;
+# deterministic, other bits than the unsplit kernel): 9,695 vs 9,530 tok/s at esp32 side by
+# side on the H100 (2026-12-06), 3.16 vs 3.47 us a call in a chain. attn.c_proj (K = 256) split
+# too took 2.14 vs 2.52 us alone but left the block's chain no faster (10.36 vs 10.38 us) and
+# is not split. The A/B switch of the benchmarks.
 WINDOW_SPLIT_K = True
 
 # window() through decode_linear (WINDOW_ROWS): True = each block's attn.c_proj (+ residual),
@@ -244,9 +246,7 @@ class FusedDecodeStep:
         """The rest of a block for rows x (B, C) with attention output y (B, C):
         x + c_proj(y), then + mlp(ln_2(.)), in three launches."""
         attn = block.attn
-        x = self.ops.decode_linear(
-            y, attn.c_proj.weight, attn.c_proj.bias, residual=x, split_k=split_k
-        )
+        x = self.ops.decode_linear(y, attn.c_proj.weight, attn.c_proj.bias, residual=x)
         return self._mlp(block, x, split_k)
 
     def _mlp(self, block, x: Tensor, split_k: bool = False) -> Tensor:
