@@ -94,6 +94,14 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention_proj": True,
     },
+    # a step's last block after attention and the LM head as four decode_linear launches
+    # instead of one decode_tail launch (fused_step.TAIL)
+    "graph bf16 fused four-launch-tail": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "tail": False,
+    },
     # the slide window's ids embedded by a window_embed launch of their own instead of inside the
     # first block's window_attention launch (fused_step.WINDOW_EMBED_IN_ATTENTION)
     "graph bf16 fused embed-launch": {
@@ -189,6 +197,7 @@ DEFAULT_WINDOW_ATTENTION_PROJ = fused_step.WINDOW_ATTENTION_PROJ
 DEFAULT_WINDOW_MLP = fused_step.WINDOW_MLP
 DEFAULT_WINDOW_SPLIT_K = fused_step.WINDOW_SPLIT_K
 DEFAULT_WINDOW_EMBED_IN_ATTENTION = fused_step.WINDOW_EMBED_IN_ATTENTION
+DEFAULT_TAIL = fused_step.TAIL
 DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
 DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
 DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
@@ -256,6 +265,7 @@ def main() -> None:
                 fused_step.WINDOW_EMBED_IN_ATTENTION = options.pop(
                     "window_embed_in_attention", DEFAULT_WINDOW_EMBED_IN_ATTENTION
                 )
+                fused_step.TAIL = options.pop("tail", DEFAULT_TAIL)
                 fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
                 fused_step.ADVANCE_IN_SAMPLER = options.pop(
                     "advance_in_sampler", DEFAULT_ADVANCE_IN_SAMPLER
@@ -292,6 +302,7 @@ def main() -> None:
                     fused_step.WINDOW_MLP = DEFAULT_WINDOW_MLP
                     fused_step.WINDOW_SPLIT_K = DEFAULT_WINDOW_SPLIT_K
                     fused_step.WINDOW_EMBED_IN_ATTENTION = DEFAULT_WINDOW_EMBED_IN_ATTENTION
+                    fused_step.TAIL = DEFAULT_TAIL
                     fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
                     fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
                     fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE

@@ -292,6 +292,43 @@ bool embedded_window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> w
   return launched;
 }
 
+// true where the CUDA kernel ran; false: the caller makes the four decode_linear calls.
+// weights: decode.h's DecodeTailTensor order (None for a missing bias)
+bool decode_tail(nb::ndarray<> logits, nb::ndarray<> y, nb::ndarray<> x,
+                 const std::vector<OptArray>& weights, double eps, uintptr_t stream) {
+  const char* op = "decode_tail";
+  Tensor Y = view(op, "y", y), X = view(op, "x", x), O = view(op, "logits", logits);
+  check_dtype(op, "y", Y, {DType::f32, DType::bf16, DType::f64});
+  if (Y.ndim() != 2) fail(op, "y must be (B, C), got shape " + shape_str(Y.shape));
+  if (weights.size() != kDecodeTailTensors)
+    fail(op, "weights must hold " + std::to_string(int(kDecodeTailTensors)) + " tensors");
+  if (!weights[kTailHeadW] || !weights[kTailProjW] || !weights[kTailFcW] || !weights[kTailFc2W] ||
+      !weights[kTailLn2W] || !weights[kTailLnfW])
+    fail(op, "only the biases may be None");
+  const int64_t B = Y.size(0), C = Y.size(1);
+  const Tensor H = view(op, "head_weight", *weights[kTailHeadW]);
+  const Tensor F = view(op, "fc_weight", *weights[kTailFcW]);
+  if (H.ndim() != 2 || F.ndim() != 2) fail(op, "head_weight and fc_weight must be matrices");
+  const int64_t V = H.size(0), N = F.size(0);
+  check_arg(op, Y, "x", X, Y.dtype, {B, C});
+  check_arg(op, Y, "logits", O, Y.dtype, {B, V});
+  const std::vector<std::vector<int64_t>> shapes = {{C, C}, {C}, {C}, {C}, {N, C}, {N},
+                                                    {C, N}, {C}, {C}, {C}, {V, C}};
+  const char* names[] = {"proj_weight", "proj_bias", "ln2_weight", "ln2_bias", "fc_weight",
+                         "fc_bias", "mlp_proj_weight", "mlp_proj_bias", "lnf_weight",
+                         "lnf_bias", "head_weight"};
+  const void* ptrs[kDecodeTailTensors];
+  for (int i = 0; i < kDecodeTailTensors; ++i)
+    ptrs[i] = optional_arg(op, Y, names[i], weights[i], shapes[i]);
+  bool launched = false;
+  if (Y.cuda && N == 4 * C) {
+    CudaScope scope(op, Y);
+    GS_CUDA_CALL(launched = decode_tail_cuda(O.data, Y.data, X.data, ptrs, B, C, V, eps,
+                                             Y.dtype, stream));
+  }
+  return launched;
+}
+
 // true where the CUDA kernel ran; false: the caller makes the three decode_linear calls
 bool window_mlp(nb::ndarray<> out, nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> proj_weight,
                 OptArray proj_bias, nb::ndarray<> ln_weight, OptArray ln_bias,
@@ -433,6 +470,10 @@ void register_decode(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "x = window_embed(window, token, wte, wpe), y = window_attention(x, ...) in one CUDA "
         "launch (decode.h); returns False where no kernel runs this call.");
+  m.def("decode_tail", &decode_tail, "logits"_a, "y"_a, "x"_a, "weights"_a, "eps"_a,
+        "stream"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
+        "The last block after its attention and the LM head for one row a sequence in one CUDA "
+        "launch (decode.h); returns False where no kernel runs this call.");
   m.def("window_mlp", &window_mlp, "out"_a, "y"_a, "x"_a, "proj_weight"_a,
         "proj_bias"_a.none(), "ln_weight"_a, "ln_bias"_a.none(), "fc_weight"_a,
         "fc_bias"_a.none(), "mlp_proj_weight"_a, "mlp_proj_bias"_a.none(), "eps"_a,
@@ -466,6 +507,7 @@ void register_decode(nb::module_& m) {
   m.attr("window_attention_head_sizes") = ints(kWindowAttentionHeadSizes);
   m.attr("window_attention_proj_max_heads") = kWindowAttentionProjMaxHeads;
   m.attr("window_mlp_widths") = ints(kWindowMlpWidths);
+  m.attr("decode_tail_widths") = ints(kDecodeTailWidths);
 }
 
 }  // namespace gs

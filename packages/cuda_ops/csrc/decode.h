@@ -78,6 +78,23 @@ constexpr int64_t kWindowAttentionProjMaxHeads = 8;     // the portable cluster 
 //   (window_mlp.cuh); elsewhere window_mlp_cuda returns false and the caller makes the calls.
 constexpr int kWindowMlpWidths[] = {128, 256};
 
+// decode_tail, for each row b (one a sequence: the slide window's last row) of the last block's
+// attention output y and residual x (B, C), the rest of that block and the LM head:
+//   x1 = decode_linear(y, attn.c_proj, residual = x)
+//   h  = decode_linear(x1, mlp.c_fc, ln = ln_2, gelu)                    (4C columns)
+//   x2 = decode_linear(h, mlp.c_proj, residual = x1)
+//   logits[b] = decode_linear(x2, lm_head, ln = ln_f)                    (V columns, no bias)
+//   with decode_linear's one-row kernel's bits. On CUDA (sm_90+) in bfloat16, for the widths its
+//   kernel is compiled for (kDecodeTailWidths) and a vocabulary whose share fits a CTA's shared
+//   memory, one launch: a thread-block cluster of C / 32 CTAs a row (decode_tail.cuh);
+//   elsewhere decode_tail_cuda returns false and the caller makes the four calls.
+constexpr int kDecodeTailWidths[] = {128, 256};
+// decode_tail's weights, in this order (biases and ln_*_b may be null)
+enum DecodeTailTensor {
+  kTailProjW, kTailProjB, kTailLn2W, kTailLn2B, kTailFcW, kTailFcB, kTailFc2W, kTailFc2B,
+  kTailLnfW, kTailLnfB, kTailHeadW, kDecodeTailTensors
+};
+
 // decode_blocks: the weights of layer l, in this order (biases and ln_*_b may be null)
 enum DecodeLayerTensor {
   kLn1W, kLn1B, kAttnW, kAttnB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFc2W, kFc2B,
@@ -150,6 +167,8 @@ bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, co
                      const void* ln_w, const void* ln_b, const void* wf, const void* bf,
                      const void* wm, const void* bm, int64_t R, int64_t C, double eps, DType dtype,
                      uintptr_t stream);
+bool decode_tail_cuda(void* logits, const void* y, const void* x, const void* const* weights,
+                      int64_t B, int64_t C, int64_t V, double eps, DType dtype, uintptr_t stream);
 void decode_attention_cuda(void* y, const void* qkv, void* k_cache, void* v_cache,
                            const int64_t* pos, int64_t R, int64_t nh, int64_t T, int64_t hs,
                            DType dtype, uintptr_t stream);

@@ -4,7 +4,8 @@ decode_attention at a full cache, and, where the window is short (esp32's 64 row
 one-launch ops against the launches they replace: window_attention against decode_linear +
 causal_attention, embedded_window_attention against window_embed and window_attention,
 window_attention with c_proj against it and a decode_linear call, window_mlp
-against three decode_linear calls, and those with mlp.c_proj's K split over a cluster. Each as
+against three decode_linear calls, those with mlp.c_proj's K split over a cluster, and
+decode_tail against the four one-row decode_linear calls it stands for. Each as
 a chain of dependent calls captured in one CUDA graph (window_linear_bench.graph_us), median
 microseconds a call.
 
@@ -103,6 +104,19 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
         h = ops.decode_linear(x1, wf, None, ln_weight=lw, ln_bias=lb, gelu=True)
         return ops.decode_linear(h, wm, None, residual=x1, split_k=True)
 
+    # the step's end for its last row: the last block after attention and the LM head
+    V = 512
+    tail_w = [wp, rnd(C), lw, lb, wf, rnd(4 * C), wm, rnd(C), lw, lb, rnd(V, C, scale=C**-0.5)]
+    yr, xr = y[-1:].contiguous(), r[-1:].contiguous()
+
+    def tail_four():
+        x1 = ops.decode_linear(yr, wp, tail_w[1], residual=xr)
+        h = ops.decode_linear(x1, wf, tail_w[5], ln_weight=lw, ln_bias=lb, gelu=True)
+        x2 = ops.decode_linear(h, wm, tail_w[7], residual=x1)
+        return ops.decode_linear(x2, tail_w[10], None, ln_weight=lw, ln_bias=lb)
+
+    out["decode_tail (one launch)"] = lambda: ops.decode_tail(yr, xr, tail_w)
+    out["four decode_linear (one row)"] = tail_four
     out["window_mlp (one launch)"] = lambda: ops.window_mlp(
         y, r, wp, None, wf, None, wm, ln_weight=lw, ln_bias=lb
     )

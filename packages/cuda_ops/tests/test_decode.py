@@ -322,6 +322,77 @@ def test_cuda_embedded_window_attention_is_the_two_ops_bit_for_bit(shape, gen):
     _assert_replays_are_eager(chain)
 
 
+def _tail_inputs(B, C, V, dtype, gen, device="cpu", biases=True):
+    """y, x (B, C) and decode_tail's weights (TAIL_TENSORS order)."""
+
+    def r(*shape, s=1.0):
+        return (s * torch.randn(*shape, generator=gen)).to(dtype).to(device)
+
+    N = 4 * C
+    b = (lambda n: r(n, s=0.5)) if biases else (lambda n: None)  # noqa: E731
+    weights = [r(C, C, s=C**-0.5), b(C), 1 + r(C, s=0.1), b(C), r(N, C, s=C**-0.5), b(N),
+               r(C, N, s=N**-0.5), b(C), 1 + r(C, s=0.1), b(C), r(V, C, s=C**-0.5)]  # fmt: skip
+    return r(B, C), r(B, C, s=2.0), weights
+
+
+def _tail_four_calls(y, x, weights):
+    """What decode_tail stands for: four decode_linear calls."""
+    wp, bp, l2w, l2b, wf, bf, wm, bm, lfw, lfb, wh = weights
+    x1 = ops.decode_linear(y, wp, bp, residual=x)
+    h = ops.decode_linear(x1, wf, bf, ln_weight=l2w, ln_bias=l2b, gelu=True)
+    x2 = ops.decode_linear(h, wm, bm, residual=x1)
+    return ops.decode_linear(x2, wh, None, ln_weight=lfw, ln_bias=lfb)
+
+
+def _tail_reference(y, x, weights):
+    """The logits in float64 from the same rounded inputs, x1, h and x2 rounded to the inputs'
+    dtype in between as each decode_linear call rounds its output."""
+    wp, bp, l2w, l2b, wf, bf, wm, bm, lfw, lfb, wh = weights
+    dtype = y.dtype
+    x1 = _linear_reference(y, wp, bp, None, None, x, False).to(dtype)
+    h = _linear_reference(x1, wf, bf, l2w, l2b, None, True).to(dtype)
+    x2 = _linear_reference(h, wm, bm, None, None, x1, False).to(dtype)
+    return _linear_reference(x2, wh, None, lfw, lfb, None, False)
+
+
+# decode_tail: B, C, V: esp32's step (the fused CUDA kernel at C = 256), two rows at the other
+# compiled width with a ragged vocabulary; then a width it is not compiled for and as many rows
+# as decode_linear's tensor-core kernel takes (the four calls)
+TAIL_SHAPES = [(1, 256, 512), (2, 128, 101), (1, 192, 64), (16, 128, 64)]
+
+
+@pytest.mark.parametrize("shape", TAIL_SHAPES)
+@pytest.mark.parametrize("biases", [True, False])
+def test_decode_tail_matches_torch(shape, biases, gen):
+    y, x, weights = _tail_inputs(*shape, torch.float32, gen, biases=biases)
+    logits = ops.decode_tail(y, x, weights)
+    assert logits.shape == (shape[0], shape[2])
+    assert torch.equal(logits, _tail_four_calls(y, x, weights))  # on the CPU: those calls
+    assert_close(logits, _tail_reference(y, x, weights), torch.float32, f"decode_tail {shape}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", TAIL_SHAPES)
+def test_cuda_decode_tail_is_the_four_calls_bit_for_bit(shape, gen):
+    """On CUDA (sm_90+) in bf16 one launch at the compiled widths (csrc/decode_tail.cuh): the bits
+    of decode_linear's four one-row launches, and the float64 reference to bf16 tolerance; in a
+    graph, replays give eager's bits."""
+    B, C, V = shape
+    d = ops.decode
+    sm90 = torch.cuda.get_device_capability()[0] >= 9
+    for biases in (True, False):
+        y, x, weights = _tail_inputs(B, C, V, torch.bfloat16, gen, "cuda", biases)
+        ran = _C.decode_tail(torch.empty(B, V, dtype=y.dtype, device="cuda"), y, x, weights, 1e-5)
+        want = sm90 and C in d.TAIL_WIDTHS and B < d.MMA_MIN_ROWS
+        assert ran == want, f"{shape}: the kernel ran: {ran}"
+        logits = ops.decode_tail(y, x, weights)
+        four = _tail_four_calls(y, x, weights)
+        assert torch.equal(logits, four), f"{shape}: {(logits != four).sum().item()} differ"
+        ref = _tail_reference(y, x, weights)
+        assert_close(logits, ref, torch.bfloat16, f"decode_tail {shape} on cuda")
+    _assert_replays_are_eager(lambda: ops.decode_tail(y, x, weights))
+
+
 def _mlp_inputs(R, C, dtype, gen, device="cpu"):
     """y, x, proj_weight, proj_bias, ln_weight, ln_bias, fc_weight, fc_bias, mlp_proj_weight,
     mlp_proj_bias: the order of _C.window_mlp and the custom op, N = 4C."""
@@ -447,6 +518,8 @@ def test_opcheck(gen):
         torch.ops.gptstack.embedded_window_attention.default,
         (window, token, wte, wpe, w, b, lw, lb, 2, 1e-5),
     )
+    y, x, weights = _tail_inputs(2, 16, 10, torch.float32, gen)
+    torch.library.opcheck(torch.ops.gptstack.decode_tail.default, (y, x, weights, 1e-5))
     y, x, wp, bp, lw, lb, wf, bf, wm, bm = _mlp_inputs(6, 32, torch.float32, gen)
     torch.library.opcheck(
         torch.ops.gptstack.window_mlp.default, (y, x, wp, bp, lw, lb, wf, bf, wm, bm, 1e-5)
@@ -537,6 +610,41 @@ def _bad_embedded(**changes):
 def test_embedded_window_attention_bad_inputs_raise_clear_errors(bad, error, words):
     with pytest.raises(error, match=words):
         bad()
+
+
+def _bad_tail(**changes):
+    """decode_tail with one argument changed from a valid call."""
+    C, N = 8, 32
+    weights = [torch.ones(C, C), None, torch.ones(C), None, torch.ones(N, C), None,
+               torch.ones(C, N), None, torch.ones(C), None, torch.ones(5, C)]  # fmt: skip
+    args = {"y": torch.ones(1, C), "x": torch.ones(1, C), "weights": weights}
+    for name, value in changes.items():
+        if name in ("y", "x"):
+            args[name] = value
+        else:
+            weights[ops.decode.TAIL_TENSORS.index(name)] = value
+    return lambda: ops.decode_tail(**args)
+
+
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [
+        (_bad_tail(y=torch.ones(8)), ValueError, "at least 2 dimension"),
+        (_bad_tail(x=torch.ones(2, 8)), ValueError, r"x has shape \(2, 8\)"),
+        (_bad_tail(fc_weight=torch.ones(16, 8)), ValueError, r"fc_weight has shape \(16, 8\)"),
+        (_bad_tail(ln2_weight=None), TypeError, "ln2_weight"),
+        (_bad_tail(head_weight=torch.ones(5, 4)), ValueError, r"head_weight has shape \(5, 4\)"),
+        (_bad_tail(proj_bias=torch.ones(8, dtype=torch.float64)), TypeError, "use one dtype"),
+    ],
+)
+def test_decode_tail_bad_inputs_raise_clear_errors(bad, error, words):
+    with pytest.raises(error, match=words):
+        bad()
+
+
+def test_decode_tail_weights_count_is_checked():
+    with pytest.raises(ValueError, match="weights must hold 11 tensors"):
+        ops.decode_tail(torch.ones(1, 8), torch.ones(1, 8), [torch.ones(8, 8)])
 
 
 def _bad_mlp(**changes):
@@ -809,6 +917,15 @@ def test_tensor_core_linear_under_the_emulator(tmp_path):
     shared memory."""
     out = _emulator_check(tmp_path, "decode_mma_check")
     assert out.count("ok  ") == 10, out
+
+
+def test_decode_tail_under_the_emulator(tmp_path):
+    """The end of a decode step in one launch (csrc/decode_tail.cuh: a thread-block cluster
+    passing x1, h and x2 by st.async), its device code run on the CPU by the warp emulator with
+    its CTAs drifting apart, against a float64 reference of the four decode_linear calls
+    (attention_emu/decode_tail_check.cpp)."""
+    out = _emulator_check(tmp_path, "decode_tail_check")
+    assert out.count("ok  ") == 2, out
 
 
 def test_split_k_linear_under_the_emulator(tmp_path):

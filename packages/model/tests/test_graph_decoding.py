@@ -306,6 +306,31 @@ def test_window_mlp_launch_is_chosen_by_the_width(
 
 
 @needs_cuda_ops
+@pytest.mark.parametrize("tail", [True, False])
+def test_tail_launch_ends_both_steps(make_gpt, random_tokens, rel_err, monkeypatch, tail):
+    """window() and the cached step end with one decode_tail call (the last block after its
+    attention and the LM head) where fused_step.TAIL is on, else four decode_linear calls;
+    both give the model's logits."""
+    model = make_gpt(40, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
+    step = _fused_step(model, 1)
+    step.tail = tail
+    calls = []
+    fused = step.ops.decode_tail
+    spy = lambda y, *a, **k: calls.append(y.shape) or fused(y, *a, **k)  # noqa: E731
+    monkeypatch.setattr(step.ops, "decode_tail", spy)
+    idx = random_tokens(40, 1, 16, model.config.vocab_size)
+    with torch.no_grad():
+        step.window_rows = idx.numel()
+        got = step.window(idx)
+        assert rel_err(got, model(idx, last_only=True)[0][:, -1]) < 1e-5
+        calls.append("cached")
+        x = idx[:, :1]
+        pos = torch.tensor(0)
+        assert rel_err(step(x, pos), model(x)[0][:, -1]) < 1e-5
+    assert calls == ([(1, 64), "cached", (1, 64)] if tail else ["cached"]), calls
+
+
+@needs_cuda_ops
 @pytest.mark.parametrize("n_layer", [1, 2])
 def test_slide_embeds_in_the_first_attention_launch(
     make_gpt, random_tokens, rel_err, monkeypatch, n_layer
@@ -339,6 +364,7 @@ def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, mo
     attn.c_proj's), and gives the model's logits either way."""
     model = make_gpt(39, scramble=0.3, n_layer=3, n_head=4, n_embd=64, bias=True)
     step = _fused_step(model, 1)
+    step.tail = False  # the last row's calls as decode_linear calls too
     asked = []
     linear = step.ops.decode_linear
 
@@ -362,7 +388,16 @@ def test_window_mlp_c_proj_asks_for_split_k(make_gpt, random_tokens, rel_err, mo
 @needs_cuda
 @needs_cuda_ops
 @pytest.mark.parametrize("window", ["slide", "halve"])
-@pytest.mark.parametrize("switch", ["WINDOW_ATTENTION", "WINDOW_ATTENTION_PROJ", "WINDOW_MLP"])
+@pytest.mark.parametrize(
+    "switch",
+    [
+        "WINDOW_ATTENTION",
+        "WINDOW_ATTENTION_PROJ",
+        "WINDOW_MLP",
+        "WINDOW_EMBED_IN_ATTENTION",
+        "TAIL",
+    ],
+)
 def test_window_launches_write_the_two_launches_text(
     make_gpt, random_tokens, monkeypatch, window, switch
 ):

@@ -37,12 +37,13 @@ struct Worst {
 };
 
 // decode.h's decode_linear formula in double from bf16 inputs, (R, N): act(W LN?(x) + b) + res,
-// the normalized row rounded to bf16 as the tensor-core kernel's mma input is. b, ln_w, ln_b,
-// res: null where absent.
+// the normalized row rounded to bf16 as the tensor-core kernel's mma input is (round_normalized;
+// the one-row kernel keeps it float). b, ln_w, ln_b, res: null where absent.
 inline std::vector<double> decode_linear_reference(const uint16_t* x, int R, int K,
                                                    const uint16_t* w, int N, const uint16_t* b,
                                                    const uint16_t* ln_w, const uint16_t* ln_b,
-                                                   const uint16_t* res, bool gelu, double eps) {
+                                                   const uint16_t* res, bool gelu, double eps,
+                                                   bool round_normalized = true) {
   std::vector<double> out(size_t(R) * N), row(K);
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) row[k] = from_bf16(x[size_t(r) * K + k]);
@@ -52,9 +53,10 @@ inline std::vector<double> decode_linear_reference(const uint16_t* x, int R, int
       mean /= K;
       for (double v : row) var += (v - mean) * (v - mean);
       const double rstd = 1.0 / std::sqrt(var / K + eps);
-      for (int k = 0; k < K; ++k)
-        row[k] = from_bf16(to_bf16(float((row[k] - mean) * rstd * from_bf16(ln_w[k]) +
-                                         (ln_b ? from_bf16(ln_b[k]) : 0.0))));
+      for (int k = 0; k < K; ++k) {
+        row[k] = (row[k] - mean) * rstd * from_bf16(ln_w[k]) + (ln_b ? from_bf16(ln_b[k]) : 0.0);
+        if (round_normalized) row[k] = from_bf16(to_bf16(float(row[k])));
+      }
     }
     for (int n = 0; n < N; ++n) {
       double acc = 0;

@@ -58,6 +58,9 @@ WINDOW_ATTENTION_PROJ_MAX_HEADS: int = _C.window_attention_proj_max_heads
 # cluster of C/16 CTAs per 32 rows passing x1 and h through distributed shared memory
 # (csrc/window_mlp.cuh); elsewhere three decode_linear calls
 WINDOW_MLP_WIDTHS: tuple[int, ...] = tuple(_C.window_mlp_widths)
+# decode_tail on CUDA (sm_90+) in bfloat16 is one launch at these widths (C): a thread-block
+# cluster of C/32 CTAs a row passing x1, h and x2 through distributed shared memory
+TAIL_WIDTHS: tuple[int, ...] = tuple(_C.decode_tail_widths)
 # decode_blocks: at most this many layers (the CUDA kernel takes the weights by value)
 MAX_LAYERS: int = _C.decode_max_layers
 # decode_blocks on CUDA: the widest model (n_embd) it takes
@@ -471,6 +474,74 @@ def embedded_window_attention(
     args = (window, token, wte, wpe, weight, bias, ln_weight, ln_bias)
     impl = _embedded_window_attention_impl if direct(*args) else _embedded_window_attention
     return impl(*args, n_head, float(eps))
+
+
+# decode_tail's weights, in this order (csrc/decode.h's DecodeTailTensor)
+TAIL_TENSORS = (
+    "proj_weight", "proj_bias", "ln2_weight", "ln2_bias", "fc_weight", "fc_bias",
+    "mlp_proj_weight", "mlp_proj_bias", "lnf_weight", "lnf_bias", "head_weight",
+)  # fmt: skip
+
+
+def _decode_tail_impl(
+    y: Tensor, x: Tensor, weights: list[Tensor | None], eps: float
+) -> Tensor:  # fmt: skip
+    wp, bp, l2w, l2b, wf, bf, wm, bm, lfw, lfb, wh = weights
+    logits = torch.empty(y.size(0), wh.size(0), dtype=y.dtype, device=y.device)
+    if y.is_cuda and _C.decode_tail(dl(logits), dl(y), dl(x), [dl(t) for t in weights], eps,
+                                    stream_of(y)):  # fmt: skip
+        return logits
+    # no fused kernel for this call: the four decode_linear calls it stands for
+    x1 = decode_linear(y, wp, bp, residual=x)
+    h = decode_linear(x1, wf, bf, ln_weight=l2w, ln_bias=l2b, gelu=True, eps=eps)
+    x2 = decode_linear(h, wm, bm, residual=x1)
+    return decode_linear(x2, wh, None, ln_weight=lfw, ln_bias=lfb, eps=eps)
+
+
+_decode_tail = torch.library.custom_op("gptstack::decode_tail", mutates_args=())(_decode_tail_impl)
+
+
+@_decode_tail.register_fake
+def _decode_tail_fake(y, x, weights, eps):
+    return y.new_empty(y.size(0), weights[-1].size(0))
+
+
+def decode_tail(
+    y: Tensor, x: Tensor, weights: Sequence[Tensor | None], *, eps: float = DEFAULT_EPS
+) -> Tensor:
+    """The end of a decode step for one row a sequence: the last block after its attention and
+    the LM head. y, x (B, C): the last block's attention output and the residual stream;
+    weights: TAIL_TENSORS (attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj, ln_f, lm_head; None for a
+    missing bias, shaped as nn.Linear / nn.LayerNorm store them, mlp.c_fc 4C wide). Returns the
+    logits (B, V):
+    x1 = decode_linear(y, proj, residual=x); h = decode_linear(x1, fc, ln=ln2, gelu=True);
+    x2 = decode_linear(h, mlp_proj, residual=x1); decode_linear(x2, head, ln=lnf). On CUDA
+    (sm_90+) in bfloat16 at the widths C of TAIL_WIDTHS it is one launch (csrc/decode_tail.cuh),
+    the four calls' bits; otherwise those calls. For generation: no autograd formula. Raises
+    OpTypeError / OpInputError naming the argument.
+    """
+    op = "decode_tail"
+    float_tensor(op, "y", y, min_dim=2)
+    if y.dim() != 2:
+        raise OpInputError(f"{op}: y must be (B, C), got shape {tuple(y.shape)}")
+    weights = list(weights)
+    if len(weights) != len(TAIL_TENSORS):
+        raise OpInputError(f"{op}: weights must hold {len(TAIL_TENSORS)} tensors "
+                           f"({', '.join(TAIL_TENSORS)}), got {len(weights)}")  # fmt: skip
+    B, C = y.shape
+    head = weights[-1]
+    float_tensor(op, "head_weight", head, min_dim=2)
+    V, N = head.size(0), 4 * C
+    shapes = {"proj_weight": (C, C), "proj_bias": (C,), "ln2_weight": (C,), "ln2_bias": (C,),
+              "fc_weight": (N, C), "fc_bias": (N,), "mlp_proj_weight": (C, N),
+              "mlp_proj_bias": (C,), "lnf_weight": (C,), "lnf_bias": (C,),
+              "head_weight": (V, C)}  # fmt: skip
+    like(op, "y", y, "x", x, shape=(B, C))
+    for name, t in zip(TAIL_TENSORS, weights, strict=True):
+        if t is not None or not name.endswith("bias"):
+            like(op, "y", y, name, t, shape=shapes[name])
+    impl = _decode_tail_impl if direct(y, x, *weights) else _decode_tail
+    return impl(y, x, weights, float(eps))
 
 
 def _window_mlp_impl(

@@ -92,6 +92,13 @@ WINDOW_ATTENTION = True
 # CTAs read 16 KiB each from L2). The A/B switch of the benchmarks.
 WINDOW_ATTENTION_PROJ = False
 
+# True: a step's last block after its attention and the LM head, for the one row it needs of
+# each sequence (c_proj, ln_2, the MLP, ln_f, lm_head), as one decode_tail launch (a
+# thread-block cluster passing x1, h and x2 through distributed shared memory) where n_embd is
+# one of its TAIL_WIDTHS, instead of four decode_linear launches, the same bits. The A/B switch
+# of the benchmarks.
+TAIL = True
+
 # slide() with IO_KERNELS and WINDOW_ATTENTION: True = the window's ids embedded inside the
 # first block's window_attention launch (embedded_window_attention: x written there for the
 # block's residual) instead of a window_embed launch before it, the same bits. The A/B switch of
@@ -200,6 +207,8 @@ class FusedDecodeStep:
         # slide()'s ids embedded in the first block's window_attention (see
         # WINDOW_EMBED_IN_ATTENTION)
         self.window_embed_in_attention = WINDOW_EMBED_IN_ATTENTION
+        # the last block's rest and the head in one launch (see TAIL)
+        self.tail = TAIL
         # window()'s c_proj, ln_2 and MLP in one launch (see WINDOW_MLP)
         self.window_mlp = WINDOW_MLP
         # window()'s GELU epilogue and last-row attention (see WINDOW_EPILOGUES)
@@ -229,10 +238,26 @@ class FusedDecodeStep:
             # which a CUDA-graph capture refuses
             tok, p = token[:, 0], pos.view(1)
             x = m.wte.weight.index_select(0, tok) + m.wpe.weight.index_select(0, p)
-        for i, block in enumerate(m.h):
+        *blocks, last = m.h
+        for i, block in enumerate(blocks):
             y = ops.decode_attention(self._qkv(block, x), self.cache.k[i], self.cache.v[i], pos)
             x = self._after_attention(block, x, y)
-        return self._head(x)
+        i = len(blocks)
+        y = ops.decode_attention(self._qkv(last, x), self.cache.k[i], self.cache.v[i], pos)
+        return self._last_row(last, x, y)
+
+    def _last_row(self, block, x: Tensor, y: Tensor) -> Tensor:
+        """Logits (B, V) from the last block's rows x (B, C) and their attention y (B, C): the
+        rest of the block, then the head, as one decode_tail launch (TAIL) or four."""
+        if not self.tail:
+            return self._head(self._after_attention(block, x, y))
+        attn, mlp, m = block.attn, block.mlp, self.model
+        return self.ops.decode_tail(
+            y, x, [attn.c_proj.weight, attn.c_proj.bias, block.ln_2.weight, block.ln_2.bias,
+                   mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight, mlp.c_proj.bias,
+                   m.ln_f.weight, m.ln_f.bias, m.lm_head.weight],
+            eps=self.eps,
+        )  # fmt: skip
 
     def _qkv(self, block, x: Tensor) -> Tensor:
         """c_attn(ln_1(x)) for rows x (R, C) -> (R, 3C), in one decode_linear launch."""
@@ -386,8 +411,7 @@ class FusedDecodeStep:
             y = self._window_attention(last, x.view(B, T, C))[:, -1]
         else:
             y = self._attend_last(self._qkv(last, x).view(B, T, 3 * C))  # (B, C)
-        x = self._after_attention(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
-        return self._head(x)
+        return self._last_row(last, x.view(B, T, C)[:, -1].contiguous(), y.contiguous())
 
     def _window_after_attention(self, block, x: Tensor, y: Tensor) -> Tensor:
         """_after_attention for the window's rows x (B * T, C) and their attention y: c_proj
@@ -447,5 +471,4 @@ class FusedDecodeStep:
         # the last block: every position's keys and values, then the last row alone
         attn = last.attn
         y = self._attend_last(F.linear(h, attn.c_attn.weight, attn.c_attn.bias))  # (B, C)
-        x = self._after_attention(last, x[:, -1].contiguous(), y.contiguous())
-        return self._head(x)
+        return self._last_row(last, x[:, -1].contiguous(), y.contiguous())
