@@ -24,10 +24,10 @@ slide window's c_attn and attention as two launches instead of one window_attent
 (fused_step.WINDOW_ATTENTION off), "gptstack-c_proj-in-attention" = its attn.c_proj inside
 window_attention's launch (fused_step.WINDOW_ATTENTION_PROJ on: opt-in), "gptstack-unsplit-k" =
 its mlp.c_proj by decode_linear's unsplit kernel (fused_step.WINDOW_SPLIT_K off),
-"gptstack-four-launch-tail" = a step's last block after attention and the LM head as four
-decode_linear launches, not one decode_tail launch (fused_step.TAIL off),
-"gptstack-embed-launch" = its ids embedded by a window_embed launch before the first block's
-window_attention, not inside it (fused_step.WINDOW_EMBED_IN_ATTENTION off),
+"gptstack-one-launch-tail" = a step's last block after attention and the LM head as one
+decode_tail launch, not four decode_linear launches (fused_step.TAIL on: opt-in),
+"gptstack-embedded-window" = its ids embedded inside the first block's window_attention launch,
+not by a window_embed launch before it (fused_step.WINDOW_EMBED_IN_ATTENTION on: opt-in),
 "gptstack-one-launch-mlp" = the rest of its blocks after attention (c_proj, ln_2, MLP) as one
 window_mlp launch instead of three decode_linear launches (fused_step.WINDOW_MLP on: opt-in),
 "gptstack-gelu-kernel" = a bias-free model's window GELU as
@@ -103,10 +103,10 @@ def main() -> None:
             decoders["gptstack-two-launch-attention"].step.window_attention = False
         if "gptstack-c_proj-in-attention" in decoders:
             decoders["gptstack-c_proj-in-attention"].step.window_attention_proj = True
-        if "gptstack-four-launch-tail" in decoders:
-            decoders["gptstack-four-launch-tail"].step.tail = False
-        if "gptstack-embed-launch" in decoders:
-            decoders["gptstack-embed-launch"].step.window_embed_in_attention = False
+        if "gptstack-one-launch-tail" in decoders:
+            decoders["gptstack-one-launch-tail"].step.tail = True
+        if "gptstack-embedded-window" in decoders:
+            decoders["gptstack-embedded-window"].step.window_embed_in_attention = True
         if "gptstack-unsplit-k" in decoders:
             decoders["gptstack-unsplit-k"].step.window_split_k = False
         if "gptstack-one-launch-mlp" in decoders:

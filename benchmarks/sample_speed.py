@@ -94,21 +94,21 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "window_attention_proj": True,
     },
-    # a step's last block after attention and the LM head as four decode_linear launches
-    # instead of one decode_tail launch (fused_step.TAIL)
-    "graph bf16 fused four-launch-tail": {
+    # a step's last block after attention and the LM head as one decode_tail launch instead of
+    # four decode_linear launches (fused_step.TAIL on; opt-in: it lost)
+    "graph bf16 fused one-launch-tail": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "tail": False,
+        "tail": True,
     },
-    # the slide window's ids embedded by a window_embed launch of their own instead of inside the
-    # first block's window_attention launch (fused_step.WINDOW_EMBED_IN_ATTENTION)
-    "graph bf16 fused embed-launch": {
+    # the slide window's ids embedded inside the first block's window_attention launch instead of
+    # by a window_embed launch (fused_step.WINDOW_EMBED_IN_ATTENTION on; opt-in: it lost)
+    "graph bf16 fused embedded-window": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "window_embed_in_attention": False,
+        "window_embed_in_attention": True,
     },
     # the slide window's mlp.c_proj by decode_linear's unsplit kernel (8 CTAs at esp32) instead
     # of with its K over a cluster of 4 CTAs a tile (fused_step.WINDOW_SPLIT_K)

@@ -95,15 +95,21 @@ WINDOW_ATTENTION_PROJ = False
 # True: a step's last block after its attention and the LM head, for the one row it needs of
 # each sequence (c_proj, ln_2, the MLP, ln_f, lm_head), as one decode_tail launch (a
 # thread-block cluster passing x1, h and x2 through distributed shared memory) where n_embd is
-# one of its TAIL_WIDTHS, instead of four decode_linear launches, the same bits. The A/B switch
-# of the benchmarks.
-TAIL = True
+# one of its TAIL_WIDTHS, instead of four decode_linear launches, the same bits. Off: it lost on
+# the H100 (2026-12-06, side by side at esp32: 8,959 vs 9,353 tok/s with it; 7.84 vs 7.60 us a
+# call in a chain against the four launches, which overlap each one's weight loads and launch
+# with the kernel before, where its one CTA path waits through three exchanges). The A/B
+# switch of the benchmarks.
+TAIL = False
 
 # slide() with IO_KERNELS and WINDOW_ATTENTION: True = the window's ids embedded inside the
 # first block's window_attention launch (embedded_window_attention: x written there for the
-# block's residual) instead of a window_embed launch before it, the same bits. The A/B switch of
-# the benchmarks.
-WINDOW_EMBED_IN_ATTENTION = True
+# block's residual) instead of a window_embed launch before it, the same bits. Off: it lost on
+# the H100 (2026-12-06: 6.88 vs 6.62 us a call in a chain against window_embed and
+# window_attention, the ids' and then the wte rows' round trips to L2 now on the attention's
+# path after its wait; 8,959 tok/s with it and decode_tail against 9,193 without it). The A/B
+# switch of the benchmarks.
+WINDOW_EMBED_IN_ATTENTION = False
 
 # window() through decode_linear (WINDOW_ROWS): True = each block's mlp.c_proj (K = 4C in
 # decode.SPLIT_WIDTHS: esp32's 1,024) with K split over a thread-block cluster of 4 CTAs
