@@ -33,7 +33,7 @@ from torch import Tensor
 from ._checks import direct, float_tensor, like
 from ._ext import _C, dl, stream_of, threads
 from .attention import causal_attention
-from .decode_io import _tables, _tokens, _window, window_embed
+from .decode_io import window_embed, window_embed_args
 from .errors import OpInputError, OpTypeError
 
 DEFAULT_EPS = 1e-5
@@ -341,6 +341,22 @@ def _window_attention_fake(x, weight, bias, ln_weight, ln_bias, proj_weight, pro
     return torch.empty_like(x)
 
 
+def _attention_args(
+    op: str, ref_name: str, ref: Tensor, n_head: object, **tensors: Tensor | None
+) -> None:
+    """A block attention's n_head and tensors checked against ref (its last dimension C):
+    weight (3C, C), ln_weight (C,) required; bias (3C,), ln_bias (C,), proj_weight (C, C),
+    proj_bias (C,) where given."""
+    C = ref.size(-1)
+    if not isinstance(n_head, int) or isinstance(n_head, bool) or n_head < 1 or C % n_head:
+        raise OpInputError(f"{op}: n_head = {n_head!r} must be a positive divisor of C = {C}")
+    shapes = {"weight": (3 * C, C), "bias": (3 * C,), "ln_weight": (C,), "ln_bias": (C,),
+              "proj_weight": (C, C), "proj_bias": (C,)}  # fmt: skip
+    for name, t in tensors.items():
+        if t is not None or name in ("weight", "ln_weight"):
+            like(op, ref_name, ref, name, t, shape=shapes[name])
+
+
 def window_attention(
     x: Tensor,
     weight: Tensor,
@@ -372,21 +388,10 @@ def window_attention(
     float_tensor(op, "x", x, min_dim=3)
     if x.dim() != 3:
         raise OpInputError(f"{op}: x must be (B, T, C), got shape {tuple(x.shape)}")
-    C = x.size(2)
-    if not isinstance(n_head, int) or isinstance(n_head, bool) or n_head < 1 or C % n_head:
-        raise OpInputError(f"{op}: n_head = {n_head!r} must be a positive divisor of C = {C}")
     if proj_bias is not None and proj_weight is None:
         raise OpInputError(f"{op}: proj_bias was given without proj_weight")
-    for name, t, shape in (
-        ("weight", weight, (3 * C, C)),
-        ("bias", bias, (3 * C,)),
-        ("ln_weight", ln_weight, (C,)),
-        ("ln_bias", ln_bias, (C,)),
-        ("proj_weight", proj_weight, (C, C)),
-        ("proj_bias", proj_bias, (C,)),
-    ):
-        if t is not None or name in ("weight", "ln_weight"):
-            like(op, "x", x, name, t, shape=shape)
+    _attention_args(op, "x", x, n_head, weight=weight, bias=bias, ln_weight=ln_weight,
+                    ln_bias=ln_bias, proj_weight=proj_weight, proj_bias=proj_bias)  # fmt: skip
     args = (x, weight, bias, ln_weight, ln_bias, proj_weight, proj_bias)
     impl = _window_attention_impl if direct(*args) else _window_attention
     return impl(*args, n_head, float(eps))
@@ -453,24 +458,9 @@ def embedded_window_attention(
     / OpInputError naming the argument.
     """
     op = "embedded_window_attention"
-    _tables(op, wte, wpe)
-    window = _window(op, window, wte.device, contiguous=False).contiguous()
-    B, T = window.shape
-    if T > wpe.size(0):
-        raise OpInputError(f"{op}: the window holds {T} ids but wpe only {wpe.size(0)} positions")
-    _tokens(op, token, wte.device, rows=B, contiguous=False)
-    token = token.contiguous()
-    C = wte.size(1)
-    if not isinstance(n_head, int) or isinstance(n_head, bool) or n_head < 1 or C % n_head:
-        raise OpInputError(f"{op}: n_head = {n_head!r} must be a positive divisor of C = {C}")
-    for name, t, shape in (
-        ("weight", weight, (3 * C, C)),
-        ("bias", bias, (3 * C,)),
-        ("ln_weight", ln_weight, (C,)),
-        ("ln_bias", ln_bias, (C,)),
-    ):
-        if t is not None or name in ("weight", "ln_weight"):
-            like(op, "wte", wte, name, t, shape=shape)
+    window, token = window_embed_args(op, window, token, wte, wpe)
+    _attention_args(op, "wte", wte, n_head, weight=weight, bias=bias, ln_weight=ln_weight,
+                    ln_bias=ln_bias)  # fmt: skip
     args = (window, token, wte, wpe, weight, bias, ln_weight, ln_bias)
     impl = _embedded_window_attention_impl if direct(*args) else _embedded_window_attention
     return impl(*args, n_head, float(eps))

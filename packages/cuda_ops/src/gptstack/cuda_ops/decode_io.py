@@ -148,16 +148,23 @@ def window_embed(window: Tensor, token: Tensor, wte: Tensor, wpe: Tensor) -> Ten
     window: int64 (B, T), T <= wpe's positions; token: int64 (B,) or (B, 1); wte, wpe as
     decode_embed. An id out of range gives a row of NaN. Raises OpTypeError / OpInputError.
     """
-    op = "window_embed"
+    window, token = window_embed_args("window_embed", window, token, wte, wpe)
+    fn = _window_embed_impl if direct(window, token, wte, wpe) else _window_embed
+    return fn(window, token, wte, wpe)
+
+
+def window_embed_args(
+    op: str, window: Tensor, token: Tensor, wte: Tensor, wpe: Tensor
+) -> tuple[Tensor, Tensor]:
+    """window_embed's arguments checked (OpTypeError / OpInputError naming op and the argument):
+    window and token, contiguous."""
     _tables(op, wte, wpe)
     window = _window(op, window, wte.device, contiguous=False).contiguous()
     B, T = window.shape
     if T > wpe.size(0):
         raise OpInputError(f"{op}: the window holds {T} ids but wpe only {wpe.size(0)} positions")
     _tokens(op, token, wte.device, rows=B, contiguous=False)
-    token = token.contiguous()
-    fn = _window_embed_impl if direct(window, token, wte, wpe) else _window_embed
-    return fn(window, token, wte, wpe)
+    return window, token.contiguous()
 
 
 class DecoderState(NamedTuple):
