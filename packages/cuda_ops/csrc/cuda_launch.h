@@ -69,17 +69,26 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
 // ordinary launch.
 bool programmatic_launch_enabled();  // common.cpp
 
-// Whether launches on the current device go programmatic: switched on and sm_90 or newer (the
-// compute capability looked up once per device; an inline function's static is one for all).
-inline bool programmatic_launch_here() {
+// The current device's compute capability major (looked up once per device; an inline
+// function's static is one for all); 0 where it cannot be read
+inline int capability_major_here() {
   static int major[64] = {};
   int device = 0;
-  cudaGetDevice(&device);
-  if (device >= 64) return false;
-  if (major[device] == 0)
-    cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device);
-  return programmatic_launch_enabled() && major[device] >= 9;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 0;
+  if (major[device] == 0 &&
+      cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device) !=
+          cudaSuccess)
+    return major[device] = 0;
+  return major[device];
 }
+
+// Whether launches on the current device go programmatic: switched on and sm_90 or newer
+inline bool programmatic_launch_here() {
+  return programmatic_launch_enabled() && capability_major_here() >= 9;
+}
+
+// Whether the current device runs thread-block clusters (sm_90 and newer)
+inline bool clusters_here() { return capability_major_here() >= 9; }
 
 template <typename... P, typename... A>
 void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
@@ -96,6 +105,27 @@ void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t sme
     config.attrs = attribute;
     config.numAttrs = 1;
   }
+  cudaLaunchKernelEx(&config, kernel, static_cast<P>(args)...);
+}
+
+// launch_programmatic in thread-block clusters of (cluster_x, 1, 1) (the caller checks
+// clusters_here() and that the cluster size is one the GPU places)
+template <typename... P, typename... A>
+void launch_cluster_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, unsigned cluster_x, const A&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = cluster_x;
+  attribute[0].val.clusterDim.y = attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic_launch_here() ? 2 : 1;
   cudaLaunchKernelEx(&config, kernel, static_cast<P>(args)...);
 }
 #else

@@ -259,13 +259,8 @@ bool launch_linear_split(T* out, const T* x, const T* w, const T* b, const T* ln
   } else {
     namespace sl = split_linear;
     if (ln_w || R < kDecodeMmaMinRows || N % 2 != 0 || !aligned16(x) || !aligned16(w) ||
-        !aligned16(out) || (residual && !aligned16(residual)))
+        !aligned16(out) || (residual && !aligned16(residual)) || !clusters_here())
       return false;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        major < 9)
-      return false;  // thread-block clusters: sm_90 and newer
     auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
     const mma_linear::Args a{reinterpret_cast<uint16_t*>(out), bits(x), bits(w), bits(b),
                              nullptr, nullptr, bits(residual), int(R), int(N), int(K), 0.0f,
@@ -276,20 +271,9 @@ bool launch_linear_split(T* out, const T* x, const T* w, const T* b, const T* ln
       static LaunchCheck check;  // one per instance (its one K)
       check.ensure(reinterpret_cast<const void*>(kernel.value), "decode_linear", config,
                    sl::kThreads, int(smem));
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(sl::kSplit * ceil_div(N, sl::kCols), ceil_div(R, sl::kRows));
-      cfg.blockDim = dim3(sl::kThreads);
-      cfg.dynamicSmemBytes = size_t(smem);
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[2];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = sl::kSplit;
-      attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-      attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[1].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = programmatic_launch_here() ? 2 : 1;
-      cudaLaunchKernelEx(&cfg, kernel.value, a);
+      launch_cluster_programmatic(
+          kernel.value, dim3(sl::kSplit * ceil_div(N, sl::kCols), ceil_div(R, sl::kRows)),
+          sl::kThreads, size_t(smem), stream, sl::kSplit, a);
     });
     if (launched) check_launch("decode_linear", config);
     return launched;

@@ -28,11 +28,7 @@ bool decode_tail_cuda(void* logits, const void* y, const void* x, const void* co
     return false;  // cp.async rows, 16-byte row loads
   for (int i : {int(kTailLn2W), int(kTailLn2B), int(kTailLnfW), int(kTailLnfB)})
     if (weights[i] && !aligned16(weights[i])) return false;  // copy_layernorm_params' cp.async
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      major < 9)
-    return false;  // thread-block clusters: sm_90 and newer
+  if (!clusters_here()) return false;  // thread-block clusters: sm_90 and newer
   const int optin = smem_optin_here();
   auto bits = [&](int i) { return static_cast<const uint16_t*>(weights[i]); };
   const dt::Args a{static_cast<uint16_t*>(logits), static_cast<const uint16_t*>(y),
@@ -49,20 +45,8 @@ bool decode_tail_cuda(void* logits, const void* y, const void* x, const void* co
     static LaunchCheck check;  // one per instance (its one C)
     check.ensure(reinterpret_cast<const void*>(kernel.value), "decode_tail", config,
                  dt::kThreads, optin);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(ctas), unsigned(B));
-    cfg.blockDim = dim3(dt::kThreads);
-    cfg.dynamicSmemBytes = size_t(smem);
-    cfg.stream = as_stream(stream);
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(ctas);
-    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = programmatic_launch_here() ? 2 : 1;
-    cudaLaunchKernelEx(&cfg, kernel.value, a);
+    launch_cluster_programmatic(kernel.value, dim3(unsigned(ctas), unsigned(B)), dt::kThreads,
+                                size_t(smem), as_stream(stream), unsigned(ctas), a);
     launched = true;
   });
   if (launched) check_launch("decode_tail", config);

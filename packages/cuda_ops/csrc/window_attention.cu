@@ -33,14 +33,9 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
   if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return false;  // cp.async, 16-byte stores
   if (ids && (wp || !aligned16(ids->wte) || !aligned16(ids->wpe))) return false;
   const bool proj = wp != nullptr;
-  if (proj) {  // a cluster of the sequence's nh CTAs: sm_90 and newer, a portable size
-    if (nh > kWindowAttentionProjMaxHeads || !aligned16(wp)) return false;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        major < 9)
-      return false;
-  }
+  // with c_proj a cluster of the sequence's nh CTAs: sm_90 and newer, a portable size
+  if (proj && (nh > kWindowAttentionProjMaxHeads || !aligned16(wp) || !clusters_here()))
+    return false;
   const int optin = smem_optin_here();
   const int64_t smem = hs == 32 ? (proj ? wa::shared_bytes<32, true>(C) : wa::shared_bytes<32>(C))
                                 : (proj ? wa::shared_bytes<64, true>(C) : wa::shared_bytes<64>(C));
@@ -62,25 +57,12 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
     static LaunchCheck check;
     check.ensure(reinterpret_cast<const void*>(kernel.value), "window_attention", config,
                  wa::kThreads, optin);
-    if (!proj) {
-      launch_programmatic(kernel.value, dim3(unsigned(nh), unsigned(B)), wa::kThreads, int(smem),
-                          as_stream(stream), a);
-      return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(nh), unsigned(B));
-    cfg.blockDim = dim3(wa::kThreads);
-    cfg.dynamicSmemBytes = size_t(smem);
-    cfg.stream = as_stream(stream);
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(nh);
-    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = programmatic_launch_here() ? 2 : 1;
-    cudaLaunchKernelEx(&cfg, kernel.value, a);
+    const dim3 grid{unsigned(nh), unsigned(B)};
+    if (proj)
+      launch_cluster_programmatic(kernel.value, grid, wa::kThreads, size_t(smem),
+                                  as_stream(stream), unsigned(nh), a);
+    else
+      launch_programmatic(kernel.value, grid, wa::kThreads, int(smem), as_stream(stream), a);
   };
   if (hs == 32) {
     if (proj)

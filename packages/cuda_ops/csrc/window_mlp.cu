@@ -26,11 +26,9 @@ bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, co
   if (!aligned16(out) || !aligned16(y) || !aligned16(x) || !aligned16(wp) || !aligned16(wf) ||
       !aligned16(wm))
     return false;  // cp.async rows, pair loads and stores
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      major < 9)
-    return false;  // thread-block clusters: sm_90 and newer
+  if (!clusters_here()) return false;  // thread-block clusters: sm_90 and newer
+  int dev = 0;
+  cudaGetDevice(&dev);
   const int optin = smem_optin_here();
   auto bits = [](const void* p) { return static_cast<const uint16_t*>(p); };
   const wm_::Args a{static_cast<uint16_t*>(out), bits(y), bits(x), bits(wp), bits(bp),
