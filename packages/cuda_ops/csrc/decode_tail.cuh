@@ -106,6 +106,22 @@ __device__ __forceinline__ void warp_dots(float (&acc)[Outs], const uint16_t* co
   ml::warp_sums(acc);
 }
 
+// The dots of the float row row_s (K) with rows w, w + 8, w + 16, w + 24 of w_s (K bf16 each,
+// warp w) as warp_dots computes them; lane o < 4 gets row w + 8 o's
+template <int K>
+__device__ __forceinline__ float own_column_dot(const uint16_t* w_s, const float* row_s, int warp,
+                                                int lane) {
+  const uint16_t* w[4];
+  float acc[4];
+#pragma unroll
+  for (int o = 0; o < 4; ++o) w[o] = w_s + (warp + kWarps * o) * K;
+  warp_dots<4, K>(acc, w, row_s, lane);
+  float mine = acc[0];
+#pragma unroll
+  for (int o = 1; o < 4; ++o) mine = (lane & 3) == o ? acc[o] : mine;
+  return mine;
+}
+
 // gs::block_sum over 256 threads, where only the first kLnThreads hold partial sums (the rest
 // zeros): the totals of decode_linear_kernel's 128-thread block_sum, bit for bit
 __device__ __forceinline__ float block_sum_256(float v, float* red, int warp, int lane) {
@@ -256,14 +272,7 @@ __global__ void __launch_bounds__(kThreads) decode_tail_kernel(const Args a) {
   // (x2's residual)
   float x1_own = 0.0f;
   {
-    const uint16_t* w[4];
-    float acc[4];
-#pragma unroll
-    for (int o = 0; o < 4; ++o) w[o] = wp_s + (warp + kWarps * o) * C;
-    warp_dots<4, C>(acc, w, row_s, lane);
-    float mine = acc[0];
-#pragma unroll
-    for (int o = 1; o < 4; ++o) mine = (lane & 3) == o ? acc[o] : mine;
+    const float mine = own_column_dot<C>(wp_s, row_s, warp, lane);
     if (lane < 4) {
       const uint16_t bits = epilogue(mine, a.bp ? bp_s + own : nullptr, false, &x_res);
       sts(part_s + own, bits);
@@ -301,14 +310,7 @@ __global__ void __launch_bounds__(kThreads) decode_tail_kernel(const Args a) {
   load_row<N, false>(row_s, h_s, tid);
   __syncthreads();
   {
-    const uint16_t* w[4];
-    float acc[4];
-#pragma unroll
-    for (int o = 0; o < 4; ++o) w[o] = wm_s + (warp + kWarps * o) * N;
-    warp_dots<4, N>(acc, w, row_s, lane);
-    float mine = acc[0];
-#pragma unroll
-    for (int o = 1; o < 4; ++o) mine = (lane & 3) == o ? acc[o] : mine;
+    const float mine = own_column_dot<N>(wm_s, row_s, warp, lane);
     if (lane < 4) sts(part_s + own, epilogue(mine, a.bm ? bm_s + own : nullptr, false, &x1_own));
   }
   __syncthreads();
