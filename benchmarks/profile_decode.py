@@ -55,6 +55,21 @@ from gptstack.model import GraphDecoder
 from gptstack.model.fused_step import blocks_reason
 from gptstack.tools.checkpoint import load_checkpoint
 
+# The configurations that differ from "gptstack" by one FusedDecodeStep switch (the docstring
+# says what each one runs): the switch and its value
+STEP_SWITCHES = {
+    "gptstack-sdpa-window": ("native_attention", False),
+    "gptstack-plain-window": ("window_epilogues", False),
+    "gptstack-gelu-kernel": ("zero_bias_epilogue", False),
+    "gptstack-two-launch-attention": ("window_attention", False),
+    "gptstack-c_proj-in-attention": ("window_attention_proj", True),
+    "gptstack-one-launch-tail": ("tail", True),
+    "gptstack-embedded-window": ("window_embed_in_attention", True),
+    "gptstack-unsplit-k": ("window_split_k", False),
+    "gptstack-one-launch-mlp": ("window_mlp", True),
+    "gptstack-torch-io": ("io_kernels", False),
+}
+
 
 def timed(decoder: GraphDecoder, idx: torch.Tensor, n: int, seed: int = 1) -> float:
     torch.cuda.synchronize()
@@ -90,29 +105,11 @@ def main() -> None:
                 decoders["gptstack-one-launch"].step.blocks_in_one_launch = True
             else:
                 print(f"{run.name}: gptstack-one-launch runs op by op: {reason}", flush=True)
-        # the slide window's attention through PyTorch's SDPA instead of the cuda_ops kernel
-        if "gptstack-sdpa-window" in decoders:
-            decoders["gptstack-sdpa-window"].step.native_attention = False
-        if "gptstack-plain-window" in decoders:
-            decoders["gptstack-plain-window"].step.window_epilogues = False
-        if "gptstack-gelu-kernel" in decoders:
-            decoders["gptstack-gelu-kernel"].step.zero_bias_epilogue = False
+        for k, (attr, value) in STEP_SWITCHES.items():
+            if k in decoders:
+                setattr(decoders[k].step, attr, value)
         if "gptstack-separate-advance" in decoders:
             decoders["gptstack-separate-advance"].advance_in_sampler = False
-        if "gptstack-two-launch-attention" in decoders:
-            decoders["gptstack-two-launch-attention"].step.window_attention = False
-        if "gptstack-c_proj-in-attention" in decoders:
-            decoders["gptstack-c_proj-in-attention"].step.window_attention_proj = True
-        if "gptstack-one-launch-tail" in decoders:
-            decoders["gptstack-one-launch-tail"].step.tail = True
-        if "gptstack-embedded-window" in decoders:
-            decoders["gptstack-embedded-window"].step.window_embed_in_attention = True
-        if "gptstack-unsplit-k" in decoders:
-            decoders["gptstack-unsplit-k"].step.window_split_k = False
-        if "gptstack-one-launch-mlp" in decoders:
-            decoders["gptstack-one-launch-mlp"].step.window_mlp = True
-        if "gptstack-torch-io" in decoders:
-            decoders["gptstack-torch-io"].step.io_kernels = False
         if "gptstack-rows-window" in decoders:
             step = decoders["gptstack-rows-window"].step
             step.window_rows = 1 << 30 if step.rows_kernel_runs() else 0  # at any width

@@ -189,23 +189,29 @@ CPU_CONFIGS = {
     "graph auto": {"mode": "graph"},
     "graph fp32": {"mode": "graph", "dtype": "fp32"},
 }
-DEFAULT_ONE_LAUNCH = fused_step.ONE_LAUNCH
-DEFAULT_WINDOW_ROWS = fused_step.WINDOW_ROWS
-DEFAULT_WINDOW_EPILOGUES = fused_step.WINDOW_EPILOGUES
-DEFAULT_WINDOW_ATTENTION = fused_step.WINDOW_ATTENTION
-DEFAULT_WINDOW_ATTENTION_PROJ = fused_step.WINDOW_ATTENTION_PROJ
-DEFAULT_WINDOW_MLP = fused_step.WINDOW_MLP
-DEFAULT_WINDOW_SPLIT_K = fused_step.WINDOW_SPLIT_K
-DEFAULT_WINDOW_EMBED_IN_ATTENTION = fused_step.WINDOW_EMBED_IN_ATTENTION
-DEFAULT_TAIL = fused_step.TAIL
-DEFAULT_IO_KERNELS = fused_step.IO_KERNELS
-DEFAULT_ADVANCE_IN_SAMPLER = fused_step.ADVANCE_IN_SAMPLER
-DEFAULT_ZERO_BIAS_EPILOGUE = fused_step.ZERO_BIAS_EPILOGUE
+# A config's options that set a fused_step module switch (the A/B switches the decoder reads when
+# it is made), and those switches' defaults, restored after each config
+FUSED_STEP_SWITCHES = {
+    "one_launch": "ONE_LAUNCH",
+    "window_rows": "WINDOW_ROWS",
+    "window_epilogues": "WINDOW_EPILOGUES",
+    "window_attention": "WINDOW_ATTENTION",
+    "window_attention_proj": "WINDOW_ATTENTION_PROJ",
+    "window_mlp": "WINDOW_MLP",
+    "window_split_k": "WINDOW_SPLIT_K",
+    "window_embed_in_attention": "WINDOW_EMBED_IN_ATTENTION",
+    "tail": "TAIL",
+    "io_kernels": "IO_KERNELS",
+    "advance_in_sampler": "ADVANCE_IN_SAMPLER",
+    "zero_bias_epilogue": "ZERO_BIAS_EPILOGUE",
+}
+FUSED_STEP_DEFAULTS = {name: getattr(fused_step, name) for name in FUSED_STEP_SWITCHES.values()}
 
 
-def set_one_launch(enabled: bool) -> None:
-    """decode_blocks for the models it takes (fused_step.blocks_reason), or never."""
-    fused_step.ONE_LAUNCH = enabled
+def set_fused_step(options: dict) -> None:
+    """Each fused_step switch to the value options gives it (popped), else its default."""
+    for option, name in FUSED_STEP_SWITCHES.items():
+        setattr(fused_step, name, options.pop(option, FUSED_STEP_DEFAULTS[name]))
 
 
 def attention_variant(forward_warps: int | str):
@@ -249,30 +255,7 @@ def main() -> None:
                 options = dict(configs[n])
                 threads.BY_PHASE = options.pop("threads_by_phase", True)
                 set_programmatic_launch(options.pop("programmatic_launch", True))
-                set_one_launch(options.pop("one_launch", DEFAULT_ONE_LAUNCH))
-                fused_step.WINDOW_ROWS = options.pop("window_rows", DEFAULT_WINDOW_ROWS)
-                fused_step.WINDOW_EPILOGUES = options.pop(
-                    "window_epilogues", DEFAULT_WINDOW_EPILOGUES
-                )
-                fused_step.WINDOW_ATTENTION = options.pop(
-                    "window_attention", DEFAULT_WINDOW_ATTENTION
-                )
-                fused_step.WINDOW_ATTENTION_PROJ = options.pop(
-                    "window_attention_proj", DEFAULT_WINDOW_ATTENTION_PROJ
-                )
-                fused_step.WINDOW_MLP = options.pop("window_mlp", DEFAULT_WINDOW_MLP)
-                fused_step.WINDOW_SPLIT_K = options.pop("window_split_k", DEFAULT_WINDOW_SPLIT_K)
-                fused_step.WINDOW_EMBED_IN_ATTENTION = options.pop(
-                    "window_embed_in_attention", DEFAULT_WINDOW_EMBED_IN_ATTENTION
-                )
-                fused_step.TAIL = options.pop("tail", DEFAULT_TAIL)
-                fused_step.IO_KERNELS = options.pop("io_kernels", DEFAULT_IO_KERNELS)
-                fused_step.ADVANCE_IN_SAMPLER = options.pop(
-                    "advance_in_sampler", DEFAULT_ADVANCE_IN_SAMPLER
-                )
-                fused_step.ZERO_BIAS_EPILOGUE = options.pop(
-                    "zero_bias_epilogue", DEFAULT_ZERO_BIAS_EPILOGUE
-                )
+                set_fused_step(options)
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
                     with attention:
@@ -294,18 +277,7 @@ def main() -> None:
                     continue
                 finally:
                     set_programmatic_launch(True)
-                    set_one_launch(DEFAULT_ONE_LAUNCH)
-                    fused_step.WINDOW_ROWS = DEFAULT_WINDOW_ROWS
-                    fused_step.WINDOW_EPILOGUES = DEFAULT_WINDOW_EPILOGUES
-                    fused_step.WINDOW_ATTENTION = DEFAULT_WINDOW_ATTENTION
-                    fused_step.WINDOW_ATTENTION_PROJ = DEFAULT_WINDOW_ATTENTION_PROJ
-                    fused_step.WINDOW_MLP = DEFAULT_WINDOW_MLP
-                    fused_step.WINDOW_SPLIT_K = DEFAULT_WINDOW_SPLIT_K
-                    fused_step.WINDOW_EMBED_IN_ATTENTION = DEFAULT_WINDOW_EMBED_IN_ATTENTION
-                    fused_step.TAIL = DEFAULT_TAIL
-                    fused_step.IO_KERNELS = DEFAULT_IO_KERNELS
-                    fused_step.ADVANCE_IN_SAMPLER = DEFAULT_ADVANCE_IN_SAMPLER
-                    fused_step.ZERO_BIAS_EPILOGUE = DEFAULT_ZERO_BIAS_EPILOGUE
+                    set_fused_step({})
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
                 rows[n]["dtype"] = res.dtype  # what "auto" resolved to
