@@ -90,43 +90,47 @@ inline bool programmatic_launch_here() {
 // Whether the current device runs thread-block clusters (sm_90 and newer)
 inline bool clusters_here() { return capability_major_here() >= 9; }
 
-template <typename... P, typename... A>
-void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                         cudaStream_t stream, const A&... args) {
+// A cudaLaunchKernelEx configuration: in thread-block clusters of (cluster_x, 1, 1) where
+// cluster_x > 0 (the caller checks clusters_here() and that the GPU places that size), as a
+// programmatic dependent where `programmatic`. Not copyable: config.attrs points into it.
+struct LaunchConfig {
   cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  if (programmatic_launch_here()) {
-    config.attrs = attribute;
-    config.numAttrs = 1;
+  cudaLaunchAttribute attrs[2] = {};
+  LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, unsigned cluster_x,
+               bool programmatic) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attrs;
+    if (cluster_x > 0) {
+      cudaLaunchAttribute& a = attrs[config.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = cluster_x;
+      a.val.clusterDim.y = a.val.clusterDim.z = 1;
+    }
+    if (programmatic) {
+      cudaLaunchAttribute& a = attrs[config.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
+    }
   }
-  cudaLaunchKernelEx(&config, kernel, static_cast<P>(args)...);
-}
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+};
 
-// launch_programmatic in thread-block clusters of (cluster_x, 1, 1) (the caller checks
-// clusters_here() and that the cluster size is one the GPU places)
+// launch_programmatic in thread-block clusters of (cluster_x, 1, 1) (see LaunchConfig)
 template <typename... P, typename... A>
 void launch_cluster_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                                  cudaStream_t stream, unsigned cluster_x, const A&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = cluster_x;
-  attribute[0].val.clusterDim.y = attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = programmatic_launch_here() ? 2 : 1;
-  cudaLaunchKernelEx(&config, kernel, static_cast<P>(args)...);
+  LaunchConfig launch(grid, block, smem, stream, cluster_x, programmatic_launch_here());
+  cudaLaunchKernelEx(&launch.config, kernel, static_cast<P>(args)...);
+}
+
+template <typename... P, typename... A>
+void launch_programmatic(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, const A&... args) {
+  launch_cluster_programmatic(kernel, grid, block, smem, stream, 0u, args...);
 }
 #else
 // The emulator runs one kernel at a time: an ordinary (emulated) launch

@@ -42,25 +42,15 @@ bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, co
     static int placeable[64] = {};  // per device: 1 the GPU places the cluster, -1 it does not
     const void* fn = reinterpret_cast<const void*>(kernel.value);
     check.ensure(fn, "window_mlp", config, wm_::kThreads, int(smem));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(ctas), ceil_div(R, wm_::kRows));
-    cfg.blockDim = dim3(wm_::kThreads);
-    cfg.dynamicSmemBytes = size_t(smem);
-    cfg.stream = as_stream(stream);
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(ctas);
-    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const dim3 grid{unsigned(ctas), ceil_div(R, wm_::kRows)};
     int& ok = placeable[dev & 63];
     if (ok == 0) {  // 16 CTAs is a non-portable cluster size: asked for, then checked once
+      LaunchConfig probe(grid, wm_::kThreads, size_t(smem), as_stream(stream), unsigned(ctas),
+                         false);
       int clusters = 0;
       ok = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
                        cudaSuccess &&
-                   cudaOccupancyMaxActiveClusters(&clusters, kernel.value, &cfg) ==
+                   cudaOccupancyMaxActiveClusters(&clusters, kernel.value, &probe.config) ==
                        cudaSuccess &&
                    clusters > 0
                ? 1
@@ -68,8 +58,8 @@ bool window_mlp_cuda(void* out, const void* y, const void* x, const void* wp, co
       cudaGetLastError();  // a refusal is an answer, not an error for check_launch
     }
     if (ok < 0) return;
-    cfg.numAttrs = programmatic_launch_here() ? 2 : 1;
-    cudaLaunchKernelEx(&cfg, kernel.value, a);
+    launch_cluster_programmatic(kernel.value, grid, wm_::kThreads, size_t(smem),
+                                as_stream(stream), unsigned(ctas), a);
     launched = true;
   });
   if (launched) check_launch("window_mlp", config);
