@@ -366,6 +366,21 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   });
 }
 
+// f(std::integral_constant<int, W>{}) for the width W of the constant array kWidths that equals
+// n (the instances a kernel is compiled for); false where none does. The dispatch of the
+// kernels compiled per width (decode_split.cuh, decode_tail.cuh, window_mlp.cuh).
+template <const auto& kWidths, int I = 0, typename F> bool with_width(int n, F&& f) {
+  constexpr int kCount = sizeof(kWidths) / sizeof(kWidths[0]);
+  if constexpr (I < kCount) {
+    constexpr int W = kWidths[I];
+    if (n != W) return with_width<kWidths, I + 1>(n, f);
+    f(std::integral_constant<int, W>{});
+    return true;
+  } else {
+    return false;
+  }
+}
+
 // f(kernel) with the instance of decode_linear_mma_kernel<NT> that runs width K: the fixed-width
 // one where K is in kFixedWidths, else the generic one. kernel is a std::integral_constant
 // holding the kernel's address, a type of its own per instance (so a launcher's function-local

@@ -156,18 +156,12 @@ __global__ void __launch_bounds__(kThreads) decode_linear_split_kernel(const ml:
 
 // f(kernel, shared bytes) with the instance for width K, as a std::integral_constant holding
 // the kernel's address (decode_mma.cuh's with_kernel_for); false where K is not compiled for
-template <int I = 0, typename F> bool with_kernel_for(int K, F&& f) {
-  constexpr int kCount = sizeof(kWidths) / sizeof(kWidths[0]);
-  if constexpr (I < kCount) {
-    constexpr int KC = kWidths[I];
+template <typename F> bool with_kernel_for(int K, F&& f) {
+  return ml::with_width<kWidths>(K, [&](auto width) {
+    constexpr int KC = decltype(width)::value;
     constexpr auto kernel = &decode_linear_split_kernel<KC>;  // see window_attention.cuh
-    if (K == KC) {
-      f(std::integral_constant<void (*)(ml::Args), kernel>{}, Layout<KC>::bytes);
-      return true;
-    }
-    return with_kernel_for<I + 1>(K, f);
-  }
-  return false;
+    f(std::integral_constant<void (*)(ml::Args), kernel>{}, Layout<KC>::bytes);
+  });
 }
 
 }  // namespace gs::split_linear

@@ -343,18 +343,12 @@ __global__ void __launch_bounds__(kThreads) decode_tail_kernel(const Args a) {
 // f(kernel, ctas, shared_bytes(V)) with the instance for width C (one of kWidths) as a
 // std::integral_constant holding the kernel's address, its cluster size and its shared memory
 // for a vocabulary V; false where C is not compiled for
-template <int I = 0, typename F> bool with_kernel_for(int C, F&& f) {
-  constexpr int kCount = sizeof(kWidths) / sizeof(kWidths[0]);
-  if constexpr (I < kCount) {
-    constexpr int KC = kWidths[I];
+template <typename F> bool with_kernel_for(int C, F&& f) {
+  return ml::with_width<kWidths>(C, [&](auto width) {
+    constexpr int KC = decltype(width)::value;
     constexpr auto kernel = &decode_tail_kernel<KC>;  // named first: see window_attention.cuh
-    if (C == KC) {
-      f(std::integral_constant<void (*)(Args), kernel>{}, cluster_ctas(KC), &Layout<KC>::bytes);
-      return true;
-    }
-    return with_kernel_for<I + 1>(C, f);
-  }
-  return false;
+    f(std::integral_constant<void (*)(Args), kernel>{}, cluster_ctas(KC), &Layout<KC>::bytes);
+  });
 }
 
 }  // namespace gs::decode_tail

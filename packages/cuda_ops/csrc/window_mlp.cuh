@@ -237,25 +237,15 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
 #endif
 }
 
-// f(kernel, ctas) with the instance for width C (one of kWidths; the caller checks) as a
-// std::integral_constant holding the kernel's address (decode_mma.cuh's with_kernel_for), and
-// its cluster size
-template <int I = 0, typename F> void with_kernel_for(int C, F&& f) {
-  constexpr int kCount = sizeof(kWidths) / sizeof(kWidths[0]);
-  if constexpr (I < kCount) {
-    constexpr int KC = kWidths[I];
+// f(kernel, ctas, shared bytes) with the instance for width C as a std::integral_constant holding
+// the kernel's address (decode_mma.cuh's with_kernel_for), its cluster size and its shared
+// memory; false where C is not one of kWidths
+template <typename F> bool with_kernel_for(int C, F&& f) {
+  return ml::with_width<kWidths>(C, [&](auto width) {
+    constexpr int KC = decltype(width)::value;
     constexpr auto kernel = &window_mlp_kernel<KC>;  // named first: see window_attention.cuh
-    if (C == KC)
-      return f(std::integral_constant<void (*)(Args), kernel>{}, cluster_ctas(KC),
-               shared_bytes<KC>());
-    return with_kernel_for<I + 1>(C, f);
-  }
-}
-
-constexpr bool compiled_for(int C) {
-  for (int w : kWidths)
-    if (w == C) return true;
-  return false;
+    f(std::integral_constant<void (*)(Args), kernel>{}, cluster_ctas(KC), shared_bytes<KC>());
+  });
 }
 
 }  // namespace gs::window_mlp
