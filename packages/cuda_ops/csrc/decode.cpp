@@ -284,8 +284,8 @@ bool embedded_window_attention(nb::ndarray<> y, nb::ndarray<> x, nb::ndarray<> w
   if (X.cuda) {
     CudaScope scope(op, X);
     const WindowIds ids{Win.ptr<const int64_t>(), Tok.ptr<const int64_t>(), E.data, P.data,
-                        E.size(0)};
-    GS_CUDA_CALL(launched = window_attention_cuda(Y.data, X.data, W.data, b, LW.data, lb,
+                        E.size(0), X.data};
+    GS_CUDA_CALL(launched = window_attention_cuda(Y.data, nullptr, W.data, b, LW.data, lb,
                                                   nullptr, nullptr, B, T, C, nh, eps, X.dtype,
                                                   stream, &ids));
   }

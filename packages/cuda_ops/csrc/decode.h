@@ -151,13 +151,15 @@ void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t str
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
                         double eps, bool gelu, bool split_k, DType dtype, uintptr_t stream);
-// window_attention's input embedded in its launch (decode_io.h's window_embed): x is written
+// window_attention's input embedded in its launch (decode_io.h's window_embed); x (the
+// function's argument) is null then
 struct WindowIds {
   const int64_t* window;  // (B, T)
   const int64_t* token;   // (B,)
   const void* wte;        // (vocab, C)
   const void* wpe;        // (>= T, C)
   int64_t vocab;
+  void* x;                // (B, T, C): written, the embedded rows
 };
 bool window_attention_cuda(void* y, const void* x, const void* w, const void* b, const void* ln_w,
                            const void* ln_b, const void* wp, const void* bp, int64_t B, int64_t T,

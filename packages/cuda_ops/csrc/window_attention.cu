@@ -31,23 +31,22 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
   const int64_t hs = C / nh;
   if (hs != 32 && hs != 64) return false;  // kWindowAttentionHeadSizes
   if (!aligned16(x) || !aligned16(w) || !aligned16(y)) return false;  // cp.async, 16-byte stores
-  if (ids && (wp || !aligned16(ids->wte) || !aligned16(ids->wpe))) return false;
+  if (ids && (wp || !aligned16(ids->wte) || !aligned16(ids->wpe) || !aligned16(ids->x)))
+    return false;
   const bool proj = wp != nullptr;
   // with c_proj a cluster of the sequence's nh CTAs: sm_90 and newer, a portable size
   if (proj && (nh > kWindowAttentionProjMaxHeads || !aligned16(wp) || !clusters_here()))
     return false;
   const int optin = smem_optin_here();
-  const int64_t smem = hs == 32 ? (proj ? wa::shared_bytes<32, true>(C) : wa::shared_bytes<32>(C))
-                                : (proj ? wa::shared_bytes<64, true>(C) : wa::shared_bytes<64>(C));
+  const int64_t smem = wa::shared_bytes(hs, proj, C);
   if (smem > optin) return false;  // x and the head's weight rows do not fit one CTA
   auto bits = [](const void* p) { return static_cast<const uint16_t*>(p); };
-  wa::Args a{static_cast<uint16_t*>(y), bits(ids ? nullptr : x), bits(w), bits(b), bits(ln_w),
-             bits(ln_b), int(T), int(C), float(eps),
-             attn::kLog2e / sqrtf(static_cast<float>(hs)), bits(wp), bits(bp)};
+  wa::Args a{static_cast<uint16_t*>(y), bits(x), bits(w), bits(b), bits(ln_w), bits(ln_b),
+             int(T), int(C), float(eps), attn::kLog2e / sqrtf(static_cast<float>(hs)), bits(wp),
+             bits(bp)};
   if (ids) {
     a.window = ids->window, a.token = ids->token, a.vocab = ids->vocab;
-    a.wte = bits(ids->wte), a.wpe = bits(ids->wpe);
-    a.x_out = static_cast<uint16_t*>(const_cast<void*>(x));
+    a.wte = bits(ids->wte), a.wpe = bits(ids->wpe), a.x_out = static_cast<uint16_t*>(ids->x);
   }
   const std::string config = "(B=" + std::to_string(B) + ", T=" + std::to_string(T) +
                              ", C=" + std::to_string(C) + ", nh=" + std::to_string(nh) +
@@ -64,21 +63,19 @@ bool window_attention_cuda(void* y, const void* x, const void* w, const void* b,
     else
       launch_programmatic(kernel.value, grid, wa::kThreads, int(smem), as_stream(stream), a);
   };
-  if (hs == 32) {
+  auto with_head_size = [&](auto head_size) {  // the instance: plain, with c_proj, or embedded
+    constexpr int HS = decltype(head_size)::value;
     if (proj)
-      wa::with_kernel_for<32, true>(int(C), launch);
+      wa::with_kernel_for<HS, true>(int(C), launch);
     else if (ids)
-      wa::with_kernel_for<32, false, true>(int(C), launch);
+      wa::with_kernel_for<HS, false, true>(int(C), launch);
     else
-      wa::with_kernel_for<32>(int(C), launch);
-  } else {
-    if (proj)
-      wa::with_kernel_for<64, true>(int(C), launch);
-    else if (ids)
-      wa::with_kernel_for<64, false, true>(int(C), launch);
-    else
-      wa::with_kernel_for<64>(int(C), launch);
-  }
+      wa::with_kernel_for<HS>(int(C), launch);
+  };
+  if (hs == 32)
+    with_head_size(std::integral_constant<int, 32>{});
+  else
+    with_head_size(std::integral_constant<int, 64>{});
   check_launch("window_attention", config);
   return true;
 }

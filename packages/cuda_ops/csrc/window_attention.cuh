@@ -141,16 +141,16 @@ __device__ __forceinline__ void embed_rows(uint16_t* x_s, int P, int C, const Ar
 
 constexpr int kQueryWarps = kMaxT / 16;  // warps of the attention; the others, with Proj, c_proj's
 
-template <int HS> constexpr int qkv_pitch() { return HS + 8; }  // elements; 16 padding bytes
+constexpr int qkv_pitch(int HS) { return HS + 8; }  // elements; 16 padding bytes
 // x rows, the head's 3HS weight rows (pitch C + 8), the LayerNorm's weight and bias (C each),
 // the head's 3HS biases, then the q, k and v tiles (kMaxT rows each); with Proj then every
 // head's y rows (kMaxT, pitch C + 8), c_proj's HS rows of the CTA's columns, their HS biases
 // and an mbarrier. Every region starts on 16 bytes (C % 16 == 0, HS % 16 == 0).
-template <int HS> constexpr int64_t proj_offset(int64_t C) {  // bf16 elements
-  return (kMaxT + 3 * HS) * ml::pitch(C) + 2 * C + 3 * HS + 3 * kMaxT * qkv_pitch<HS>();
+constexpr int64_t proj_offset(int64_t HS, int64_t C) {  // bf16 elements
+  return (kMaxT + 3 * HS) * ml::pitch(C) + 2 * C + 3 * HS + 3 * kMaxT * qkv_pitch(int(HS));
 }
-template <int HS, bool Proj = false> constexpr int64_t shared_bytes(int64_t C) {
-  return (proj_offset<HS>(C) + (Proj ? (kMaxT + HS) * ml::pitch(C) + HS + 4 : 0)) * 2;
+constexpr int64_t shared_bytes(int64_t HS, bool proj, int64_t C) {
+  return (proj_offset(HS, C) + (proj ? (kMaxT + HS) * ml::pitch(C) + HS + 4 : 0)) * 2;
 }
 
 // grid (nh, B), kThreads threads; with Proj in clusters of (nh, 1, 1). KC: C as a
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
   static_assert(!(Proj && Embed), "one of the two extensions at a time");
   constexpr int kCols = 3 * HS;    // the head's q, k and v columns of c_attn
   constexpr int NT = kCols / 16;   // 8-column mma tiles a warp: two warps across kCols
-  constexpr int PA = qkv_pitch<HS>();
+  constexpr int PA = qkv_pitch(HS);
   GS_DYNAMIC_SHARED(smem);
   const int C = KC ? KC : a.C, P = static_cast<int>(ml::pitch(C)), T = a.T;
   uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);  // [kMaxT][P]
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
   uint16_t* q_s = b_s + kCols;                        // [kMaxT][PA], then k_s, v_s
   // Proj: every head's y rows, c_proj's rows and biases of this CTA's columns, the mbarrier the
   // cluster's y stores complete on
-  [[maybe_unused]] uint16_t* yall_s = reinterpret_cast<uint16_t*>(smem) + proj_offset<HS>(C);
+  [[maybe_unused]] uint16_t* yall_s = reinterpret_cast<uint16_t*>(smem) + proj_offset(HS, C);
   [[maybe_unused]] uint16_t* wp_s = yall_s + kMaxT * P;  // [HS][P]
   [[maybe_unused]] uint16_t* bp_s = wp_s + HS * P;       // [HS]
   [[maybe_unused]] uint64_t* const bar = reinterpret_cast<uint64_t*>(bp_s + HS);

@@ -69,7 +69,7 @@ template <int HS> std::string run_fused(const Case& c, const wa::Args& a) {
   std::string error;
   wa::with_kernel_for<HS>(c.C, [&](auto kernel) {
     error = launch(kernel.value, dim3(c.C / HS, c.B), dim3(wa::kThreads),
-                   wa::shared_bytes<HS>(c.C), a);
+                   wa::shared_bytes(HS, false, c.C), a);
   });
   return error;
 }
@@ -78,7 +78,7 @@ template <int HS> std::string run_fused_embed(const Case& c, const wa::Args& a) 
   std::string error;
   wa::with_kernel_for<HS, false, true>(c.C, [&](auto kernel) {
     error = launch(kernel.value, dim3(c.C / HS, c.B), dim3(wa::kThreads),
-                   wa::shared_bytes<HS>(c.C), a);
+                   wa::shared_bytes(HS, false, c.C), a);
   });
   return error;
 }
@@ -130,7 +130,7 @@ template <int HS> std::string run_fused_proj(const Case& c, const wa::Args& a) {
   const int nh = c.C / HS;
   wa::with_kernel_for<HS, true>(c.C, [&](auto kernel) {
     error = launch_clusters(nh, kernel.value, dim3(nh, c.B), dim3(wa::kThreads),
-                            wa::shared_bytes<HS, true>(c.C), a);
+                            wa::shared_bytes(HS, true, c.C), a);
   });
   return error;
 }
