@@ -338,9 +338,7 @@ def _tail_inputs(B, C, V, dtype, gen, device="cpu", biases=True):
 def _tail_four_calls(y, x, weights):
     """What decode_tail stands for: four decode_linear calls."""
     wp, bp, l2w, l2b, wf, bf, wm, bm, lfw, lfb, wh = weights
-    x1 = ops.decode_linear(y, wp, bp, residual=x)
-    h = ops.decode_linear(x1, wf, bf, ln_weight=l2w, ln_bias=l2b, gelu=True)
-    x2 = ops.decode_linear(h, wm, bm, residual=x1)
+    x2 = _mlp_three_calls(y, x, wp, bp, l2w, l2b, wf, bf, wm, bm)
     return ops.decode_linear(x2, wh, None, ln_weight=lfw, ln_bias=lfb)
 
 
@@ -348,10 +346,7 @@ def _tail_reference(y, x, weights):
     """The logits in float64 from the same rounded inputs, x1, h and x2 rounded to the inputs'
     dtype in between as each decode_linear call rounds its output."""
     wp, bp, l2w, l2b, wf, bf, wm, bm, lfw, lfb, wh = weights
-    dtype = y.dtype
-    x1 = _linear_reference(y, wp, bp, None, None, x, False).to(dtype)
-    h = _linear_reference(x1, wf, bf, l2w, l2b, None, True).to(dtype)
-    x2 = _linear_reference(h, wm, bm, None, None, x1, False).to(dtype)
+    x2 = _mlp_reference(y, x, wp, bp, l2w, l2b, wf, bf, wm, bm).to(y.dtype)
     return _linear_reference(x2, wh, None, lfw, lfb, None, False)
 
 

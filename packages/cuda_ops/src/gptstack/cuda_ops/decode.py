@@ -481,10 +481,9 @@ def _decode_tail_impl(
     if y.is_cuda and _C.decode_tail(dl(logits), dl(y), dl(x), [dl(t) for t in weights], eps,
                                     stream_of(y)):  # fmt: skip
         return logits
-    # no fused kernel for this call: the four decode_linear calls it stands for
-    x1 = decode_linear(y, wp, bp, residual=x)
-    h = decode_linear(x1, wf, bf, ln_weight=l2w, ln_bias=l2b, gelu=True, eps=eps)
-    x2 = decode_linear(h, wm, bm, residual=x1)
+    # no fused kernel for this call: the four decode_linear calls it stands for (the first
+    # three are window_mlp's, the same bits whether that runs its kernel or them)
+    x2 = window_mlp(y, x, wp, bp, wf, bf, wm, bm, ln_weight=l2w, ln_bias=l2b, eps=eps)
     return decode_linear(x2, wh, None, ln_weight=lfw, ln_bias=lfb, eps=eps)
 
 
