@@ -72,6 +72,19 @@ __global__ void __launch_bounds__(kLinearWarps * 32)
                                         blockIdx.y, blockIdx.x * kLinearWarps, row, red);
 }
 
+// decode_linear_kernel where the row fits J 16-byte chunks a lane (linear_row_in_registers): no
+// shared memory, a LayerNorm (Ln) folded into the product (decode_linear.cuh)
+template <typename T, int J, bool Ln>
+__global__ void __launch_bounds__(kLinearWarps * 32)
+    decode_linear_registers_kernel(T* __restrict__ out, const T* __restrict__ x,
+                                   const T* __restrict__ w, const T* __restrict__ b,
+                                   const T* __restrict__ ln_w, const T* __restrict__ ln_b,
+                                   const T* __restrict__ residual, int N, int K, float eps,
+                                   bool gelu) {
+  linear_outputs_in_registers<T, J, Ln>(out, x, w, b, ln_w, ln_b, residual, N, K, eps, gelu,
+                                        blockIdx.y, blockIdx.x * kLinearWarps);
+}
+
 template <typename T, bool Vector>
 __global__ void __launch_bounds__(kAttnThreads)
     decode_attention_kernel(T* __restrict__ y, const T* __restrict__ qkv, T* __restrict__ kc,
@@ -295,19 +308,41 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
   const dim3 grid(ceil_div(N, kLinearWarps), static_cast<unsigned>(R));
   const std::string config = "(R=" + std::to_string(R) + ", N=" + std::to_string(N) +
                              ", K=" + std::to_string(K) + ")";
-  auto run = [&](auto kernel, LaunchCheck& check, const char* variant) {
+  auto run = [&](auto kernel, LaunchCheck& check, const char* variant, int shared) {
     check.ensure(reinterpret_cast<const void*>(kernel), "decode_linear", variant,
-                 kLinearWarps * 32, smem);
-    launch_programmatic(kernel, grid, kLinearWarps * 32, smem, stream, out, x, w, b, ln_w, ln_b,
+                 kLinearWarps * 32, shared);
+    launch_programmatic(kernel, grid, kLinearWarps * 32, shared, stream, out, x, w, b, ln_w, ln_b,
                         residual, int(N), int(K), float(eps), gelu);
   };
   static LaunchCheck vector_row_check, vector_check, scalar_check;
-  if (vector_row)
-    run(decode_linear_kernel<T, true, true>, vector_row_check, "vector");
+  if (linear_row_in_registers<T>(x, w, ln_w, ln_b, K)) {
+    // J: the fewest chunks a lane of 1, 2, 4, 8 that hold the row; one check per instance
+    auto registers = [&](auto j, auto ln) {
+      static LaunchCheck check;
+      run(decode_linear_registers_kernel<T, decltype(j)::value, decltype(ln)::value>, check,
+          "row in registers", 0);
+    };
+    auto with_ln = [&](auto j) {
+      if (ln_w)
+        registers(j, std::true_type{});
+      else
+        registers(j, std::false_type{});
+    };
+    const int64_t chunks = ceil_div(K, int64_t(32) * Vec16<T>::n);
+    if (chunks <= 1)
+      with_ln(std::integral_constant<int, 1>{});
+    else if (chunks <= 2)
+      with_ln(std::integral_constant<int, 2>{});
+    else if (chunks <= 4)
+      with_ln(std::integral_constant<int, 4>{});
+    else
+      with_ln(std::integral_constant<int, 8>{});
+  } else if (vector_row)
+    run(decode_linear_kernel<T, true, true>, vector_row_check, "vector", smem);
   else if (vector)
-    run(decode_linear_kernel<T, true, false>, vector_check, "vector weights");
+    run(decode_linear_kernel<T, true, false>, vector_check, "vector weights", smem);
   else
-    run(decode_linear_kernel<T, false, false>, scalar_check, "scalar");
+    run(decode_linear_kernel<T, false, false>, scalar_check, "scalar", smem);
   check_launch("decode_linear", config);
 }
 

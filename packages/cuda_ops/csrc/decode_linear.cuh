@@ -151,6 +151,132 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
   }
 }
 
+// linear_outputs for rows that fit J 16-byte chunks a lane (K <= J * 32 * V; x, the weights and
+// any LayerNorm parameters 16-byte aligned; Ln: whether there is a LayerNorm, ln_w not null):
+// each warp reads x itself, straight into its lanes' registers in the weight rows' chunk
+// layout (lane covers columns (j * 32 + lane) * V .. + V - 1 of chunk j), so nothing goes
+// through shared memory and no thread waits for another warp: no __syncthreads. (J and Ln are
+// compile-time so that only the registers a width needs are held: 185 a thread for J = 8 with
+// a LayerNorm, two CTAs an SM where shakespeare-char's c_fc wants three.)
+// Without a LayerNorm the products and sums are linear_outputs' in its order (the same bits).
+// With one, the LayerNorm's weight g and bias b move onto the weight row w:
+//   sum_k w_k ((x_k - m) r g_k + b_k) = r sum_k (w_k g_k)(x_k - m) + sum_k w_k b_k
+// (m, r: the row's mean and rstd), so the row is never normalized and stored: each lane sums
+// its own x for the mean (one warp butterfly), then its centred squares and products together
+// (a second one), while sum_k w_k b_k is made as x travels. linear_outputs normalized the row
+// in shared memory behind two block sums and four barriers (~0.9 us of a 2.5-us launch at
+// K = 384 in dev/pdl_chain.cu). The centring comes first, as in linear_outputs, so rows far from
+// zero lose nothing to cancellation; other bits (g applied to w, r after the sum), within the
+// dtype's tolerance of linear_outputs.
+template <typename T, int J, bool Ln>
+__device__ __forceinline__ void linear_outputs_in_registers(
+    T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
+    const T* __restrict__ b, const T* __restrict__ ln_w, const T* __restrict__ ln_b,
+    const T* __restrict__ residual, int N, int K, float eps, bool gelu, int r, int n0) {
+  constexpr int V = Vec16<T>::n;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = n0 + warp;
+  const bool has_output = n < N;
+  const T* wn = w + int64_t(has_output ? n : 0) * K;
+  auto column = [&](int j) { return (j * 32 + lane) * V; };
+  pdl_launch_dependents();
+  // the weight row, the LayerNorm's parameters and the bias do not depend on the kernel before
+  uint4 wv[J], gv[Ln ? J : 1], bv[Ln ? J : 1];
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const int k = column(j);
+    if (k >= K) continue;
+    wv[j] = *reinterpret_cast<const uint4*>(wn + k);
+    if constexpr (Ln) {
+      gv[j] = *reinterpret_cast<const uint4*>(ln_w + k);
+      bv[j] = ln_b ? *reinterpret_cast<const uint4*>(ln_b + k) : uint4{0, 0, 0, 0};
+    }
+  }
+  const float bias = b && has_output && lane == 0 ? to_f32(b[n]) : 0.0f;
+  pdl_wait();  // x and residual are the previous kernel's output
+  const float res =
+      residual && has_output && lane == 0 ? to_f32(load_produced(residual + int64_t(r) * N + n))
+                                          : 0.0f;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + int64_t(r) * K);
+  uint4 xv[J];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+    if (column(j) < K) xv[j] = load_produced(xr + column(j) / V);
+  float acc = 0.0f;
+  if constexpr (!Ln) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (column(j) >= K) break;
+      float wf[V], xf[V];
+      Vec16<T>::convert(wv[j], wf);
+      Vec16<T>::convert(xv[j], xf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc = fmaf(wf[i], xf[i], acc);
+    }
+    acc = warp_sum(acc);
+  } else {
+    // while x is in flight: B = sum_k w_k b_k over the warp
+    float wb = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (column(j) >= K) break;
+      float wf[V], bf[V];
+      Vec16<T>::convert(wv[j], wf);
+      Vec16<T>::convert(bv[j], bf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) wb = fmaf(wf[i], bf[i], wb);
+    }
+    wb = warp_sum(wb);
+    // the mean of x, then the centred squares and sum_k (w_k g_k)(x_k - m) together
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (column(j) >= K) break;
+      float xf[V];
+      Vec16<T>::convert(xv[j], xf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) sum += xf[i];
+    }
+    const float mean = warp_sum(sum) / K;
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (column(j) >= K) break;
+      float wf[V], gf[V], xf[V];
+      Vec16<T>::convert(wv[j], wf);
+      Vec16<T>::convert(gv[j], gf);
+      Vec16<T>::convert(xv[j], xf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float d = xf[i] - mean;
+        ss = fmaf(d, d, ss);
+        acc = fmaf(wf[i] * gf[i], d, acc);
+      }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    }
+    acc = fmaf(rsqrtf(ss / K + eps), acc, wb);
+  }
+  if (lane == 0 && has_output) {
+    if (b) acc += bias;
+    if (gelu) acc = gelu_tanh_f(acc);
+    if (residual) acc += res;
+    out[int64_t(r) * N + n] = from_f32<T>(acc);
+  }
+}
+
+// Whether linear_outputs_in_registers runs: 16-byte rows of K <= kLinearAhead * 32 * V (its
+// largest J), every operand it reads in 16-byte loads aligned (ln_w, ln_b: null where absent)
+template <typename T>
+inline bool linear_row_in_registers(const void* x, const void* w, const void* ln_w,
+                                    const void* ln_b, int64_t K) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return K * int64_t(sizeof(T)) % 16 == 0 && K <= kLinearAhead * 32 * Vec16<T>::n &&
+         aligned(x) && aligned(w) && (!ln_w || aligned(ln_w)) && (!ln_b || aligned(ln_b));
+}
+
 // Whether the 16-byte version runs: aligned weights, 16-byte rows
 template <typename T>
 inline bool linear_vector_loads(const void* w, int64_t K) {

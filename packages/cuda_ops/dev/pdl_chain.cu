@@ -63,6 +63,19 @@ __global__ void __launch_bounds__(gs::kLinearWarps * 32)
                                                      blockIdx.x * gs::kLinearWarps, row, red);
 }
 
+// the same with the row in registers (decode_linear.cuh's linear_outputs_in_registers: J 16-byte
+// chunks a lane, a LayerNorm folded into the product), what decode.cu runs where x, the weights
+// and the LayerNorm's parameters are 16-byte aligned and K <= 2,048
+template <int J, bool Ln>
+__global__ void __launch_bounds__(gs::kLinearWarps * 32)
+    registers_kernel(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                     const __nv_bfloat16* ln_w, const __nv_bfloat16* ln_b,
+                     const __nv_bfloat16* residual, int N, int K) {
+  gs::linear_outputs_in_registers<__nv_bfloat16, J, Ln>(out, x, w, nullptr, ln_w, ln_b, residual,
+                                                        N, K, 1e-5f, false, 0,
+                                                        blockIdx.x * gs::kLinearWarps);
+}
+
 template <typename K, typename... A>
 void launch(bool pdl, K kernel, dim3 grid, int threads, int smem, cudaStream_t s, A... args) {
   cudaLaunchConfig_t config = {};
@@ -153,11 +166,13 @@ int main() {
   std::mt19937 rng(7);
   // decode_linear at the decode step's shapes, N = K so each output is the next one's input:
   // plain, with a LayerNorm (weight and bias), with a residual (the kernel's input of two
-  // launches before); both ways of reading x, the outputs of one launch of each checked
-  // against each other (max |difference|: 0 expected, the same arithmetic in the same order);
-  // "no PDL" is the vector row launched the ordinary way
-  std::printf("%-40s %8s %8s %8s %9s\n", "decode_linear, PDL (grid x threads)", "2-byte x",
-              "16-byte", "no PDL", "max diff");
+  // launches before); both ways of reading x into shared memory and the row in registers, the
+  // outputs of one launch of each checked against the 16-byte one (max |difference|: 0
+  // expected for the 2-byte x, the same arithmetic in the same order, and for the registers
+  // without a LayerNorm; with one, the folded LayerNorm's other roundings); "no PDL" is the
+  // vector row launched the ordinary way
+  std::printf("%-40s %8s %8s %8s %8s %9s %9s\n", "decode_linear, PDL (grid x threads)",
+              "2-byte x", "16-byte", "regs", "no PDL", "diff 2B", "diff regs");
   for (int K : {256, 384, 1536}) {
     for (int kind = 0; kind < 3; ++kind) {
       const bool ln = kind == 1, res = kind == 2;
@@ -193,15 +208,35 @@ int main() {
         for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
         return m;
       };
-      const float diff = max_diff(once(linear_kernel<true>), once(linear_kernel<false>));
+      // the instance decode.cu launches for K (J: the fewest of 1, 2, 4, 8 chunks a lane)
+      auto with_registers = [&](auto f) {
+        const int chunks = (K + 255) / 256;
+        auto pick = [&](auto j) {
+          if (ln)
+            f(registers_kernel<decltype(j)::value, true>);
+          else
+            f(registers_kernel<decltype(j)::value, false>);
+        };
+        if (chunks <= 1) pick(std::integral_constant<int, 1>{});
+        else if (chunks <= 2) pick(std::integral_constant<int, 2>{});
+        else if (chunks <= 4) pick(std::integral_constant<int, 4>{});
+        else pick(std::integral_constant<int, 8>{});
+      };
+      const auto reference = once(linear_kernel<true>);
+      const float diff = max_diff(reference, once(linear_kernel<false>));
+      float diff_registers = 0.0f;
+      with_registers([&](auto kernel) { diff_registers = max_diff(reference, once(kernel)); });
       const double plain_row = chain(true, linear_kernel<false>);
       const double vector_row = chain(true, linear_kernel<true>);
+      double registers = 0.0;
+      with_registers([&](auto kernel) { registers = chain(true, kernel); });
       const double no_pdl = chain(false, linear_kernel<true>);
       char name[64];
       std::snprintf(name, sizeof name, "K = N = %d%s (%d x %d)", K,
                     ln ? " + LayerNorm" : res ? " + residual" : "", blocks,
                     gs::kLinearWarps * 32);
-      std::printf("%-40s %8.2f %8.2f %8.2f %9.2g\n", name, plain_row, vector_row, no_pdl, diff);
+      std::printf("%-40s %8.2f %8.2f %8.2f %8.2f %9.2g %9.2g\n", name, plain_row, vector_row,
+                  registers, no_pdl, diff, diff_registers);
       for (void* p : {static_cast<void*>(w), static_cast<void*>(ln_w), static_cast<void*>(ln_b),
                       static_cast<void*>(x[0]), static_cast<void*>(x[1]), static_cast<void*>(x[2])})
         CHECK(cudaFree(p));

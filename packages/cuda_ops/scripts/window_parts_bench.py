@@ -4,8 +4,9 @@ decode_attention at a full cache, and, where the window is short (esp32's 64 row
 one-launch ops against the launches they replace: window_attention against decode_linear +
 causal_attention, embedded_window_attention against window_embed and window_attention,
 window_attention with c_proj against it and a decode_linear call, window_mlp
-against three decode_linear calls, those with mlp.c_proj's K split over a cluster, and
-decode_tail against the four one-row decode_linear calls it stands for. Each as
+against three decode_linear calls, those with mlp.c_proj's K split over a cluster,
+decode_tail against the four one-row decode_linear calls it stands for, and mlp.c_fc with and
+without its LayerNorm and GELU. Each as
 a chain of dependent calls captured in one CUDA graph (window_linear_bench.graph_us), median
 microseconds a call.
 
@@ -122,6 +123,12 @@ def candidates(nh: int, T: int, hs: int, g: torch.Generator) -> dict:
     )
     out["three decode_linear"] = mlp_three
     out["three decode_linear (mlp.c_proj split K)"] = mlp_three_split
+    # what the LayerNorm and the GELU cost inside mlp.c_fc's tensor-core call
+    out["c_fc (LayerNorm, GELU)"] = lambda: ops.decode_linear(
+        r, wf, None, ln_weight=lw, ln_bias=lb, gelu=True
+    )
+    out["c_fc (GELU)"] = lambda: ops.decode_linear(r, wf, None, gelu=True)
+    out["c_fc"] = lambda: ops.decode_linear(r, wf, None)
     hw = rnd(T, 4 * C)
     out["mlp.c_proj"] = lambda: ops.decode_linear(hw, wm, None, residual=r)
     out["mlp.c_proj (split K)"] = lambda: ops.decode_linear(hw, wm, None, residual=r, split_k=True)

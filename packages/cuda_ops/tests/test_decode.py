@@ -21,7 +21,10 @@ CSRC = Path(__file__).resolve().parents[1] / "csrc"
 
 # rows x K x N: one row (batch-1 decoding), odd K (no 16-byte rows: the CUDA scalar version),
 # K a multiple of 8 (the vector version), N not a multiple of the 8 rows a CUDA block covers
-LINEAR_SHAPES = [(1, 1, 1), (1, 37, 19), (2, 64, 96), (3, 384, 1152), (1, 1536, 65)]
+# one row: in bf16/fp32 on CUDA, rows of 16-byte multiples up to 2,048 / 1,024 wide take the
+# kernel that holds the row in registers (csrc/decode_linear.cuh), the rest the shared-memory one
+LINEAR_SHAPES = [(1, 1, 1), (1, 37, 19), (2, 64, 96), (3, 384, 1152), (1, 1536, 65),
+                 (2, 2048, 33), (1, 1024, 40), (1, 2056, 9)]  # fmt: skip
 # many rows (the slide window's step): in bf16 on CUDA the tensor-core kernel (csrc/decode_mma.cuh)
 # from MMA_MIN_ROWS rows, K % 16 == 0 and K <= MMA_MAX_K: one tile, row and column tails, odd N,
 # the shakespeare-char window's four shapes, the widest K; then K past MMA_MAX_K and K % 16 != 0
@@ -784,6 +787,41 @@ def test_cuda_linear_unaligned_input_with_aligned_weights(gen, dtype):
     got = ops.decode_linear(x, w, b, ln_weight=lw, ln_bias=lb, residual=res)
     want = _linear_reference(x, w, b, lw, lb, res, gelu=False)
     assert_close(got, want, dtype, "unaligned x")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize("K", [256, 384, 1024])
+def test_cuda_linear_registers_without_layernorm_give_the_shared_rows_bits(gen, dtype, K):
+    """Without a LayerNorm the kernel that holds x in registers (16-byte aligned x) makes the
+    shared-memory kernel's products and sums in its order (x one element at a time, not
+    aligned): the same bits, with a bias, the GELU and a residual."""
+    R, N = 3, 40
+    x, w, b, _, _, res = (t.cuda() for t in _linear_inputs(R, K, N, dtype, gen))
+    base = torch.empty(1 + R * K, dtype=dtype, device="cuda")
+    unaligned = base[1:].view(R, K)
+    unaligned.copy_(x)
+    for kw in ({}, {"bias": b, "gelu": True, "residual": res}):
+        assert torch.equal(ops.decode_linear(x, w, **kw), ops.decode_linear(unaligned, w, **kw))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+def test_cuda_linear_folded_layernorm_holds_for_rows_far_from_zero(gen, dtype):
+    """The one-row kernel folds the LayerNorm into the product (r (sum w g x - m sum w g) +
+    sum w b): rows whose mean is 100x their spread, and constant rows (the LayerNorm's output is
+    its bias), still meet the float64 reference to the dtype's tolerance."""
+    R, K, N = 4, 384, 96
+    x, w, b, lw, lb, _ = _linear_inputs(R, K, N, dtype, gen)
+    x = (100.0 + x.float() / 2).to(dtype)
+    x[-1] = 3.0  # constant
+    x, w, b, lw, lb = (t.cuda() for t in (x, w, b, lw, lb))
+    for kw in ({"ln_weight": lw, "ln_bias": lb}, {"bias": b, "ln_weight": lw, "gelu": True}):
+        out = ops.decode_linear(x, w, **kw)
+        ref = _linear_reference(
+            x, w, kw.get("bias"), lw, kw.get("ln_bias"), None, kw.get("gelu", False)
+        )
+        assert_close(out, ref, dtype, f"offset rows {dtype} {sorted(kw)}")
 
 
 @pytest.mark.cuda
