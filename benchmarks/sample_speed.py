@@ -53,6 +53,27 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "fused_sampling": False,
     },
+    # decode_linear's one-row kernel with every row through shared memory (the LayerNorm in two
+    # block sums), or only rows up to 384 / 1,024 wide in registers (the LayerNorm folded onto
+    # the weight rows), instead of up to 2,048 (csrc/decode_linear.cuh)
+    "graph bf16 fused shared-rows": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "registers_max_k": 0,
+    },
+    "graph bf16 fused registers-384": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "registers_max_k": 384,
+    },
+    "graph bf16 fused registers-1024": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "registers_max_k": 1024,
+    },
     # the fused kernels launched the ordinary way (no programmatic dependent launch)
     "graph bf16 fused no-PDL": {
         "mode": "graph",
@@ -231,6 +252,25 @@ def set_programmatic_launch(enabled: bool) -> None:
     _C.set_programmatic_launch(enabled)
 
 
+_REGISTERS_DEFAULT: list[int] = []  # the build's, read before the first change
+
+
+def set_linear_registers_max_k(max_k: int | None) -> None:
+    """decode_linear's one-row kernel: rows up to max_k in registers (None: the build's
+    default, csrc/decode.h's kLinearRegistersMaxK; builds before the switch have none)."""
+    try:
+        from gptstack.cuda_ops import _C
+    except ImportError:
+        return
+    if not hasattr(_C, "linear_registers_max_k"):
+        if max_k is not None:
+            raise RuntimeError("this build of gptstack.cuda_ops has no registers_max_k switch")
+        return
+    if not _REGISTERS_DEFAULT:
+        _REGISTERS_DEFAULT.append(_C.linear_registers_max_k())
+    _C.set_linear_registers_max_k(_REGISTERS_DEFAULT[0] if max_k is None else max_k)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", type=Path, action="append", required=True)
@@ -255,6 +295,7 @@ def main() -> None:
                 options = dict(configs[n])
                 threads.BY_PHASE = options.pop("threads_by_phase", True)
                 set_programmatic_launch(options.pop("programmatic_launch", True))
+                set_linear_registers_max_k(options.pop("registers_max_k", None))
                 set_fused_step(options)
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
@@ -277,6 +318,7 @@ def main() -> None:
                     continue
                 finally:
                     set_programmatic_launch(True)
+                    set_linear_registers_max_k(None)
                     set_fused_step({})
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)

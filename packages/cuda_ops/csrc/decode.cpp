@@ -8,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -448,6 +449,13 @@ void decode_blocks(nb::ndarray<> out, nb::ndarray<> token, nb::ndarray<> pos, nb
 
 }  // namespace
 
+static std::atomic<int> g_linear_registers_max_k{kLinearRegistersMaxK};
+int linear_registers_max_k() { return g_linear_registers_max_k.load(std::memory_order_relaxed); }
+void set_linear_registers_max_k(int max_k) {
+  if (max_k < 0) fail("set_linear_registers_max_k", "max_k must be >= 0 (0: shared memory always)");
+  g_linear_registers_max_k = max_k;
+}
+
 void register_decode(nb::module_& m) {
   m.def("decode_linear", &decode_linear, "out"_a, "x"_a, "weight"_a, "bias"_a.none(),
         "ln_weight"_a.none(), "ln_bias"_a.none(), "residual"_a.none(), "eps"_a, "gelu"_a,
@@ -490,6 +498,10 @@ void register_decode(nb::module_& m) {
         },
         "C"_a, "hs"_a, "T"_a, "elem_bytes"_a,
         "Dynamic shared memory per CTA of the CUDA decode_blocks kernel with one weight slice.");
+  m.def("set_linear_registers_max_k", &set_linear_registers_max_k, "max_k"_a,
+        "The widest row decode_linear's one-row CUDA kernel holds in registers (LayerNorm "
+        "folded); wider rows go through shared memory; 0: always. For A/B comparisons.");
+  m.def("linear_registers_max_k", &linear_registers_max_k);
   m.attr("decode_blocks_max_c") = kDecodeBlocksMaxC;
   m.attr("decode_max_layers") = kDecodeMaxLayers;
   // the CUDA kernels' limits, for callers that choose a path before calling (fused_step.py)

@@ -315,7 +315,7 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
                         residual, int(N), int(K), float(eps), gelu);
   };
   static LaunchCheck vector_row_check, vector_check, scalar_check;
-  if (linear_row_in_registers<T>(x, w, ln_w, ln_b, K)) {
+  if (K <= linear_registers_max_k() && linear_row_in_registers<T>(x, w, ln_w, ln_b, K)) {
     // J: the fewest chunks a lane of 1, 2, 4, 8 that hold the row; one check per instance
     auto registers = [&](auto j, auto ln) {
       static LaunchCheck check;

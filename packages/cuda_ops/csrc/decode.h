@@ -40,6 +40,9 @@ namespace gs {
 constexpr int kDecodeMaxHeadSize = 128;
 // decode_linear keeps the (normalized) input row in shared memory: K at most 12,288 floats.
 constexpr int64_t kDecodeMaxK = 12288;
+// The widest row decode_linear's one-row CUDA kernel holds in registers by default
+// (set_linear_registers_max_k; bf16 rows up to 2,048 fit it, float32 up to 1,024)
+constexpr int kLinearRegistersMaxK = 2048;
 // decode_linear on CUDA in bfloat16 with at least this many rows (the slide window's step) runs
 // on tensor cores (decode_mma.cuh) when K is a multiple of 16 and at most kDecodeMmaMaxK (both
 // operands' whole K extent in one CTA's shared memory); other calls take the one-row kernel.
@@ -148,6 +151,11 @@ struct DecodeBlocksArgs {
 };
 
 void decode_blocks_cuda(const DecodeBlocksArgs& args, DType dtype, uintptr_t stream);
+// decode_linear's one-row CUDA kernel holds its row in registers (decode_linear.cuh) up to this K
+// where the row's operands allow it, and uses shared memory above it (0: always shared memory).
+// Not thread-safe to change while launching: the A/B switch of benchmarks and tests.
+int linear_registers_max_k();
+void set_linear_registers_max_k(int max_k);
 void decode_linear_cuda(void* out, const void* x, const void* w, const void* b, const void* ln_w,
                         const void* ln_b, const void* residual, int64_t R, int64_t N, int64_t K,
                         double eps, bool gelu, bool split_k, DType dtype, uintptr_t stream);
