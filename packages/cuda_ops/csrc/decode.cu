@@ -13,13 +13,6 @@
 //   most of a 3-us launch on an 8-row tile of one useful row. One warp per output with 8 warps
 //   a block and no early weight loads (the version before) took 3.1 us a call at
 //   shakespeare-char (benchmarks/profiles/profile-decode-shakespeare-char-gptstack-h200-20261203.txt).
-// decode_linear_registers_kernel (2026-12-07): the same grid where the row fits 16-byte chunks
-//   held in registers (K <= 2,048 in bf16, up to set_linear_registers_max_k): each warp reads x
-//   itself into its lanes' registers (no shared memory, no barrier) and a LayerNorm is folded
-//   onto the weight row (decode_linear.cuh's linear_outputs_in_registers). In a chain of
-//   dependent launches on the H100: 1.22 vs 2.16 us at K = 256 with the LayerNorm, 1.69 vs 2.47
-//   at 384, 1.14 vs 1.54 without it; slower at K = 1,536 (3.96 vs 2.63 us: four warps a CTA
-//   each read the whole row; dev/pdl_chain.cu).
 // decode_attention_kernel: grid (nh, R), 256 threads. Threads < hs write the new key and value
 //   into the caches and stage q in shared memory; thread j then scores keys j, j + 256, ...
 //   (a whole key row per thread, its loads all in flight: 16-byte loads in the vector version);

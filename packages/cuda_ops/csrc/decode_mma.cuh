@@ -18,16 +18,12 @@
 //     memory before that wait too (loading them per element from global memory inside the
 //     LayerNorm loop made the first version ~3x slower than cuBLAS: one L2 round trip each);
 //   - the residual's loads go out right after the wait, into registers, while x arrives;
-//   - a LayerNorm is folded onto the weight rows while x travels (fold_layernorm: W' = bf16(W g),
-//     its row sums S and B = W b), the mma multiplies raw x, and the 4 warps that do not
-//     multiply make the rows' mean and rstd meanwhile (row_stats); the epilogue applies them
-//     (unfold: rstd (acc - mean S) + B). Until 2026-12-07 the LayerNorm came before the product:
-//     two passes and the normalized rows' store in place, rounded to bf16, behind two barriers
-//     (0.83 us of esp32's c_fc, 3.94 vs 3.11 us a call in a chain: window_parts_bench);
+//   - a LayerNorm of each x row (a warp a row, each warp's 4 rows side by side so their
+//     shuffles overlap; two passes over shared memory: mean, then centred squares, as
+//     decode_linear's other kernels) is applied in place and rounded to bf16, the mma's input;
 //   - bias, GELU and the residual are added to the fp32 accumulators, and out rounded once.
-// So it differs from the one-row kernels (decode.cu) by that bf16 rounding of W g (of the same
-// size as the rounding of the normalized row a LayerNorm kernel followed by a matmul makes) and
-// the order of its sums.
+// So it differs from the one-row kernel (decode.cu) by that bf16 rounding of the normalized row
+// (what the window's LayerNorm kernel followed by a matmul does too) and the order of its sums.
 //
 // Where it wins (H100, 2026-12-06; gptstack.model.fused_step.WINDOW_ROWS): at esp32's window of
 // 64 rows, 2.5-3.9 us a matrix in a chain of dependent calls against 4.1-6.7 us for cuBLAS
