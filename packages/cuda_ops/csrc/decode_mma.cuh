@@ -79,11 +79,9 @@ constexpr int kFixedWidths[] = {256, 384, 768, 1024, 1536};
 // shared memory twice per SM, else 2 (32 columns)
 template <int NT> constexpr int cols() { return 2 * 8 * NT; }
 constexpr int64_t pitch(int64_t K) { return K + 8; }  // elements; K % 16 == 0
-// x rows, weight rows, then the LayerNorm weight and bias (K each) and the CTA's bias (bf16),
-// then the folded LayerNorm's floats: its columns' S and B, its rows' mean and rstd
+// x rows, weight rows, then the LayerNorm weight and bias (K each) and the CTA's bias (bf16)
 template <int NT> constexpr int64_t shared_bytes(int64_t K) {
-  return ((kRows + cols<NT>()) * pitch(K) + 2 * K + cols<NT>()) * 2 +
-         (2 * cols<NT>() + 2 * kRows) * 4;
+  return ((kRows + cols<NT>()) * pitch(K) + 2 * K + cols<NT>()) * 2;
 }
 
 __device__ __forceinline__ float bf16_bits(uint16_t v) {
@@ -240,112 +238,6 @@ __device__ __forceinline__ void layernorm_rows(uint16_t* x_s, int P, int K, cons
   }
 }
 
-// The LayerNorm folded onto the weight rows, where the rows of x stay as they are (the mma
-// multiplies raw x; decode_linear.cuh's one-row kernel does the same in registers):
-//   sum_k w_k ((x_k - m) r g_k + b_k) = r (sum_k (w_k g_k) x_k - m sum_k w_k g_k) + sum_k w_k b_k
-// so LayerNorm(x) W^T = r (x W'^T - m S) + B with W' = bf16(W g) (the mma's weight operand,
-// rounded once, where the unfolded kernel rounded the normalized x), S its row sums and B = W b.
-// The row statistics m, r then come from warps that would otherwise wait, beside the product,
-// not before it; the normalized rows are never written. fold_layernorm turns the calling
-// warp's RowsPerWarp rows first, first + stride, ... of w_s (pitch P, K columns) into W' in
-// place and writes their S and B (float): each row's sums over its lanes' 16-byte chunks
-// l, l + 32, ... in column order, then the xor butterfly, whichever kernel and warp take it (so
-// every kernel that folds gets the same bits). lnb_s null: B = 0.
-template <int RowsPerWarp>
-__device__ __forceinline__ void fold_layernorm(uint16_t* w_s, int P, int K, const uint16_t* lnw_s,
-                                               const uint16_t* lnb_s, float* sum_s,
-                                               float* shift_s, int first, int stride, int lane) {
-  constexpr int kRowsPerWarp = RowsPerWarp;
-  const int chunks = K / 8, per_lane = (chunks + 31) / 32;
-  float sums[2 * kRowsPerWarp] = {};  // S, then B, of each of the warp's rows
-  // (chunks one at a time: unrolled at the wide K's with the rows, the loads of every chunk of
-  // every row went up front and spilled, 255 registers at K = 1,536)
-#pragma unroll 1
-  for (int j = 0; j < per_lane; ++j) {
-    const int ch = lane + 32 * j;
-    if (ch >= chunks) break;
-    float g[8], b[8] = {};
-    unpack8(lds(reinterpret_cast<const uint4*>(lnw_s + ch * 8)), g);
-    if (lnb_s) unpack8(lds(reinterpret_cast<const uint4*>(lnb_s + ch * 8)), b);
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      uint16_t* row = w_s + (first + i * stride) * P + ch * 8;
-      float w[8];
-      unpack8(lds(reinterpret_cast<const uint4*>(row)), w);
-      uint32_t o[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        o[e] = pack_bf16(w[2 * e] * g[2 * e], w[2 * e + 1] * g[2 * e + 1]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        sums[i] += bf16_lo(o[e]);
-        sums[i] += bf16_hi(o[e]);
-      }
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        sums[kRowsPerWarp + i] = fmaf(w[e], b[e], sums[kRowsPerWarp + i]);
-      sts(reinterpret_cast<uint4*>(row), uint4{o[0], o[1], o[2], o[3]});
-    }
-  }
-  warp_sums(sums);
-  if (lane == 0)
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      sts(sum_s + first + i * stride, sums[i]);
-      sts(shift_s + first + i * stride, sums[kRowsPerWarp + i]);
-    }
-}
-
-// The mean and rstd of rows first, first + stride, ..., (RowsPerWarp of them) of x_s (bf16,
-// pitch P, K columns), to mean_s[r] and rstd_s[r]: each row's sums over the lanes' 16-byte
-// chunks l, l + 32, ... in column order and the xor butterfly, the mean first, then the centred
-// squares (two passes over shared memory, as layernorm_rows), whichever warp takes the row.
-template <int RowsPerWarp>
-__device__ __forceinline__ void row_stats(const uint16_t* x_s, int P, int K, float eps,
-                                          float* mean_s, float* rstd_s, int first, int stride,
-                                          int lane) {
-  const int chunks = K / 8, per_lane = (chunks + 31) / 32;
-  float mean[RowsPerWarp] = {}, var[RowsPerWarp] = {};
-  auto each_chunk = [&](auto&& visit) {
-#pragma unroll 1  // (as fold_layernorm's)
-    for (int j = 0; j < per_lane; ++j) {
-      const int ch = lane + 32 * j;
-      if (ch >= chunks) break;
-#pragma unroll
-      for (int i = 0; i < RowsPerWarp; ++i) {
-        float f[8];
-        unpack8(lds(reinterpret_cast<const uint4*>(x_s + (first + i * stride) * P + ch * 8)), f);
-        visit(i, f);
-      }
-    }
-  };
-  each_chunk([&](int i, const float (&f)[8]) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) mean[i] += f[e];
-  });
-  warp_sums(mean);
-  const float inv_k = 1.0f / K;
-#pragma unroll
-  for (int i = 0; i < RowsPerWarp; ++i) mean[i] *= inv_k;
-  each_chunk([&](int i, const float (&f)[8]) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) var[i] = fmaf(f[e] - mean[i], f[e] - mean[i], var[i]);
-  });
-  warp_sums(var);
-  if (lane == 0)
-#pragma unroll
-    for (int i = 0; i < RowsPerWarp; ++i) {
-      sts(mean_s + first + i * stride, mean[i]);
-      sts(rstd_s + first + i * stride, rsqrtf(var[i] * inv_k + eps));
-    }
-}
-
-// The folded LayerNorm's product for one output: r (acc - m S) + B (acc: the mma's sum over
-// raw x and W'; see fold_layernorm)
-__device__ __forceinline__ float unfold(float acc, float mean, float rstd, float sum, float shift) {
-  return fmaf(rstd, fmaf(-mean, sum, acc), shift);
-}
-
 // acc (16 x 8NT, fp32) += a_s (16 rows) times b_s (8NT rows)^T over K columns, both bf16 rows
 // in shared memory of pitch P: k ascending, so each output's sum has one order whatever the
 // tiling around it (mma.m16n8k16, attention_mma.cuh's fragment layouts)
@@ -404,10 +296,6 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
   uint16_t* lnw_s = w_s + kCols * P;                  // [K]
   uint16_t* lnb_s = lnw_s + K;                        // [K]
   uint16_t* b_s = lnb_s + K;                          // [kCols]
-  float* sum_s = reinterpret_cast<float*>(b_s + kCols);  // [kCols]: S, B, then the rows'
-  float* shift_s = sum_s + kCols;                        // [kCols]  mean and rstd
-  float* mean_s = shift_s + kCols;                       // [kRows]
-  float* rstd_s = mean_s + kRows;                        // [kRows]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int r0 = blockIdx.y * kRows, n0 = blockIdx.x * kCols;
   const int wm = warp / 2, wn = warp % 2;  // of the mma warps
@@ -448,39 +336,26 @@ __global__ void __launch_bounds__(kThreads) decode_linear_mma_kernel(const Args 
       }
     }
   }
-  if (a.ln_w) {  // while x travels: the LayerNorm folded onto the weight rows (fold_layernorm)
-    cp_async_wait<1>();  // this thread's weight rows and LayerNorm parameters
-    __syncthreads();
-    fold_layernorm<kCols / kWarps>(w_s, P, K, lnw_s, a.ln_b ? lnb_s : nullptr, sum_s, shift_s,
-                                   warp, kWarps, lane);
-  }
   cp_async_wait<0>();
   __syncthreads();
 
-  // the mma warps multiply raw x; with a LayerNorm the other warps make the rows' mean and rstd
-  // meanwhile (4 warps of 8 rows: rows w - 4, w, w + 4, ...)
-  float acc[NT][4] = {};  // x_s's 16 rows of this warp times w_s's 8NT rows of this warp
-  if (warp < kMmaWarps)
-    mma_rows_k<NT>(acc, x_s + wm * 16 * P, w_s + wn * 8 * NT * P, K, P, lane);
-  else if (a.ln_w)
-    row_stats<kRows / (kWarps - kMmaWarps)>(x_s, P, K, a.eps, mean_s, rstd_s, warp - kMmaWarps,
-                                            kWarps - kMmaWarps, lane);
-  if (a.ln_w) __syncthreads();  // the rows' statistics
+  if (a.ln_w) {
+    layernorm_rows<kRowsPerWarp>(x_s, P, K, lnw_s, lnb_s, a.eps, warp, lane);
+    __syncthreads();
+  }
   if (warp >= kMmaWarps) return;
+
+  float acc[NT][4] = {};  // x_s's 16 rows of this warp times w_s's 8NT rows of this warp
+  mma_rows_k<NT>(acc, x_s + wm * 16 * P, w_s + wn * 8 * NT * P, K, P, lane);
 
   each_acc_pair<NT>(lane, [&](int nt, int hh, int r, int c) {
     const int row = r0 + wm * 16 + r;
     const int cl = wn * 8 * NT + c, col = n0 + cl;  // in the CTA, in out
     if (row >= a.R) return;
-    float v0 = acc[nt][2 * hh], v1 = acc[nt][2 * hh + 1];
-    if (a.ln_w) {
-      const float m = lds(mean_s + wm * 16 + r), rs = lds(rstd_s + wm * 16 + r);
-      v0 = unfold(v0, m, rs, lds(sum_s + cl), lds(shift_s + cl));
-      v1 = unfold(v1, m, rs, lds(sum_s + cl + 1), lds(shift_s + cl + 1));
-    }
     const uint32_t packed =  // 0 without a bias or a residual
-        pack_bf16(linear_epilogue(v0, lds(b_s + cl), a.gelu, bf16_lo(res[nt][hh])),
-                  linear_epilogue(v1, lds(b_s + cl + 1), a.gelu, bf16_hi(res[nt][hh])));
+        pack_bf16(linear_epilogue(acc[nt][2 * hh], lds(b_s + cl), a.gelu, bf16_lo(res[nt][hh])),
+                  linear_epilogue(acc[nt][2 * hh + 1], lds(b_s + cl + 1), a.gelu,
+                                  bf16_hi(res[nt][hh])));
     uint16_t* o = a.out + int64_t(row) * a.N + col;
     if (col + 1 < a.N && a.N % 2 == 0) {
       *reinterpret_cast<uint32_t*>(o) = packed;  // 4-byte aligned: N and col are even

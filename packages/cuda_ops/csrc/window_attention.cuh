@@ -10,13 +10,11 @@
 // here a CTA per (head, sequence) keeps its head's q, k, v in shared memory:
 //   - its head's 3 x HS rows of c_attn (q, k and v rows) and the LayerNorm's parameters are
 //     requested (cp.async) before pdl_wait, so they travel while the kernel before finishes;
-//   - after the wait, the sequence's T rows of x (rows past T zero-filled); while they travel,
-//     the LayerNorm folded onto the head's weight rows (decode_mma.cuh's fold_layernorm);
-//   - the (kMaxT x 3HS) product of raw x on 8 warps (4 along the rows x 2 along the columns,
-//     each 16 x 3HS/2 by mma_rows_k: k ascending, as decode_linear's kernel), then each warp's
-//     share of the rows' mean and rstd (row_stats), then the folded LayerNorm's and
-//     decode_linear's epilogue, rounded to bf16 into shared q, k, v tiles (rows past T zeroed,
-//     as the attention's loads are): the same functions in the same order as decode_linear;
+//   - after the wait, the sequence's T rows of x (rows past T zero-filled), LayerNorm in place
+//     (decode_mma.cuh's layernorm_rows: the same sums in the same order);
+//   - the (kMaxT x 3HS) product on 8 warps (4 along the rows x 2 along the columns, each
+//     16 x 3HS/2 by mma_rows_k: k ascending, as decode_linear's kernel), plus the bias, rounded
+//     to bf16 into shared q, k, v tiles (rows past T zeroed, as the attention's loads are);
 //   - T / 16 warps each take 16 queries against the one key tile, with the attention
 //     forward's own tile functions (scores, mask, online softmax, P V, store).
 // Only for windows that fit: T <= kMaxT (one key tile), head size 32 or 64, and the CTA's
@@ -145,15 +143,11 @@ constexpr int kQueryWarps = kMaxT / 16;  // warps of the attention; the others, 
 
 constexpr int qkv_pitch(int HS) { return HS + 8; }  // elements; 16 padding bytes
 // x rows, the head's 3HS weight rows (pitch C + 8), the LayerNorm's weight and bias (C each),
-// the head's 3HS biases, the q, k and v tiles (kMaxT rows each), the folded LayerNorm's floats
-// (the 3HS columns' S and B, the kMaxT rows' mean and rstd); with Proj then every head's y rows
-// (kMaxT, pitch C + 8), c_proj's HS rows of the CTA's columns, their HS biases and an mbarrier.
-// Every region starts on 16 bytes (C % 16 == 0, HS % 16 == 0).
-constexpr int64_t fold_offset(int64_t HS, int64_t C) {  // bf16 elements
+// the head's 3HS biases, then the q, k and v tiles (kMaxT rows each); with Proj then every
+// head's y rows (kMaxT, pitch C + 8), c_proj's HS rows of the CTA's columns, their HS biases
+// and an mbarrier. Every region starts on 16 bytes (C % 16 == 0, HS % 16 == 0).
+constexpr int64_t proj_offset(int64_t HS, int64_t C) {  // bf16 elements
   return (kMaxT + 3 * HS) * ml::pitch(C) + 2 * C + 3 * HS + 3 * kMaxT * qkv_pitch(int(HS));
-}
-constexpr int64_t proj_offset(int64_t HS, int64_t C) {
-  return fold_offset(HS, C) + (2 * 3 * HS + 2 * kMaxT) * 2;
 }
 constexpr int64_t shared_bytes(int64_t HS, bool proj, int64_t C) {
   return (proj_offset(HS, C) + (proj ? (kMaxT + HS) * ml::pitch(C) + HS + 4 : 0)) * 2;
@@ -175,10 +169,6 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
   uint16_t* lnb_s = lnw_s + C;                        // [C]
   uint16_t* b_s = lnb_s + C;                          // [kCols]
   uint16_t* q_s = b_s + kCols;                        // [kMaxT][PA], then k_s, v_s
-  float* sum_s = reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(smem) + fold_offset(HS, C));
-  float* shift_s = sum_s + kCols;  // [kCols] each: the folded LayerNorm's S and B,
-  float* mean_s = shift_s + kCols;  // [kMaxT] each: the rows' mean and rstd
-  float* rstd_s = mean_s + kMaxT;
   // Proj: every head's y rows, c_proj's rows and biases of this CTA's columns, the mbarrier the
   // cluster's y stores complete on
   [[maybe_unused]] uint16_t* yall_s = reinterpret_cast<uint16_t*>(smem) + proj_offset(HS, C);
@@ -238,33 +228,23 @@ __global__ void __launch_bounds__(kThreads) window_attention_kernel(const Args a
         res[nt][hh] = ml::load_pair_produced(a.x + (row0 + row) * C + h * HS + nt * 8 + 2 * t);
     }
   }
-  // while x travels (Embed: after its rows are made): the LayerNorm folded onto the weights
-  cp_async_wait<1>();  // this thread's weight rows and LayerNorm parameters
-  __syncthreads();
-  ml::fold_layernorm<kCols / kWarps>(w_s, P, C, lnw_s, a.ln_b ? lnb_s : nullptr, sum_s, shift_s,
-                                     warp, kWarps, lane);
   cp_async_wait<0>();
   __syncthreads();
+  ml::layernorm_rows<kMaxT / kWarps>(x_s, P, C, lnw_s, lnb_s, a.eps, warp, lane);
+  __syncthreads();
 
-  {  // q, k, v = LN(x) W_h^T + b_h: warp (wm, wn) takes rows 16 wm.., columns 8 NT wn.. of the
-     // product of raw x, then rows w, w + 8, ... of the statistics
+  {  // q, k, v = LN(x) W_h^T + b_h: warp (wm, wn) takes rows 16 wm.., columns 8 NT wn..
     const int wm = warp / 2, wn = warp % 2;
     float acc[NT][4] = {};
     ml::mma_rows_k<NT>(acc, x_s + wm * 16 * P, w_s + wn * 8 * NT * P, C, P, lane);
-    ml::row_stats<kMaxT / kWarps>(x_s, P, C, a.eps, mean_s, rstd_s, warp, kWarps, lane);
-    __syncthreads();
-    // the folded LayerNorm's and decode_linear's epilogue (no GELU, no residual) into the shared
-    // q, k, v tiles
+    // decode_linear's epilogue (no GELU, no residual) into the shared q, k, v tiles
     ml::each_acc_pair<NT>(lane, [&](int nt, int hh, int r, int c) {
       const int row = wm * 16 + r, col = wn * 8 * NT + c;
       const int part = col / HS, d = col % HS;  // col, col + 1 in one part: HS is even
-      const float m = lds(mean_s + row), rs = lds(rstd_s + row);
-      const float v0 = ml::unfold(acc[nt][2 * hh], m, rs, lds(sum_s + col), lds(shift_s + col));
-      const float v1 =
-          ml::unfold(acc[nt][2 * hh + 1], m, rs, lds(sum_s + col + 1), lds(shift_s + col + 1));
       const uint32_t bits =
-          row < T ? pack_bf16(ml::linear_epilogue(v0, lds(b_s + col), false, 0.0f),
-                              ml::linear_epilogue(v1, lds(b_s + col + 1), false, 0.0f))
+          row < T ? pack_bf16(ml::linear_epilogue(acc[nt][2 * hh], lds(b_s + col), false, 0.0f),
+                              ml::linear_epilogue(acc[nt][2 * hh + 1], lds(b_s + col + 1), false,
+                                                  0.0f))
                   : 0u;
       sts(reinterpret_cast<uint32_t*>(q_s + (part * kMaxT + row) * PA + d), bits);
     });

@@ -30,11 +30,9 @@
 // on 2 warps) and two exchanges is longer than what the fusion saves. So the model runs it only
 // when asked (gptstack.model.fused_step.WINDOW_MLP).
 // Bits: each output's sum is mma_rows_k's (k ascending, whatever the tiling), the LayerNorm is
-// folded onto Wf as decode_linear's kernel folds it (fold_layernorm, row_stats, unfold: by the
-// warps that sit out x1's product, while the other CTAs' x1 columns arrive), and the epilogues
-// are linear_epilogue in decode_linear's order, so x1, h and out are the three launches' bits;
-// x1 stays in the two mma warps' registers from c_proj's epilogue to mlp.c_proj's, where it is
-// the residual.
+// layernorm_rows (4 rows a warp, as decode_linear's), and the epilogues are linear_epilogue in
+// decode_linear's order, so x1, h and out are the three launches' bits; x1 stays in the two mma
+// warps' registers from c_proj's epilogue to mlp.c_proj's, where it is the residual.
 // Only at the widths it is compiled for (kWindowMlpWidths: C = 256 makes a 16-CTA cluster, a
 // non-portable size the H100/H200 allow; 128 an 8-CTA one for small test models), N = 4C, and
 // 183 KiB of shared memory a CTA at C = 256.
@@ -78,17 +76,15 @@ constexpr int kOutCols = 16;       // x1's and out's columns a CTA (2 mma tiles 
 constexpr int kHidCols = 64;       // h's columns a CTA (N = 4C = 4 kOutCols Q): 4 warps of 16
 constexpr int kNT = 2;             // 8-column mma tiles a warp, in all three products
 constexpr int kMmaWarps = kRows / 16;
-constexpr int kFoldWarps = 4;  // of the others: Wf's rows folded while the mma warps make x1
 static_assert(kRows == 32 && kWarps == 8 && kOutCols == 8 * kNT && kHidCols == 4 * kOutCols,
               "x1 and out: 2 warps of 16 x 16; h: 2 x 4 warps of 16 x 16");
 constexpr auto& kWidths = kWindowMlpWidths;
 constexpr int cluster_ctas(int C) { return C / kOutCols; }
 
-// Shared memory (bf16 elements from the start; every region on 16 bytes): y rows, whole x1 rows,
-// whole h rows, the CTA's rows of Wp, Wf and Wm, the CTA's own columns
-// of x1 and of h (which the other CTAs read), the LayerNorm's weight and bias, the CTA's
-// slices of bp, bf and bm, and the folded LayerNorm's floats (S and B of the CTA's Wf rows, the
-// rows' mean and rstd). Rows padded by 8 elements (decode_mma.cuh's pitch) so the 8 rows an
+// Shared memory (bf16 elements from the start; every region on 16 bytes): y rows, whole x1 rows
+// (then LN(x1) in place), whole h rows, the CTA's rows of Wp, Wf and Wm, the CTA's own columns
+// of x1 and of h (which the other CTAs read), the LayerNorm's weight and bias, and the CTA's
+// slices of bp, bf and bm. Rows padded by 8 elements (decode_mma.cuh's pitch) so the 8 rows an
 // ldmatrix reads fall in different bank groups.
 template <int C> struct Layout {
   static constexpr int N = 4 * C, P = C + 8, PN = N + 8, PX = kOutCols + 8, PH = kHidCols + 8;
@@ -105,9 +101,7 @@ template <int C> struct Layout {
   static constexpr int bp = lnb + C;
   static constexpr int bf = bp + kOutCols;
   static constexpr int bm = bf + kHidCols;
-  static constexpr int fold = bm + kOutCols;  // floats: 2 kHidCols, then 2 kRows
-  static constexpr int bars = fold + (2 * kHidCols + 2 * kRows) * 2;  // two 8-byte mbarriers:
-                                                                       // x1's rows, h's rows
+  static constexpr int bars = bm + kOutCols;  // two 8-byte mbarriers: x1's rows, h's rows
   static constexpr int end = bars + 8;
   static_assert(C % 64 == 0 && x1_part % 8 == 0 && lnw % 8 == 0 && bars % 8 == 0,
                 "16-byte regions");
@@ -142,10 +136,6 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
            *lnw_s = s + L::lnw, *lnb_s = s + L::lnb, *bp_s = s + L::bp, *bf_s = s + L::bf,
            *bm_s = s + L::bm;
   uint64_t* const bars = reinterpret_cast<uint64_t*>(s + L::bars);  // x1's rows, h's rows
-  float* const sum_s = reinterpret_cast<float*>(s + L::fold);  // [kHidCols]: Wf's S, then B
-  float* const shift_s = sum_s + kHidCols;
-  float* const mean_s = shift_s + kHidCols;  // [kRows]: the rows' mean, then rstd
-  float* const rstd_s = mean_s + kRows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int q = cluster_rank();  // = blockIdx.x: the cluster spans x
   const int r0 = blockIdx.y * kRows, c0 = q * kOutCols, n0 = q * kHidCols;
@@ -206,33 +196,24 @@ __global__ void __launch_bounds__(kThreads) window_mlp_kernel(const Args a) {
       x1_pairs[nt][hh] = packed;
       sts(reinterpret_cast<uint32_t*>(x1p_s + (warp * 16 + r) * PX + c), packed);
     });
-  } else if (warp < kMmaWarps + kFoldWarps) {  // meanwhile the LayerNorm folded onto the
-    // CTA's Wf rows (fold_layernorm: kFoldWarps warps of 16 rows)
-    ml::fold_layernorm<kHidCols / kFoldWarps>(wf_s, P, C, lnw_s, a.ln_b ? lnb_s : nullptr,
-                                              sum_s, shift_s, warp - kMmaWarps, kFoldWarps, lane);
   }
   __syncthreads();
   cluster_wait();  // every CTA's mbarriers are initialized
   push_columns<kOutCols, PX, P>(x1_s, x1p_s, bars, q, Q, tid);
   mbar_wait(bars, 0);  // the whole x1 rows have arrived
+  ml::layernorm_rows<kRows / kWarps>(x1_s, P, C, lnw_s, lnb_s, a.eps, warp, lane);
+  __syncthreads();
 
   {  // h = gelu(LN(x1) Wf^T + bf) for the CTA's columns: warp (wm, wn) rows 16 wm.., columns
-     // 16 wn.. of its 64 of the product of raw x1, then rows w, w + 8, ... of the statistics,
-     // into hp_s for the cluster
+     // 16 wn.. of its 64, into hp_s for the cluster
     const int wm = warp / 4, wn = warp % 4;
     float acc[kNT][4] = {};
     ml::mma_rows_k<kNT>(acc, x1_s + wm * 16 * P, wf_s + wn * 16 * P, C, P, lane);
-    ml::row_stats<kRows / kWarps>(x1_s, P, C, a.eps, mean_s, rstd_s, warp, kWarps, lane);
-    __syncthreads();
     ml::each_acc_pair<kNT>(lane, [&](int nt, int hh, int r, int c) {
-      const int cl = wn * 16 + c, row = wm * 16 + r;
-      const float m = lds(mean_s + row), rs = lds(rstd_s + row);
-      const float v0 = ml::unfold(acc[nt][2 * hh], m, rs, lds(sum_s + cl), lds(shift_s + cl));
-      const float v1 =
-          ml::unfold(acc[nt][2 * hh + 1], m, rs, lds(sum_s + cl + 1), lds(shift_s + cl + 1));
-      sts(reinterpret_cast<uint32_t*>(hp_s + row * PH + cl),
-          pack_bf16(ml::linear_epilogue(v0, lds(bf_s + cl), true, 0.0f),
-                    ml::linear_epilogue(v1, lds(bf_s + cl + 1), true, 0.0f)));
+      const int cl = wn * 16 + c;
+      sts(reinterpret_cast<uint32_t*>(hp_s + (wm * 16 + r) * PH + cl),
+          pack_bf16(ml::linear_epilogue(acc[nt][2 * hh], lds(bf_s + cl), true, 0.0f),
+                    ml::linear_epilogue(acc[nt][2 * hh + 1], lds(bf_s + cl + 1), true, 0.0f)));
     });
   }
   __syncthreads();

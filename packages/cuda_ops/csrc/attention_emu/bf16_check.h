@@ -36,45 +36,31 @@ struct Worst {
   }
 };
 
-// decode.h's decode_linear formula in double from bf16 inputs, (R, N): act(W LN?(x) + b) + res.
-// folded: the LayerNorm as the tensor-core kernel computes it, folded onto the weight rows with
-// W' = bf16(W g) rounded once (decode_mma.cuh's fold_layernorm): rstd W'(x - mean) + W b;
-// otherwise exactly (the one-row kernels round nothing before the product). b, ln_w, ln_b, res:
-// null where absent.
+// decode.h's decode_linear formula in double from bf16 inputs, (R, N): act(W LN?(x) + b) + res,
+// the normalized row rounded to bf16 as the tensor-core kernel's mma input is (round_normalized;
+// the one-row kernel keeps it float). b, ln_w, ln_b, res: null where absent.
 inline std::vector<double> decode_linear_reference(const uint16_t* x, int R, int K,
                                                    const uint16_t* w, int N, const uint16_t* b,
                                                    const uint16_t* ln_w, const uint16_t* ln_b,
                                                    const uint16_t* res, bool gelu, double eps,
-                                                   bool folded = true) {
+                                                   bool round_normalized = true) {
   std::vector<double> out(size_t(R) * N), row(K);
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) row[k] = from_bf16(x[size_t(r) * K + k]);
-    double rstd = 1.0;
     if (ln_w) {
       double mean = 0, var = 0;
       for (double v : row) mean += v;
       mean /= K;
       for (double v : row) var += (v - mean) * (v - mean);
-      rstd = 1.0 / std::sqrt(var / K + eps);
+      const double rstd = 1.0 / std::sqrt(var / K + eps);
       for (int k = 0; k < K; ++k) {
-        row[k] -= mean;  // folded: centred only (W' carries g, the shift carries b)
-        if (!folded)
-          row[k] = row[k] * rstd * from_bf16(ln_w[k]) + (ln_b ? from_bf16(ln_b[k]) : 0.0);
+        row[k] = (row[k] - mean) * rstd * from_bf16(ln_w[k]) + (ln_b ? from_bf16(ln_b[k]) : 0.0);
+        if (round_normalized) row[k] = from_bf16(to_bf16(float(row[k])));
       }
     }
     for (int n = 0; n < N; ++n) {
       double acc = 0;
-      const uint16_t* wn = w + size_t(n) * K;
-      if (ln_w && folded) {
-        double shift = 0;
-        for (int k = 0; k < K; ++k) {
-          acc += row[k] * from_bf16(to_bf16(from_bf16(wn[k]) * from_bf16(ln_w[k])));
-          if (ln_b) shift += from_bf16(wn[k]) * from_bf16(ln_b[k]);
-        }
-        acc = acc * rstd + shift;
-      } else {
-        for (int k = 0; k < K; ++k) acc += row[k] * from_bf16(wn[k]);
-      }
+      for (int k = 0; k < K; ++k) acc += row[k] * from_bf16(w[size_t(n) * K + k]);
       if (b) acc += from_bf16(b[n]);
       if (gelu) {
         const double inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc);

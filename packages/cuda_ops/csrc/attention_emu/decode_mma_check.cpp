@@ -1,6 +1,6 @@
 // decode_mma_check.cpp: runs decode_linear's tensor-core kernel (decode_mma.cuh) under the warp
 // emulator (emu.h) and compares it with a double-precision reference of decode.h's formula on
-// fresh random inputs: fragment layouts, tails of rows and columns, the folded LayerNorm, the
+// fresh random inputs: fragment layouts, tails of rows and columns, the in-place LayerNorm, the
 // epilogue, and shared-memory races. Built and run by tests/test_decode.py:
 //
 //   g++ -std=c++17 -O1 -DGS_ATTN_EMULATE -I csrc csrc/attention_emu/decode_mma_check.cpp -o check
