@@ -119,7 +119,7 @@ constexpr int64_t decode_blocks_slice_elems(int64_t C, int64_t cs) {
   return fc > fc2 ? fc : fc2;
 }
 // ... and the shared memory of one CTA holding `buffers` slices (bytes): the slices, then the
-// vectors of a step as floats (x, qkv, y, h) and each attention half's q, scores and
+// vectors of a step as floats (x, xn, qkv, y, h) and each attention half's q, scores and
 // partial sums (16-byte aligned regions; 16-byte loads of elem_bytes elements).
 constexpr int64_t decode_blocks_half_floats(int64_t hs, int64_t T, int64_t elem_bytes) {
   return round4(hs) + round4(T) +
@@ -128,11 +128,11 @@ constexpr int64_t decode_blocks_half_floats(int64_t hs, int64_t T, int64_t elem_
 constexpr int64_t decode_blocks_shared_bytes(int64_t C, int64_t hs, int64_t T,
                                              int64_t elem_bytes, int64_t cs, int64_t buffers) {
   return buffers * decode_blocks_slice_elems(C, cs) * elem_bytes +
-         (2 * round4(C) + round4(3 * C) +
+         (4 * round4(C) + round4(3 * C) +
           round4(4 * C) + 2 * decode_blocks_half_floats(hs, T, elem_bytes)) * 4;
 }
 // its cluster size where the GPU places it (16: a non-portable size the H100/H200 allow), and
-// the widest row it takes (the widest it is tested at)
+// the widest row it takes (LayerNorm parameters are held two per thread of 512)
 constexpr int kDecodeBlocksCluster = 16;
 constexpr int64_t kDecodeBlocksMaxC = 1024;
 

@@ -18,10 +18,9 @@
 //      the new key and value into the caches
 //   C  x += c_proj(y)                            D  h = gelu(c_fc(LayerNorm(x)))
 //   E  x += mlp.c_proj(h)
-// A warp computes one output row at a time with decode_linear's one-row lane order and
-// reductions (lane 0's sum goes to every CTA), the LayerNorm folded onto the weight rows as in
-// its row-in-registers kernel (decode_linear.cuh), so the result is the op-by-op step's to the
-// bit (tested).
+// A warp computes one output row at a time with decode_linear_kernel's lane order and
+// reductions (lane 0's sum goes to every CTA), and the LayerNorm uses its 128-thread
+// reductions, so the result is the op-by-op step's to the bit (tested).
 //
 // Weights: a CTA's rows of each matrix are contiguous, so one thread streams them into shared
 // memory with the Hopper bulk copy (cp.async.bulk, completion counted on an mbarrier), two
@@ -50,6 +49,7 @@ namespace {
 
 constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kHalf = 256;  // threads per attention head (decode_attention_kernel's block)
+constexpr int kLnPerThread = static_cast<int>(kDecodeBlocksMaxC / kThreads);
 
 // The bulk-copy PTX, sm_90 and newer, beside cluster.cuh's primitives (an sm_80 build compiles
 // the kernel to a trap, and the launcher refuses such a GPU before that)
@@ -119,23 +119,49 @@ __device__ __forceinline__ float half_max(float v, float* red, int half) {
   return warp_max(v);
 }
 
-// The mean and rstd of the float row vec (K) as decode_linear's row-in-registers kernel makes
-// them in each warp (decode_linear.cuh): lane l sums its 16-byte chunks l, l + 32, ..., the xor
-// butterfly, then the centred squares the same way; every warp gets the same bits
-template <typename T>
-__device__ __forceinline__ float2 row_stats(const float* vec, int K, float eps) {
-  constexpr int V = Vec16<T>::n;
-  const int lane = threadIdx.x % 32;
-  float sum = 0.0f;
-  for (int k = lane * V; k < K; k += 32 * V)
+// block_sum of decode_linear_kernel's 128 threads (threads >= 128 pass 0), on all 512
+__device__ __forceinline__ float sum128(float v, float* red) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0 && warp < 4) red[warp] = v;
+  __syncthreads();
+  v = lane < 4 ? red[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+// A LayerNorm's weight and bias, element k = threadIdx.x + i * kThreads in register i (loaded
+// before the barrier that ends the previous phase: they do not depend on it)
+struct LnParams {
+  float w[kLnPerThread], b[kLnPerThread];
+  template <typename T> __device__ void load(const T* weight, const T* bias, int C) {
 #pragma unroll
-    for (int e = 0; e < V; ++e) sum += vec[k + e];
-  const float mean = warp_sum(sum) / K;
+    for (int i = 0; i < kLnPerThread; ++i) {
+      const int k = threadIdx.x + i * kThreads;
+      w[i] = k < C ? to_f32(weight[k]) : 0.0f;
+      b[i] = k < C && bias ? to_f32(bias[k]) : 0.0f;
+    }
+  }
+};
+
+// out = LayerNorm(x) over K floats, with decode_linear_kernel's reductions
+__device__ void layernorm_row(float* out, const float* x, const LnParams& ln, int K, float eps,
+                              float* red) {
+  const int t = threadIdx.x;
+  float s = 0.0f;
+  if (t < 128)
+    for (int k = t; k < K; k += 128) s += x[k];
+  const float mean = sum128(s, red) / K;
   float ss = 0.0f;
-  for (int k = lane * V; k < K; k += 32 * V)
+  if (t < 128)
+    for (int k = t; k < K; k += 128) ss += (x[k] - mean) * (x[k] - mean);
+  const float rstd = rsqrtf(sum128(ss, red) / K + eps);
 #pragma unroll
-    for (int e = 0; e < V; ++e) ss = fmaf(vec[k + e] - mean, vec[k + e] - mean, ss);
-  return make_float2(mean, rsqrtf(warp_sum(ss) / K + eps));
+  for (int i = 0; i < kLnPerThread; ++i) {
+    const int k = t + i * kThreads;
+    if (k < K) out[k] = (x[k] - mean) * rstd * ln.w[i] + ln.b[i];
+  }
+  __syncthreads();
 }
 
 // This CTA's rows [n0, n1) of an (N, K) matrix, contiguous in memory: its slice. Warp w takes
@@ -198,52 +224,6 @@ __device__ __forceinline__ void matvec(const T* slice, const Rows& r, const floa
   }
 }
 
-// matvec of LayerNorm(vec) (weight ln_w, bias ln_b or null; stats: row_stats of vec) with the
-// LayerNorm folded onto the rows as decode_linear's row-in-registers kernel does, in its order:
-// each row's sums of (w g)(x - mean) and of w b, then rstd * the first + the second (the
-// kernel's bits; ln_w and ln_b are read from global memory, chunk by chunk)
-template <typename T, typename Epi>
-__device__ __forceinline__ void matvec_layernorm(const T* slice, const Rows& r, const float* vec,
-                                                 const T* ln_w, const T* ln_b, float2 stats,
-                                                 float lane_bias, bool has_bias, Epi epi) {
-  constexpr int V = Vec16<T>::n;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rows = r.n1 - r.n0 > warp ? (r.n1 - r.n0 - warp + kWarps - 1) / kWarps : 0;
-  for (int g = 0; g < rows; g += kRowGroup) {
-    float acc[kRowGroup], wb[kRowGroup];
-#pragma unroll
-    for (int i = 0; i < kRowGroup; ++i) acc[i] = 0.0f, wb[i] = 0.0f;
-    for (int k = lane * V; k < r.K; k += 32 * V) {
-      float d[V], gv[V], bv[V] = {};
-#pragma unroll
-      for (int e = 0; e < V; ++e) d[e] = vec[k + e] - stats.x;
-      Vec16<T>::load(ln_w + k, gv);
-      if (ln_b) Vec16<T>::load(ln_b + k, bv);
-#pragma unroll
-      for (int i = 0; i < kRowGroup; ++i) {
-        if (g + i < rows) {
-          float wv[V];
-          Vec16<T>::load(slice + int64_t(warp + (g + i) * kWarps) * r.K + k, wv);
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            acc[i] = fmaf(wv[e] * gv[e], d[e], acc[i]);
-            wb[i] = fmaf(wv[e], bv[e], wb[i]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kRowGroup; ++i) {
-      if (g + i < rows) {  // the same for the whole warp
-        const float v = fmaf(stats.y, warp_sum(acc[i]), warp_sum(wb[i]));
-        const float sum = __shfl_sync(0xffffffffu, v, 0);
-        const float b = __shfl_sync(0xffffffffu, lane_bias, g + i);
-        epi(r.n0 + warp + (g + i) * kWarps, has_bias ? sum + b : sum);
-      }
-    }
-  }
-}
-
 template <typename T> __device__ __forceinline__ float round_to(float v) {
   return to_f32(from_f32<T>(v));
 }
@@ -257,14 +237,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int V = Vec16<T>::n;
   const int cs = cluster_size(), rank = cluster_rank();
   const int b = blockIdx.y, C = a.C, nh = a.nh, hs = a.hs, Tc = a.T, lane = threadIdx.x % 32;
-  // shared: `buffers` weight slices, then floats: x (C) qkv (3C) y (C) h (4C), then per
+  // shared: `buffers` weight slices, then floats: x (C) xn (C) qkv (3C) y (C) h (4C), then per
   // half: q (hs) s (Tc) part (groups hs)
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float red[3][32];
   __shared__ uint64_t bars[2];
   const int64_t slice_elems = decode_blocks_slice_elems(C, cs);
   float* x = reinterpret_cast<float*>(smem + buffers * slice_elems * sizeof(T));
-  float* qkv = x + round4(C);
+  float* xn = x + round4(C);
+  float* qkv = xn + round4(C);
   float* y = qkv + round4(3 * C);
   float* h = y + round4(C);
   const int lanes = hs / V, groups = kHalf / lanes;
@@ -305,6 +286,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   cluster_arrive();
   for (int i = 0; i < buffers; ++i) issue(i);  // weights do not depend on the kernel before
 
+  LnParams ln;
+  ln.load(W(0, kLn1W), W(0, kLn1B), C);
   float bias = rows[0].lane_bias(W(0, kAttnB));
   pdl_launch_dependents();
   pdl_wait();  // token, pos and the caches come from the kernels before
@@ -325,11 +308,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int l = 0; l < a.n_layer; ++l) {
     const int item = 4 * l;
     // A: qkv = c_attn(ln_1(x))
-    float2 stats = row_stats<T>(x, C, a.eps);
+    layernorm_row(xn, x, ln, C, a.eps, red[0]);
     await(item);
-    matvec_layernorm<T>(slice(item), rows[0], x, W(l, kLn1W), W(l, kLn1B), stats, bias,
-                        W(l, kAttnB) != nullptr,
-                        [&](int n, float v) { broadcast(qkv, n, round_to<T>(v)); });
+    matvec<T>(slice(item), rows[0], xn, bias, W(l, kAttnB) != nullptr,
+              [&](int n, float v) { broadcast(qkv, n, round_to<T>(v)); });
     phase_stamp(l, 0, 0);
     cluster_arrive();
     bias = rows[1].lane_bias(W(l, kProjB));
@@ -407,17 +389,17 @@ __global__ void __launch_bounds__(kThreads, 1)
               [&](int n, float v) { broadcast(x, n, round_to<T>(v + x[n])); });
     phase_stamp(l, 2, 0);
     cluster_arrive();
+    ln.load(W(l, kLn2W), W(l, kLn2B), C);
     bias = rows[2].lane_bias(W(l, kFcB));
     cluster_wait();
     phase_stamp(l, 2, 1);
     issue(item + 1 + buffers);
 
     // D: h = gelu(c_fc(ln_2(x)))
-    stats = row_stats<T>(x, C, a.eps);
+    layernorm_row(xn, x, ln, C, a.eps, red[0]);
     await(item + 2);
-    matvec_layernorm<T>(slice(item + 2), rows[2], x, W(l, kLn2W), W(l, kLn2B), stats, bias,
-                        W(l, kFcB) != nullptr,
-                        [&](int n, float v) { broadcast(h, n, round_to<T>(gelu_tanh_f(v))); });
+    matvec<T>(slice(item + 2), rows[2], xn, bias, W(l, kFcB) != nullptr,
+              [&](int n, float v) { broadcast(h, n, round_to<T>(gelu_tanh_f(v))); });
     phase_stamp(l, 3, 0);
     cluster_arrive();
     bias = rows[3].lane_bias(W(l, kFc2B));
@@ -435,7 +417,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     });
     phase_stamp(l, 4, 0);
     cluster_arrive();
-    if (!last) bias = rows[0].lane_bias(W(l + 1, kAttnB));
+    if (!last) {
+      ln.load(W(l + 1, kLn1W), W(l + 1, kLn1B), C);
+      bias = rows[0].lane_bias(W(l + 1, kAttnB));
+    }
     cluster_wait();  // also: no CTA exits while another still writes its shared memory
     phase_stamp(l, 4, 1);
     issue(item + 3 + buffers);
