@@ -14,10 +14,10 @@
 // before pdl_wait, so they travel while the kernel before (the last block's attention) runs.
 // Between the phases each CTA pushes its bf16 columns into every CTA of the cluster (st.async
 // onto the receivers' mbarriers, as window_mlp.cuh), which wait for their whole rows.
-// Bits: each output is a warp's dot product in the order of decode_linear's row-in-registers
-// kernel (decode_linear.cuh; lane l takes the 16-byte chunks l, l + 32, ..., fmaf in column
-// order, then the xor butterfly), the LayerNorm folded onto the weight rows as there
-// (warp_dots_layernorm).
+// Bits: each output is a warp's dot product in decode_linear_kernel's order (lane l takes the
+// 16-byte chunks l, l + 32, ..., fmaf in column order, then the xor butterfly), the LayerNorm's
+// sums are block_sum's over 128 threads (threads 128.. add zeros, which change no sum), and the
+// normalized row stays float, as in that kernel.
 //
 // Built with GS_ATTN_EMULATE, the same device code runs on the CPU under the warp emulator
 // (attention_emu/decode_tail_check.cpp).
@@ -52,14 +52,15 @@ struct Args {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kLnThreads = 128;  // decode_linear_kernel's block: the LayerNorm's sum order
 constexpr int kCols = 32;        // x1's and x2's columns a CTA
 constexpr auto& kWidths = kDecodeTailWidths;
 constexpr int cluster_ctas(int C) { return C / kCols; }
 
 // Shared memory, in bytes from the start (every region on 16 bytes): the CTA's weight rows
 // (bf16: Wp, Wf, Wm, then Wh's VQ rows), the input row as floats (4C: the widest, h), the whole
-// x1, h and x2 rows the cluster pushes (bf16), the LayerNorm parameters and biases (bf16) and
-// three mbarriers
+// x1, h and x2 rows the cluster pushes (bf16), the LayerNorm parameters and biases (bf16), the
+// block sums' scratch and three mbarriers
 template <int C> struct Layout {
   static constexpr int Q = cluster_ctas(C), N = 4 * C, HC = N / Q;
   static constexpr int64_t wp = 0;
@@ -71,14 +72,15 @@ template <int C> struct Layout {
   static constexpr int64_t x2 = h + N * 2;
   static constexpr int64_t part = x2 + C * 2;  // this CTA's columns of the phase, to push
   static constexpr int64_t params = part + HC * 2;  // ln2 w, b, lnf w, b (C each); bp, bf, bm
-  static constexpr int64_t bars = params + (4 * C + kCols + HC + kCols) * 2;
+  static constexpr int64_t red = params + (4 * C + kCols + HC + kCols) * 2;
+  static constexpr int64_t bars = red + 32 * 4;
   static constexpr int64_t wh = bars + 32;  // VQ rows, VQ = ceil(V / Q)
   static_assert(C % 256 == 0 || C == 128, "whole 16-byte chunks a lane, 32 columns a CTA");
   static constexpr int64_t bytes(int V) { return wh + int64_t((V + Q - 1) / Q) * C * 2; }
 };
 
 // The dots of `Outs` rows (w_s + r * K bf16 each) with the float row row_s (K): each a warp's
-// dot in decode_linear's one-row order, the Outs sums interleaved; every lane gets every total
+// dot in decode_linear_kernel's order, the Outs sums interleaved; every lane gets every total
 template <int Outs, int K>
 __device__ __forceinline__ void warp_dots(float (&acc)[Outs], const uint16_t* const (&w)[Outs],
                                           const float* row_s, int lane) {
@@ -120,69 +122,44 @@ __device__ __forceinline__ float own_column_dot(const uint16_t* w_s, const float
   return mine;
 }
 
-// The dots of `Outs` rows w[o] with LayerNorm(row_s) (K floats; lnw_s, lnb_s its bf16 weight
-// and bias, lnb_s null: none), as decode_linear's row-in-registers kernel makes them
-// (decode_linear.cuh: the LayerNorm folded onto the weight rows), in its order: the mean of the
-// lane's chunks l, l + 32, ... and the xor butterfly, then the centred squares and each row's
-// sum of (w g)(x - mean) together, and each row's sum of w b; out[o] = rstd * that + w . b,
-// on every lane
-template <int Outs, int K>
-__device__ __forceinline__ void warp_dots_layernorm(float (&out)[Outs],
-                                                    const uint16_t* const (&w)[Outs],
-                                                    const float* row_s, const uint16_t* lnw_s,
-                                                    const uint16_t* lnb_s, float eps, int lane) {
-  constexpr int kChunks = (K + 255) / 256;  // a lane's (K = 128: lanes 16.. hold none)
-  auto row_chunk = [&](int k, float (&r)[8]) {
-    const float4 lo = lds(reinterpret_cast<const float4*>(row_s + k));
-    const float4 hi = lds(reinterpret_cast<const float4*>(row_s + k + 4));
-    r[0] = lo.x, r[1] = lo.y, r[2] = lo.z, r[3] = lo.w, r[4] = hi.x, r[5] = hi.y, r[6] = hi.z,
-    r[7] = hi.w;
-  };
-  float sum[1] = {0.0f};
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int k = (j * 32 + lane) * 8;
-    if (k >= K) break;
-    float r[8];
-    row_chunk(k, r);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum[0] += r[i];
-  }
-  ml::warp_sums(sum);
-  const float mean = sum[0] / K;
-  float ss[1] = {0.0f}, acc[Outs], wb[Outs];
-#pragma unroll
-  for (int o = 0; o < Outs; ++o) acc[o] = 0.0f, wb[o] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kChunks; ++j) {
-    const int k = (j * 32 + lane) * 8;
-    if (k >= K) break;
-    float r[8], g[8], bl[8] = {};
-    row_chunk(k, r);
-    ml::unpack8(lds(reinterpret_cast<const uint4*>(lnw_s + k)), g);
-    if (lnb_s) ml::unpack8(lds(reinterpret_cast<const uint4*>(lnb_s + k)), bl);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float d = r[i] - mean;
-      ss[0] = fmaf(d, d, ss[0]);
+// gs::block_sum over 256 threads, where only the first kLnThreads hold partial sums (the rest
+// zeros): the totals of decode_linear_kernel's 128-thread block_sum, bit for bit
+__device__ __forceinline__ float block_sum_256(float v, float* red, int warp, int lane) {
+  float a[1] = {v};
+  ml::warp_sums(a);
+  __syncthreads();
+  if (lane == 0) sts(red + warp, a[0]);
+  __syncthreads();
+  a[0] = lane < kWarps ? lds(red + lane) : 0.0f;
+  ml::warp_sums(a);
+  return a[0];
+}
+
+// row_s (K floats) = LayerNorm(row_s) as decode_linear_kernel computes it in place: the sums
+// over threads t < 128 of columns t, t + 128, ...; lnw/lnb bf16 (lnb null: none)
+template <int K>
+__device__ __forceinline__ void layernorm_row(float* row_s, const uint16_t* lnw_s,
+                                              const uint16_t* lnb_s, float eps, float* red,
+                                              int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  float s = 0.0f;
+  if (tid < kLnThreads)
+    for (int k = tid; k < K; k += kLnThreads) s += lds(row_s + k);
+  const float mean = block_sum_256(s, red, warp, lane) / K;
+  float ss = 0.0f;
+  if (tid < kLnThreads)
+    for (int k = tid; k < K; k += kLnThreads) {
+      const float v = lds(row_s + k);
+      ss += (v - mean) * (v - mean);
     }
-#pragma unroll
-    for (int o = 0; o < Outs; ++o) {
-      float wv[8];
-      ml::unpack8(lds(reinterpret_cast<const uint4*>(w[o] + k)), wv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        acc[o] = fmaf(wv[i] * g[i], r[i] - mean, acc[o]);
-        wb[o] = fmaf(wv[i], bl[i], wb[o]);
-      }
-    }
+  const float rstd = rsqrtf(block_sum_256(ss, red, warp, lane) / K + eps);
+  __syncthreads();  // every thread has read row_s for the sums before it is overwritten
+  for (int k = tid; k < K; k += kThreads) {
+    const float lw = ml::bf16_bits(lds(lnw_s + k));
+    const float lb = lnb_s ? ml::bf16_bits(lds(lnb_s + k)) : 0.0f;
+    sts(row_s + k, (lds(row_s + k) - mean) * rstd * lw + lb);
   }
-  ml::warp_sums(ss);
-  ml::warp_sums(acc);
-  ml::warp_sums(wb);
-  const float rstd = rsqrtf(ss[0] / K + eps);
-#pragma unroll
-  for (int o = 0; o < Outs; ++o) out[o] = fmaf(rstd, acc[o], wb[o]);
+  __syncthreads();
 }
 
 // the bf16 row src (K, shared or, Global, the kernel before's output) as floats into row_s
@@ -252,6 +229,7 @@ __global__ void __launch_bounds__(kThreads) decode_tail_kernel(const Args a) {
   uint16_t* const bp_s = lnfb_s + C;
   uint16_t* const bf_s = bp_s + kCols;
   uint16_t* const bm_s = bf_s + HC;
+  float* const red = reinterpret_cast<float*>(smem + L::red);
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::bars);  // x1, h, x2
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int q = cluster_rank(), b = blockIdx.y;
@@ -309,14 +287,14 @@ __global__ void __launch_bounds__(kThreads) decode_tail_kernel(const Args a) {
   // h = gelu(LN2(x1) Wf^T + bf): warp w's HC / 8 columns w + 8 o
   load_row<C, false>(row_s, x1_s, tid);
   __syncthreads();
+  layernorm_row<C>(row_s, ln2w_s, a.ln2_b ? ln2b_s : nullptr, a.eps, red, tid);
   {
     constexpr int kOuts = HC / kWarps;
     const uint16_t* w[kOuts];
     float acc[kOuts];
 #pragma unroll
     for (int o = 0; o < kOuts; ++o) w[o] = wf_s + (warp + kWarps * o) * C;
-    warp_dots_layernorm<kOuts, C>(acc, w, row_s, ln2w_s, a.ln2_b ? ln2b_s : nullptr, a.eps,
-                                  lane);
+    warp_dots<kOuts, C>(acc, w, row_s, lane);
 #pragma unroll
     for (int o = 0; o < kOuts; ++o)
       if (lane == o) {
@@ -342,6 +320,7 @@ __global__ void __launch_bounds__(kThreads) decode_tail_kernel(const Args a) {
   // logits = LNf(x2) Wh^T: warp w's rows w, w + 8, ... of the CTA's VQ
   load_row<C, false>(row_s, x2_s, tid);
   __syncthreads();
+  layernorm_row<C>(row_s, lnfw_s, a.lnf_b ? lnfb_s : nullptr, a.eps, red, tid);
   for (int r0 = 0; r0 < VQ; r0 += 4 * kWarps) {
     const uint16_t* w[4];
     float acc[4];
@@ -350,7 +329,7 @@ __global__ void __launch_bounds__(kThreads) decode_tail_kernel(const Args a) {
       const int r = r0 + warp + kWarps * o;
       w[o] = wh_s + (r < VQ ? r : 0) * C;
     }
-    warp_dots_layernorm<4, C>(acc, w, row_s, lnfw_s, a.lnf_b ? lnfb_s : nullptr, a.eps, lane);
+    warp_dots<4, C>(acc, w, row_s, lane);
 #pragma unroll
     for (int o = 0; o < 4; ++o) {
       const int r = r0 + warp + kWarps * o;
