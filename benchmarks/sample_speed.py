@@ -53,26 +53,28 @@ CONFIGS = {  # name -> sample() options
         "kernels": "gptstack",
         "fused_sampling": False,
     },
-    # decode_linear's one-row kernel with every row through shared memory (the LayerNorm in two
-    # block sums), or only rows up to 384 / 1,024 wide in registers (the LayerNorm folded onto
-    # the weight rows), instead of up to 2,048 (csrc/decode_linear.cuh)
-    "graph bf16 fused shared-rows": {
+    # decode_linear's one-row kernel with its row in registers (the LayerNorm folded onto the
+    # weight rows; csrc/decode_linear.cuh) for rows up to 2,048 / 1,024 / 256 wide, instead of
+    # through shared memory (the default: csrc/decode.h's kLinearRegistersMaxK = 0). Recorded
+    # runs of 2026-12-07 named "shared-rows" the shared-memory rows of a build whose default
+    # was 2,048.
+    "graph bf16 fused registers": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
-        "registers_max_k": 0,
-    },
-    "graph bf16 fused registers-384": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "registers_max_k": 384,
+        "registers_max_k": 2048,
     },
     "graph bf16 fused registers-1024": {
         "mode": "graph",
         "dtype": "bf16",
         "kernels": "gptstack",
         "registers_max_k": 1024,
+    },
+    "graph bf16 fused registers-256": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "registers_max_k": 256,
     },
     # the fused kernels launched the ordinary way (no programmatic dependent launch)
     "graph bf16 fused no-PDL": {

@@ -167,7 +167,12 @@ __device__ __forceinline__ void linear_outputs(T* __restrict__ out, const T* __r
 // in shared memory behind two block sums and four barriers (~0.9 us of a 2.5-us launch at
 // K = 384 in dev/pdl_chain.cu). The centring comes first, as in linear_outputs, so rows far from
 // zero lose nothing to cancellation; other bits (g applied to w, r after the sum), within the
-// dtype's tolerance of linear_outputs.
+// dtype's tolerance of linear_outputs. Opt-in (set_linear_registers_max_k): faster in a chain
+// of dependent launches (dev/pdl_chain.cu: 1.22 vs 2.16 us at K = 256 with a LayerNorm, 1.69
+// vs 2.47 at 384, 1.14 vs 1.54 without one; slower at 1,536, 3.96 vs 2.63 us, where four
+// warps a CTA each read the whole row), but not end to end at shakespeare-char (decode.h's
+// kLinearRegistersMaxK). The fused kernels that promise decode_linear's bits (decode_tail,
+// decode_blocks) keep linear_outputs' LayerNorm.
 template <typename T, int J, bool Ln>
 __device__ __forceinline__ void linear_outputs_in_registers(
     T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,

@@ -740,10 +740,31 @@ def test_extension_checks_its_arguments():
         )
 
 
+@pytest.fixture
+def registers_max_k():
+    """Set decode_linear's one-row CUDA kernel's register rows (set_linear_registers_max_k:
+    opt-in, csrc/decode.h's kLinearRegistersMaxK) for a test; the build's default after it."""
+    default = _C.linear_registers_max_k()
+    yield _C.set_linear_registers_max_k
+    _C.set_linear_registers_max_k(default)
+
+
+def test_linear_registers_max_k_is_a_switch_with_checked_input(registers_max_k):
+    registers_max_k(384)
+    assert _C.linear_registers_max_k() == 384
+    with pytest.raises(ValueError, match="max_k must be >= 0"):
+        registers_max_k(-1)
+    assert _C.linear_registers_max_k() == 384
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("shape", LINEAR_SHAPES)
 @pytest.mark.parametrize("dtype", CUDA_DTYPES)
-def test_cuda_linear_matches_torch(shape, dtype, gen):
+@pytest.mark.parametrize("max_k", [0, 2048])
+def test_cuda_linear_matches_torch(shape, dtype, gen, max_k, registers_max_k):
+    """Both one-row kernels: the row in shared memory (max_k 0, the default) and, where it
+    fits, in registers (max_k 2048)."""
+    registers_max_k(max_k)
     _check_linear(shape, dtype, gen, "cuda")
 
 
@@ -792,10 +813,13 @@ def test_cuda_linear_unaligned_input_with_aligned_weights(gen, dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", CUDA_DTYPES)
 @pytest.mark.parametrize("K", [256, 384, 1024])
-def test_cuda_linear_registers_without_layernorm_give_the_shared_rows_bits(gen, dtype, K):
-    """Without a LayerNorm the kernel that holds x in registers (16-byte aligned x) makes the
-    shared-memory kernel's products and sums in its order (x one element at a time, not
-    aligned): the same bits, with a bias, the GELU and a residual."""
+def test_cuda_linear_registers_without_layernorm_give_the_shared_rows_bits(
+    gen, dtype, K, registers_max_k
+):
+    """Without a LayerNorm the kernel that holds x in registers (16-byte aligned x, opt-in)
+    makes the shared-memory kernel's products and sums in its order (x one element at a time,
+    not aligned): the same bits, with a bias, the GELU and a residual."""
+    registers_max_k(2048)
     R, N = 3, 40
     x, w, b, _, _, res = (t.cuda() for t in _linear_inputs(R, K, N, dtype, gen))
     base = torch.empty(1 + R * K, dtype=dtype, device="cuda")
@@ -807,10 +831,12 @@ def test_cuda_linear_registers_without_layernorm_give_the_shared_rows_bits(gen, 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", CUDA_DTYPES)
-def test_cuda_linear_folded_layernorm_holds_for_rows_far_from_zero(gen, dtype):
-    """The one-row kernel folds the LayerNorm into the product (r (sum w g x - m sum w g) +
-    sum w b): rows whose mean is 100x their spread, and constant rows (the LayerNorm's output is
-    its bias), still meet the float64 reference to the dtype's tolerance."""
+def test_cuda_linear_folded_layernorm_holds_for_rows_far_from_zero(gen, dtype, registers_max_k):
+    """The register-row kernel (opt-in) folds the LayerNorm onto the weight row
+    (r sum (w g)(x - m) + sum w b): rows whose mean is 100x their spread, and constant rows
+    (the LayerNorm's output is its bias), still meet the float64 reference to the dtype's
+    tolerance."""
+    registers_max_k(2048)
     R, K, N = 4, 384, 96
     x, w, b, lw, lb, _ = _linear_inputs(R, K, N, dtype, gen)
     x = (100.0 + x.float() / 2).to(dtype)
