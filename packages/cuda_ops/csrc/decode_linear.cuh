@@ -207,31 +207,26 @@ __device__ __forceinline__ void linear_outputs_in_registers(
 #pragma unroll
   for (int j = 0; j < J; ++j)
     if (column(j) < K) xv[j] = load_produced(xr + column(j) / V);
+  // the warp's sum of the weight row times the chunks v (fmaf in column order, then the xor
+  // butterfly: linear_outputs' order)
+  auto row_dot = [&](const uint4* v) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (column(j) >= K) break;
+      float wf[V], vf[V];
+      Vec16<T>::convert(wv[j], wf);
+      Vec16<T>::convert(v[j], vf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) dot = fmaf(wf[i], vf[i], dot);
+    }
+    return warp_sum(dot);
+  };
   float acc = 0.0f;
   if constexpr (!Ln) {
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      if (column(j) >= K) break;
-      float wf[V], xf[V];
-      Vec16<T>::convert(wv[j], wf);
-      Vec16<T>::convert(xv[j], xf);
-#pragma unroll
-      for (int i = 0; i < V; ++i) acc = fmaf(wf[i], xf[i], acc);
-    }
-    acc = warp_sum(acc);
+    acc = row_dot(xv);
   } else {
-    // while x is in flight: B = sum_k w_k b_k over the warp
-    float wb = 0.0f;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      if (column(j) >= K) break;
-      float wf[V], bf[V];
-      Vec16<T>::convert(wv[j], wf);
-      Vec16<T>::convert(bv[j], bf);
-#pragma unroll
-      for (int i = 0; i < V; ++i) wb = fmaf(wf[i], bf[i], wb);
-    }
-    wb = warp_sum(wb);
+    const float wb = row_dot(bv);  // B = sum_k w_k b_k, while x is in flight
     // the mean of x, then the centred squares and sum_k (w_k g_k)(x_k - m) together
     float sum = 0.0f;
 #pragma unroll
