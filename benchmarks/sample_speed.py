@@ -56,7 +56,7 @@ CONFIGS = {  # name -> sample() options
     # decode_linear's one-row kernel with its row in registers (the LayerNorm folded onto the
     # weight rows; csrc/decode_linear.cuh) for rows up to 2,048 / 1,024 / 256 wide, instead of
     # through shared memory (the default: csrc/decode.h's kLinearRegistersMaxK = 0). Recorded
-    # runs of 2026-12-07 named "shared-rows" the shared-memory rows of a build whose default
+    # runs of 2026-12-06 named "shared-rows" the shared-memory rows of a build whose default
     # was 2,048.
     "graph bf16 fused registers": {
         "mode": "graph",

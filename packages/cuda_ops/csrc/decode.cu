@@ -13,7 +13,7 @@
 //   most of a 3-us launch on an 8-row tile of one useful row. One warp per output with 8 warps
 //   a block and no early weight loads (the version before) took 3.1 us a call at
 //   shakespeare-char (benchmarks/profiles/profile-decode-shakespeare-char-gptstack-h200-20261203.txt).
-// decode_linear_registers_kernel (opt-in, set_linear_registers_max_k; 2026-12-07): the same
+// decode_linear_registers_kernel (opt-in, set_linear_registers_max_k; 2026-12-06): the same
 //   grid where the row fits 16-byte chunks held in registers: each warp reads x itself (no
 //   shared memory, no barrier) and a LayerNorm is folded onto the weight row
 //   (decode_linear.cuh's linear_outputs_in_registers). Faster in a chain of dependent launches,
