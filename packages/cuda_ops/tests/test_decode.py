@@ -21,8 +21,9 @@ CSRC = Path(__file__).resolve().parents[1] / "csrc"
 
 # rows x K x N: one row (batch-1 decoding), odd K (no 16-byte rows: the CUDA scalar version),
 # K a multiple of 8 (the vector version), N not a multiple of the 8 rows a CUDA block covers
-# one row: in bf16/fp32 on CUDA, rows of 16-byte multiples up to 2,048 / 1,024 wide take the
-# kernel that holds the row in registers (csrc/decode_linear.cuh), the rest the shared-memory one
+# one row: in bf16/fp32 on CUDA, rows of 16-byte multiples up to 2,048 / 1,024 wide can take the
+# kernel that holds the row in registers (opt-in: the registers_max_k fixture below), the rest
+# the shared-memory one
 LINEAR_SHAPES = [(1, 1, 1), (1, 37, 19), (2, 64, 96), (3, 384, 1152), (1, 1536, 65),
                  (2, 2048, 33), (1, 1024, 40), (1, 2056, 9)]  # fmt: skip
 # many rows (the slide window's step): in bf16 on CUDA the tensor-core kernel (csrc/decode_mma.cuh)
