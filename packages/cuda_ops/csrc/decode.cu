@@ -321,27 +321,11 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
   };
   static LaunchCheck vector_row_check, vector_check, scalar_check;
   if (K <= linear_registers_max_k() && linear_row_in_registers<T>(x, w, ln_w, ln_b, K)) {
-    // J: the fewest chunks a lane of 1, 2, 4, 8 that hold the row; one check per instance
-    auto registers = [&](auto j, auto ln) {
-      static LaunchCheck check;
+    with_registers_instance<T>(K, ln_w != nullptr, [&](auto j, auto ln) {
+      static LaunchCheck check;  // one per instance
       run(decode_linear_registers_kernel<T, decltype(j)::value, decltype(ln)::value>, check,
           "row in registers", 0);
-    };
-    auto with_ln = [&](auto j) {
-      if (ln_w)
-        registers(j, std::true_type{});
-      else
-        registers(j, std::false_type{});
-    };
-    const int64_t chunks = ceil_div(K, int64_t(32) * Vec16<T>::n);
-    if (chunks <= 1)
-      with_ln(std::integral_constant<int, 1>{});
-    else if (chunks <= 2)
-      with_ln(std::integral_constant<int, 2>{});
-    else if (chunks <= 4)
-      with_ln(std::integral_constant<int, 4>{});
-    else
-      with_ln(std::integral_constant<int, 8>{});
+    });
   } else if (vector_row)
     run(decode_linear_kernel<T, true, true>, vector_row_check, "vector", smem);
   else if (vector)

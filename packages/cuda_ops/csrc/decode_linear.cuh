@@ -3,6 +3,8 @@
 // benches (dev/pdl_chain.cu), run it.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda_common.cuh"
 #include "decode_vec.cuh"
 
@@ -265,6 +267,29 @@ __device__ __forceinline__ void linear_outputs_in_registers(
     if (residual) acc += res;
     out[int64_t(r) * N + n] = from_f32<T>(acc);
   }
+}
+
+// f(J, Ln) with the compile-time instance of linear_outputs_in_registers that runs a row of K:
+// J the fewest of 1, 2, 4, 8 16-byte chunks a lane that hold it (K <= 8 * 32 * V, as
+// linear_row_in_registers asks), Ln whether there is a LayerNorm; J and Ln as
+// std::integral_constant / std::bool_constant (decode.cu and dev/pdl_chain.cu dispatch so)
+template <typename T, typename F>
+void with_registers_instance(int64_t K, bool ln, F&& f) {
+  auto with_ln = [&](auto j) {
+    if (ln)
+      f(j, std::true_type{});
+    else
+      f(j, std::false_type{});
+  };
+  const int64_t chunks = (K + 32 * Vec16<T>::n - 1) / (32 * Vec16<T>::n);
+  if (chunks <= 1)
+    with_ln(std::integral_constant<int, 1>{});
+  else if (chunks <= 2)
+    with_ln(std::integral_constant<int, 2>{});
+  else if (chunks <= 4)
+    with_ln(std::integral_constant<int, 4>{});
+  else
+    with_ln(std::integral_constant<int, 8>{});
 }
 
 // Whether linear_outputs_in_registers runs: 16-byte rows of K <= kLinearAhead * 32 * V (its

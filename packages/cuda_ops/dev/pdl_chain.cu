@@ -208,19 +208,11 @@ int main() {
         for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
         return m;
       };
-      // the instance decode.cu launches for K (J: the fewest of 1, 2, 4, 8 chunks a lane)
+      // the instance decode.cu launches for K (decode_linear.cuh's with_registers_instance)
       auto with_registers = [&](auto f) {
-        const int chunks = (K + 255) / 256;
-        auto pick = [&](auto j) {
-          if (ln)
-            f(registers_kernel<decltype(j)::value, true>);
-          else
-            f(registers_kernel<decltype(j)::value, false>);
-        };
-        if (chunks <= 1) pick(std::integral_constant<int, 1>{});
-        else if (chunks <= 2) pick(std::integral_constant<int, 2>{});
-        else if (chunks <= 4) pick(std::integral_constant<int, 4>{});
-        else pick(std::integral_constant<int, 8>{});
+        gs::with_registers_instance<__nv_bfloat16>(K, ln, [&](auto j, auto has_ln) {
+          f(registers_kernel<decltype(j)::value, decltype(has_ln)::value>);
+        });
       };
       const auto reference = once(linear_kernel<true>);
       const float diff = max_diff(reference, once(linear_kernel<false>));
