@@ -162,6 +162,19 @@ def _fused_step(model, batch: int):
     return FusedDecodeStep(model, cache)
 
 
+def _record_calls(monkeypatch, step, op: str) -> list:
+    """Spy on step.ops.<op> for the test: each call appends its first argument's shape to the
+    returned list, then runs the op."""
+    calls, fused = [], getattr(step.ops, op)
+
+    def spy(first, *args, **kwargs):
+        calls.append(first.shape)
+        return fused(first, *args, **kwargs)
+
+    monkeypatch.setattr(step.ops, op, spy)
+    return calls
+
+
 @needs_cuda_ops
 @pytest.mark.parametrize("bias", [True, False])
 def test_fused_step_matches_the_models_one_token_forward(make_gpt, random_tokens, rel_err, bias):
@@ -288,10 +301,7 @@ def test_window_mlp_launch_is_chosen_by_the_width(
     three decode_linear calls; every path gives the model's logits."""
     model = make_gpt(38, scramble=0.3, n_layer=3, n_head=4, n_embd=n_embd, bias=True)
     step = _fused_step(model, 1)
-    calls = []
-    fused = step.ops.window_mlp
-    spy = lambda y, *a, **k: calls.append(y.shape) or fused(y, *a, **k)  # noqa: E731
-    monkeypatch.setattr(step.ops, "window_mlp", spy)
+    calls = _record_calls(monkeypatch, step, "window_mlp")
     idx = random_tokens(38, 1, 16, model.config.vocab_size)
     with torch.no_grad():
         ref = model(idx, last_only=True)[0][:, -1]
@@ -314,10 +324,7 @@ def test_tail_launch_ends_both_steps(make_gpt, random_tokens, rel_err, monkeypat
     model = make_gpt(40, scramble=0.3, n_layer=2, n_head=2, n_embd=64, bias=True)
     step = _fused_step(model, 1)
     step.tail = tail
-    calls = []
-    fused = step.ops.decode_tail
-    spy = lambda y, *a, **k: calls.append(y.shape) or fused(y, *a, **k)  # noqa: E731
-    monkeypatch.setattr(step.ops, "decode_tail", spy)
+    calls = _record_calls(monkeypatch, step, "decode_tail")
     idx = random_tokens(40, 1, 16, model.config.vocab_size)
     with torch.no_grad():
         step.window_rows = idx.numel()
@@ -340,10 +347,7 @@ def test_slide_embeds_in_the_first_attention_launch(
     window()'s logits of the slid ids."""
     model = make_gpt(34, scramble=0.3, n_layer=n_layer, n_head=2, n_embd=64, bias=True)
     step = _fused_step(model, 1)
-    calls = []
-    fused = step.ops.embedded_window_attention
-    spy = lambda *a, **k: calls.append(1) or fused(*a, **k)  # noqa: E731
-    monkeypatch.setattr(step.ops, "embedded_window_attention", spy)
+    calls = _record_calls(monkeypatch, step, "embedded_window_attention")
     window = random_tokens(34, 1, 16, model.config.vocab_size)
     token = random_tokens(35, 1, 1, model.config.vocab_size)
     with torch.no_grad():
