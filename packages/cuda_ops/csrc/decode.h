@@ -41,11 +41,11 @@ constexpr int kDecodeMaxHeadSize = 128;
 // decode_linear keeps the (normalized) input row in shared memory: K at most 12,288 floats.
 constexpr int64_t kDecodeMaxK = 12288;
 // The widest row decode_linear's one-row CUDA kernel holds in registers by default
-// (set_linear_registers_max_k; bf16 rows up to 2,048 fit it, float32 up to 1,024): 0, off. In
-// a chain of dependent launches it is faster (1.22 vs 2.16 us at K = 256 with a LayerNorm, 1.69
-// vs 2.47 at 384: dev/pdl_chain.cu), but inside the graph decoder on the H100 (2026-12-06) the
-// shakespeare-char cached step took 101 vs 87 us with it and `gptstack sample` lost 4 % there
-// (1 % at esp32, whose cached step gained 83 -> 69 us); why is not known yet.
+// (set_linear_registers_max_k; bf16 rows up to 2,048 fit it, float32 up to 1,024): 0, off.
+// Faster in a chain of launches (decode_linear.cuh has the numbers), but inside the graph
+// decoder on the H100 (2026-12-06) the shakespeare-char cached step took 101 vs 87 us with it
+// and `gptstack sample` lost 4 % there (1 % at esp32, whose cached step gained 83 -> 69 us);
+// why is not known yet (README, "the LayerNorm folded onto the weights").
 constexpr int kLinearRegistersMaxK = 0;
 // decode_linear on CUDA in bfloat16 with at least this many rows (the slide window's step) runs
 // on tensor cores (decode_mma.cuh) when K is a multiple of 16 and at most kDecodeMmaMaxK (both
