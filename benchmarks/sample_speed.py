@@ -246,31 +246,31 @@ def attention_variant(forward_warps: int | str):
     return cuda_variant(forward_warps=forward_warps)
 
 
-def set_programmatic_launch(enabled: bool) -> None:
+# A config's options that set a switch of the extension (gptstack.cuda_ops._C: option ->
+# (setter, getter)); the build's values, read before the first change, are restored after each
+# config. A build made before a switch existed has neither: a config that asks for it fails.
+EXTENSION_SWITCHES = {
+    "programmatic_launch": ("set_programmatic_launch", "programmatic_launch"),
+    "registers_max_k": ("set_linear_registers_max_k", "linear_registers_max_k"),
+}
+_EXTENSION_DEFAULTS: dict[str, object] = {}
+
+
+def set_extension_switches(options: dict) -> None:
+    """Each extension switch to the value options gives it (popped), else the build's value."""
     try:
         from gptstack.cuda_ops import _C
-    except ImportError:
+    except ImportError:  # no extension (a CPU-only run without the build): nothing to switch
+        for option in EXTENSION_SWITCHES:
+            options.pop(option, None)
         return
-    _C.set_programmatic_launch(enabled)
-
-
-_REGISTERS_DEFAULT: list[int] = []  # the build's, read before the first change
-
-
-def set_linear_registers_max_k(max_k: int | None) -> None:
-    """decode_linear's one-row kernel: rows up to max_k in registers (None: the build's
-    default, csrc/decode.h's kLinearRegistersMaxK; builds before the switch have none)."""
-    try:
-        from gptstack.cuda_ops import _C
-    except ImportError:
-        return
-    if not hasattr(_C, "linear_registers_max_k"):
-        if max_k is not None:
-            raise RuntimeError("this build of gptstack.cuda_ops has no registers_max_k switch")
-        return
-    if not _REGISTERS_DEFAULT:
-        _REGISTERS_DEFAULT.append(_C.linear_registers_max_k())
-    _C.set_linear_registers_max_k(_REGISTERS_DEFAULT[0] if max_k is None else max_k)
+    for option, (setter, getter) in EXTENSION_SWITCHES.items():
+        if not hasattr(_C, getter):
+            if option in options:
+                raise RuntimeError(f"this build of gptstack.cuda_ops has no {option} switch")
+            continue
+        _EXTENSION_DEFAULTS.setdefault(option, getattr(_C, getter)())
+        getattr(_C, setter)(options.pop(option, _EXTENSION_DEFAULTS[option]))
 
 
 def main() -> None:
@@ -296,8 +296,7 @@ def main() -> None:
                 ckpt = load_checkpoint(run, device=args.device)
                 options = dict(configs[n])
                 threads.BY_PHASE = options.pop("threads_by_phase", True)
-                set_programmatic_launch(options.pop("programmatic_launch", True))
-                set_linear_registers_max_k(options.pop("registers_max_k", None))
+                set_extension_switches(options)
                 set_fused_step(options)
                 attention = attention_variant(options.pop("attention_warps", 0))
                 try:
@@ -319,8 +318,7 @@ def main() -> None:
                     print(f"{run.name} {n}: {rows[n]['error']}", flush=True)
                     continue
                 finally:
-                    set_programmatic_launch(True)
-                    set_linear_registers_max_k(None)
+                    set_extension_switches({})
                     set_fused_step({})
                     threads.BY_PHASE = True
                 rows[n]["tokens_per_s"].append(res.tokens_per_s)
