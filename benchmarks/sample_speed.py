@@ -54,7 +54,7 @@ CONFIGS = {  # name -> sample() options
         "fused_sampling": False,
     },
     # decode_linear's one-row kernel with its row in registers (the LayerNorm folded onto the
-    # weight rows; csrc/decode_linear.cuh) for rows up to 2,048 / 1,024 / 256 wide, instead of
+    # weight rows; csrc/decode_linear.cuh) for rows up to 2,048 / 1,024 / 384 / 256 wide, instead of
     # through shared memory (the default: csrc/decode.h's kLinearRegistersMaxK = 0). Recorded
     # runs of 2026-12-06 named "shared-rows" the shared-memory rows of a build whose default
     # was 2,048.
@@ -75,6 +75,12 @@ CONFIGS = {  # name -> sample() options
         "dtype": "bf16",
         "kernels": "gptstack",
         "registers_max_k": 256,
+    },
+    "graph bf16 fused registers-384": {
+        "mode": "graph",
+        "dtype": "bf16",
+        "kernels": "gptstack",
+        "registers_max_k": 384,
     },
     # the fused kernels launched the ordinary way (no programmatic dependent launch)
     "graph bf16 fused no-PDL": {

@@ -323,8 +323,11 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
   if (K <= linear_registers_max_k() && linear_row_in_registers<T>(x, w, ln_w, ln_b, K)) {
     with_registers_instance<T>(K, ln_w != nullptr, [&](auto j, auto ln) {
       static LaunchCheck check;  // one per instance
+      // asked for the K floats of shared memory it does not use, as the shared-row kernels
+      // are: dev/pdl_chain.cu, where it won, launched it so, and a kernel wanting another
+      // L1/shared split than the one an SM runs may wait for that SM to drain
       run(decode_linear_registers_kernel<T, decltype(j)::value, decltype(ln)::value>, check,
-          "row in registers", 0);
+          "row in registers", smem);
     });
   } else if (vector_row)
     run(decode_linear_kernel<T, true, true>, vector_row_check, "vector", smem);
