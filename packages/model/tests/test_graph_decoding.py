@@ -6,7 +6,9 @@ CUDA tests check the captured replays against the same reference on the lent GPU
 
 from __future__ import annotations
 
+import gc
 import importlib.util
+import weakref
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ import torch.nn.functional as F
 
 from gptstack.model import GraphDecoder, ModelError, generate, window_length
 from gptstack.model.decoding import MODES
+from gptstack.model.graphs import capture
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 HAVE_CUDA_OPS = importlib.util.find_spec("gptstack.cuda_ops") is not None
@@ -577,6 +580,75 @@ def test_captured_graph_decoder_matches_naive_on_cuda(
     if fused and window == "slide" and not compile:  # the replayed draws are the eager loop's
         expected = _draws_by_the_fused_sampler(model, idx, 60, 3, temperature=1.0, top_k=5)
         assert torch.equal(a, expected[:, 5:].cpu())
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_capturing_pauses_the_collector_and_restores_it():
+    seen = []
+
+    def step():
+        seen.append(gc.isenabled())
+        return torch.ones(4, device="cuda") * 2
+
+    graph, out = capture(step, torch.device("cuda"), warmup=1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert seen == [True, False]  # the warm-up call with the collector on, the capture off
+    assert gc.isenabled()
+    assert out.tolist() == [2.0] * 4
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        capture(step, torch.device("cuda"), warmup=0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("window", ["slide", "halve"])
+def test_a_decoder_dropped_during_another_capture_is_freed_after_it(
+    make_gpt, random_tokens, monkeypatch, window
+):
+    """A GraphDecoder is cyclic garbage once dropped (its step closures refer to it), freed,
+    graphs and pinned buffers included, whenever the collector next runs. Here the last
+    reference to one that has replayed its graphs goes inside another decoder's captures while
+    the collector would run on every allocation; the captures must succeed and write the
+    reference text, and the old decoder be freed once they are done (graphs.capturing)."""
+    from gptstack.model import graph_decoding
+
+    model = make_gpt(27, scramble=0.3, block_size=32).cuda()
+    idx = random_tokens(27, 1, 5, model.config.vocab_size).cuda()
+    expected = generate(model, idx, 70, temperature=0, window=window)[:, 5:].cpu()
+
+    def text(decoder):
+        return torch.cat(list(decoder.generate(idx, 70, temperature=0, window=window)), dim=1)
+
+    old = GraphDecoder(model, batch_size=1, chunk=16)
+    assert torch.equal(text(old), expected)
+    freed = weakref.ref(old)
+    holder = [old]
+    del old
+    real_capture = graph_decoding.capture
+
+    def capture_dropping_the_old_decoder(fn, device, **kw):
+        def fn_dropping():
+            holder.clear()  # the old decoder becomes garbage inside this capture
+            return fn()
+
+        return real_capture(fn_dropping, device, **kw)
+
+    monkeypatch.setattr(graph_decoding, "capture", capture_dropping_the_old_decoder)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        got = text(GraphDecoder(model, batch_size=1, chunk=16))
+    finally:
+        gc.set_threshold(*thresholds)
+    assert torch.equal(got, expected)
+    gc.collect()
+    assert freed() is None
 
 
 @pytest.mark.cuda

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from gptstack.model.graphs import capturing
+
 from .errors import BenchError
 
 TIMINGS = ("cpu", "cuda_events", "cuda_graph", "self")
@@ -98,7 +100,7 @@ class Clock:
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with capturing(graph):  # the collector paused (gptstack.model.graphs)
                 for _ in range(self.inner):
                     self.fn(x)
         except BaseException:

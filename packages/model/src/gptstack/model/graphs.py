@@ -2,6 +2,7 @@
 
     graph, out = capture(fn, device)          # warm up fn on a side stream, then capture it
     graph.replay()                            # out now holds this replay's result
+    with capturing(graph): ...                # torch.cuda.graph(graph), the collector paused
 
 PyTorch's recipe (torch.cuda.graphs docs, "whole network capture"): run the callable a few times
 eagerly on a side stream first, so that lazy initialisation, cuBLAS workspaces, autotuning and
@@ -11,7 +12,9 @@ and outputs are the tensors the callable reads and returns: replays overwrite th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import gc
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TypeVar
 
 import torch
@@ -37,6 +40,25 @@ def run_on_side_stream(fn: Callable[[], R], device: torch.device, calls: int = 1
     return out
 
 
+@contextmanager
+def capturing(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
+    """torch.cuda.graph(graph) with Python's cyclic garbage collector paused until the capture
+    ends. Objects in reference cycles (a GraphDecoder: its step closures hold it) are freed
+    whenever the collector next runs; run inside a capture, their finalizers (an old decoder's
+    graphs, its pinned buffers and events) invalidate it ("operation failed due to a previous
+    error during capture"). PyTorch no longer collects before a capture
+    (torch.compiler.config.force_cudagraph_gc), so any allocation in the captured code could
+    start a collection. Objects made garbage meanwhile are collected after."""
+    collector_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph):
+            yield
+    finally:
+        if collector_was_on:
+            gc.enable()
+
+
 def capture(
     fn: Callable[[], R],
     device: torch.device,
@@ -57,6 +79,6 @@ def capture(
     graph = torch.cuda.CUDAGraph()
     for g in generators:
         graph.register_generator_state(g)
-    with torch.cuda.graph(graph):
+    with capturing(graph):
         out = fn()
     return graph, out
