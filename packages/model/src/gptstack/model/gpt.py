@@ -195,7 +195,8 @@ class GPT(nn.Module):
 
         idx: (B, T) int64 token ids, T <= block_size. targets: (B, T) int64, -1 = ignore.
         Returns logits (B, T, V), or (B, 1, V) with last_only, and a scalar loss or None.
-        With ops="gptstack" and targets, logits is None: the fused loss never forms them.
+        With targets the logits are detached (differentiate the loss); with ops="gptstack" and
+        targets, logits is None: the fused loss never forms them.
         kv_cache / pos (used by decoding.py): idx holds positions [pos, pos + T); keys and values
         are written into / read from the cache. Raises ModelError on a bad shape or T.
         """
@@ -238,6 +239,11 @@ class GPT(nn.Module):
             loss = F.cross_entropy(
                 logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1
             )
+            # The loss carries the gradient; the logits come back detached. A compiled head is
+            # one autograd function with both outputs, and its backward is handed a gradient for
+            # every output that requires one: zeros for the logits, B x T x V of them written
+            # and added in each step (1.65 GB at gpt2-124m's B=16: the trace's largest fill).
+            logits = logits.detach()
         return logits, loss
 
     def set_attention_backend(self, name: str) -> None:
