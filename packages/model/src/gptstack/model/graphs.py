@@ -44,11 +44,12 @@ def run_on_side_stream(fn: Callable[[], R], device: torch.device, calls: int = 1
 def capturing(graph: torch.cuda.CUDAGraph) -> Iterator[None]:
     """torch.cuda.graph(graph) with Python's cyclic garbage collector paused until the capture
     ends. Objects in reference cycles (a GraphDecoder: its step closures hold it) are freed
-    whenever the collector next runs; run inside a capture, their finalizers (an old decoder's
-    graphs, its pinned buffers and events) invalidate it ("operation failed due to a previous
-    error during capture"). PyTorch no longer collects before a capture
-    (torch.compiler.config.force_cudagraph_gc), so any allocation in the captured code could
-    start a collection. Objects made garbage meanwhile are collected after."""
+    whenever the collector next runs, and a CUDAGraph freed inside another capture invalidates
+    it ("operation failed due to a previous error during capture"; on the H100, 2026-12-06: a
+    pinned buffer, an event or a device tensor freed there did not). PyTorch no longer collects
+    before a capture (torch.compiler.config.force_cudagraph_gc), so any allocation in the
+    captured code could start a collection. Objects made garbage meanwhile are collected
+    after."""
     collector_was_on = gc.isenabled()
     gc.disable()
     try:
