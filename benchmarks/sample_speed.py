@@ -58,29 +58,14 @@ CONFIGS = {  # name -> sample() options
     # through shared memory (the default: csrc/decode.h's kLinearRegistersMaxK = 0). Recorded
     # runs of 2026-12-06 named "shared-rows" the shared-memory rows of a build whose default
     # was 2,048.
-    "graph bf16 fused registers": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "registers_max_k": 2048,
-    },
-    "graph bf16 fused registers-1024": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "registers_max_k": 1024,
-    },
-    "graph bf16 fused registers-256": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "registers_max_k": 256,
-    },
-    "graph bf16 fused registers-384": {
-        "mode": "graph",
-        "dtype": "bf16",
-        "kernels": "gptstack",
-        "registers_max_k": 384,
+    **{
+        f"graph bf16 fused registers{'' if max_k == 2048 else f'-{max_k}'}": {
+            "mode": "graph",
+            "dtype": "bf16",
+            "kernels": "gptstack",
+            "registers_max_k": max_k,
+        }
+        for max_k in (2048, 1024, 384, 256)
     },
     # the fused kernels launched the ordinary way (no programmatic dependent launch)
     "graph bf16 fused no-PDL": {

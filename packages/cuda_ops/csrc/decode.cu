@@ -324,9 +324,7 @@ void launch_linear(T* out, const T* x, const T* w, const T* b, const T* ln_w, co
     with_registers_instance<T>(K, ln_w != nullptr, [&](auto j, auto ln) {
       static LaunchCheck check;  // one per instance
       // asked for the K floats of shared memory it does not use, as dev/pdl_chain.cu (where it
-      // won) launched it, in case another L1/shared split kept it off busy SMs: no help in the
-      // decoder (H100, one process, 2026-12-06: shakespeare-char 7,397 tok/s with every row in
-      // registers, 7,561 up to K = 384, 7,795 all shared; esp32 9,863 vs 9,781)
+      // won) launched it: no help in the decoder either (decode.h, kLinearRegistersMaxK)
       run(decode_linear_registers_kernel<T, decltype(j)::value, decltype(ln)::value>, check,
           "row in registers", smem);
     });

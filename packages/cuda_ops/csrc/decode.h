@@ -45,7 +45,10 @@ constexpr int64_t kDecodeMaxK = 12288;
 // Faster in a chain of launches (decode_linear.cuh has the numbers), but inside the graph
 // decoder on the H100 (2026-12-06) the shakespeare-char cached step took 101 vs 87 us with it
 // and `gptstack sample` lost 4 % there (1 % at esp32, whose cached step gained 83 -> 69 us);
-// why is not known yet (README, "the LayerNorm folded onto the weights").
+// launched with the shared-row kernels' K floats of shared memory, as the chain bench had it,
+// it still lost at shakespeare-char (7,397 tok/s, 7,561 up to K = 384, against 7,795 with all
+// rows shared; benchmarks/profiles/sample-speed-*-792894b-registers-smem.json); why is not
+// known yet (README, "the LayerNorm folded onto the weights").
 constexpr int kLinearRegistersMaxK = 0;
 // decode_linear on CUDA in bfloat16 with at least this many rows (the slide window's step) runs
 // on tensor cores (decode_mma.cuh) when K is a multiple of 16 and at most kDecodeMmaMaxK (both

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from gptstack.model.graphs import capturing
+from gptstack.model.graphs import capturing, run_on_side_stream
 
 from .errors import BenchError
 
@@ -92,12 +92,7 @@ class Clock:
             self._graphs = [self._capture(x) for x in self.inputs]
 
     def _capture(self, x: Any) -> torch.cuda.CUDAGraph:
-        stream = torch.cuda.Stream(device=self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(CAPTURE_WARMUP_CALLS):
-                self.fn(x)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
+        run_on_side_stream(lambda: self.fn(x), self.device, CAPTURE_WARMUP_CALLS)
         graph = torch.cuda.CUDAGraph()
         try:
             with capturing(graph):  # the collector paused (gptstack.model.graphs)
