@@ -58,8 +58,11 @@ def test_set_parses_by_field_type():
             "model.bias=false",
             "model.attention=manual",
             "train.eval_interval=1e1",
+            "model.ops=gptstack:loss",
+            "train.cpu_bf16_ops=gptstack:layernorm,gelu",
         ],
     )
+    assert cfg.model.ops == "gptstack:loss" and cfg.train.cpu_bf16_ops == "gptstack:layernorm,gelu"
     assert cfg.train.lr == 3e-4 and cfg.train.max_steps == 7 and cfg.model.bias is False
     assert cfg.model.attention == "manual" and cfg.train.eval_interval == 10
 
@@ -72,6 +75,8 @@ def test_set_parses_by_field_type():
         ("train.lr", ["section.key=value"]),
         ("train.max_steps=many", ["not a valid int"]),
         ("model.attention=flash", ["choose one of", "sdpa"]),
+        ("model.ops=gptstack:softmax", ["model.ops is 'gptstack:softmax'", "'loss'"]),
+        ("train.cpu_bf16_ops=native", ["train.cpu_bf16_ops is 'native'", "'' for model.ops"]),
         ("model.n_head=5", ["divisible"]),
         ("model.block_size=1", ["block_size"]),
     ],

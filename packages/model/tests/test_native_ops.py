@@ -5,6 +5,7 @@ without cuda_ops installed."""
 from __future__ import annotations
 
 import copy
+import re
 import sys
 
 import pytest
@@ -16,20 +17,34 @@ pytest.importorskip("gptstack.cuda_ops")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def _pair(make_gpt, bias=True, **overrides):
-    """The same weights twice: ops="torch" (the reference) and ops="gptstack"."""
+def _pair(make_gpt, bias=True, ops="gptstack", **overrides):
+    """The same weights twice: ops="torch" (the reference) and `ops` (default all native)."""
     ref = make_gpt(3, scramble=0.3, bias=bias, **overrides)
-    native = GPT(GPTConfig(**{**ref.config.to_dict(), "ops": "gptstack"})).eval()
+    native = GPT(GPTConfig(**{**ref.config.to_dict(), "ops": ops})).eval()
     native.load_state_dict(ref.state_dict())
     return ref, native
 
 
 def test_ops_is_validated_and_round_trips(tiny_config):
     assert tiny_config().ops == "torch"
-    with pytest.raises(ModelConfigError, match=r"GPTConfig.ops is 'triton'; choose one of"):
-        tiny_config(ops="triton")
     cfg = tiny_config(ops="gptstack")
     assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.native_op_names == {"layernorm", "gelu", "loss"}
+    assert tiny_config().native_op_names == set()
+    cfg = tiny_config(ops="gptstack:loss,gelu")
+    assert cfg.native_op_names == {"loss", "gelu"}
+    assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+    for bad, why in [
+        ("triton", ""),
+        ("gptstack:", " ('' not an op)"),
+        ("gptstack:softmax", " ('softmax' not an op)"),
+        ("gptstack:loss,loss", ""),
+        ("torch:loss", ""),
+        (3, ""),
+    ]:
+        start = f"GPTConfig.ops is {bad!r}{why}; choose 'torch', 'gptstack' or 'gptstack:' + some"
+        with pytest.raises(ModelConfigError, match=re.escape(start)):
+            tiny_config(ops=bad)
 
 
 def test_without_cuda_ops_the_model_still_works_and_gptstack_says_why(
@@ -76,6 +91,47 @@ def test_loss_logits_and_gradients_match_torch_ops(make_gpt, random_tokens, rel_
     ref_loss.backward()
     for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
         assert rel_err(p.grad, q.grad) < 1e-5, name
+
+
+NATIVE_FUNCTIONS = {
+    "layernorm": ("layernorm", "add_layernorm"),
+    "gelu": ("gelu_tanh",),
+    "loss": ("linear_cross_entropy",),
+}
+
+
+@pytest.mark.parametrize("names", ["loss", "gelu", "layernorm", "layernorm,loss"])
+def test_each_op_alone_is_native_and_matches_torch(
+    monkeypatch, make_gpt, random_tokens, rel_err, names
+):
+    """ops="gptstack:<names>": those ops (and only those) call gptstack.cuda_ops, and the loss,
+    logits and gradients are torch's to tolerance."""
+    import gptstack.cuda_ops as cuda_ops
+
+    calls: dict[str, int] = {}
+    for functions in NATIVE_FUNCTIONS.values():
+        for fn in functions:
+            real = getattr(cuda_ops, fn)
+            counted = lambda *a, _real=real, _fn=fn, **k: (  # noqa: E731
+                calls.__setitem__(_fn, calls.get(_fn, 0) + 1) or _real(*a, **k)
+            )
+            monkeypatch.setattr(cuda_ops, fn, counted)
+    ref, native = _pair(make_gpt, ops=f"gptstack:{names}", dropout=0.0)
+    V = ref.config.vocab_size
+    idx, targets = random_tokens(11, 2, 16, V), random_tokens(12, 2, 16, V)
+    targets[1, -3:] = -1
+    logits, loss = native(idx, targets)
+    ref_logits, ref_loss = ref(idx, targets)
+    assert (logits is None) == ("loss" in names)  # the native loss never forms the logits
+    if logits is not None:
+        assert rel_err(logits, ref_logits) < 1e-5
+    assert abs(loss.item() - ref_loss.item()) < 1e-5 * abs(ref_loss.item())
+    loss.backward()
+    ref_loss.backward()
+    for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
+        assert rel_err(p.grad, q.grad) < 1e-5, name
+    wanted = {fn for n in names.split(",") for fn in NATIVE_FUNCTIONS[n]}
+    assert set(calls) == wanted, calls
 
 
 @pytest.mark.parametrize("mode", ["naive", "kv", "static"])

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gptstack.model.config import GPTConfig
+from gptstack.model.config import GPTConfig, parse_ops
 from gptstack.model.errors import ModelConfigError
 
 from .errors import ConfigError
@@ -83,7 +83,8 @@ class TrainSection:
     # dropout costs quality and its random mask costs time (14 % of an esp32 step on 2 cores)
     cpu_dropout: float = -1.0
     cpu_distill: bool = True  # false: on a CPU, train without train.distill_from's teacher
-    # model.ops and model.attention on a CPU that trains in bf16 ("": the model section's).
+    # model.ops and model.attention on a CPU that trains in bf16 ("": the model section's; ops
+    # takes model.ops' values, "gptstack:loss" included).
     # There PyTorch's SDPA is slow in bf16 (its backward above all): the esp32 preset sets
     # "gptstack" ops and "manual" attention (benchmarks/SWEEPS.md, esp32-cpu-kernels). "gptstack"
     # applies only where gptstack.cuda_ops runs its AVX2 path (train.run_model_config).
@@ -190,7 +191,6 @@ CHOICES = {
     ("train", "cuda_graph"): ("auto", "true", "false"),
     ("train", "parallel"): ("ddp", "fsdp"),
     ("train", "lr_decay"): ("cosine", "linear"),
-    ("train", "cpu_bf16_ops"): ("", "torch", "gptstack"),
     ("train", "cpu_bf16_attention"): ("", "sdpa", "manual", "gptstack"),
 }
 
@@ -268,6 +268,12 @@ def validate(cfg: RunConfig, *, source: str) -> None:
         gpt_config(m, vocab_size=1)  # GPTConfig checks every model field; the vocab comes later
     except ModelConfigError as e:
         raise ConfigError(f"{source}: {str(e).replace('GPTConfig.', 'model.')}") from None
+    if t.cpu_bf16_ops:
+        try:
+            parse_ops(t.cpu_bf16_ops)
+        except ModelConfigError as e:
+            message = str(e).replace("GPTConfig.ops", "train.cpu_bf16_ops")
+            raise ConfigError(f"{source}: {message} ('' for model.ops)") from None
     rules = [
         (m.block_size >= 2, f"model.block_size must be at least 2, got {m.block_size}"),
         (

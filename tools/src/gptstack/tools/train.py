@@ -45,6 +45,7 @@ from gptstack.model import (
     WeightAverage,
     load_safetensors,
 )
+from gptstack.model.config import parse_ops
 from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
 
@@ -165,13 +166,14 @@ def run_model_config(
     cfg: RunConfig, vocab_size: int, device_type: str, dtype: str = ""
 ) -> GPTConfig:
     """model_config as it trains on this device: train.cpu_dropout's dropout, and on a CPU in
-    bf16 train.cpu_bf16_ops and cpu_bf16_attention (a "gptstack" one only where
+    bf16 train.cpu_bf16_ops and cpu_bf16_attention (a native one only where
     gptstack.cuda_ops runs its AVX2 path). dtype: the run's "bf16" or "fp32" ("" where it
     cannot matter: a GPU)."""
     mcfg = model_config(cfg, vocab_size)
     ops, attention = kernels_for_device(cfg.train, mcfg.ops, mcfg.attention, device_type, dtype)
-    if "gptstack" in (ops, attention) and _cuda_ops_cpu_path() != "avx2_fma":
-        ops = mcfg.ops if ops == "gptstack" else ops
+    native_ops = bool(parse_ops(ops))
+    if (native_ops or attention == "gptstack") and _cuda_ops_cpu_path() != "avx2_fma":
+        ops = mcfg.ops if native_ops else ops
         attention = mcfg.attention if attention == "gptstack" else attention
     dropout = dropout_for_device(cfg.train, mcfg.dropout, device_type)
     return dataclasses.replace(mcfg, dropout=dropout, ops=ops, attention=attention)

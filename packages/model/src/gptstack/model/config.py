@@ -15,9 +15,14 @@ from typing import Any
 from .errors import ModelConfigError
 
 # Who computes LayerNorm (+ the residual add before ln_2), GELU and the LM head's loss:
-# "torch" (PyTorch's own ops) or "gptstack" (the kernels of gptstack.cuda_ops, an optional
-# extra: pip install gptstack-model[cuda]). Same parameters, same function to tolerance.
+# "torch" (PyTorch's own ops), "gptstack" (the kernels of gptstack.cuda_ops, an optional
+# extra: pip install gptstack-model[cuda]) or "gptstack:" and some of NATIVE_OPS, comma-separated
+# ("gptstack:loss": the chunked LM-head loss native, the rest PyTorch's). Same parameters, same
+# function to tolerance.
 OPS_CHOICES = ("torch", "gptstack")
+# "layernorm": every LayerNorm and the residual add fused into ln_2; "gelu": the MLP's GELU;
+# "loss": ln_f's output -> LM head -> loss in chunks of rows, without the whole logits.
+NATIVE_OPS = ("layernorm", "gelu", "loss")
 
 
 @dataclass
@@ -41,8 +46,9 @@ class GPTConfig:
     bias: bool = True
     # Attention backend by registry name: "manual", "sdpa", or one registered later ("gptstack").
     attention: str = "sdpa"
-    # LayerNorm/GELU/loss implementation, one of OPS_CHOICES; "torch" until a native op wins
-    # end to end (packages/cuda_ops/README.md records the measurements).
+    # LayerNorm/GELU/loss implementation: one of OPS_CHOICES, or "gptstack:" and a comma-separated
+    # subset of NATIVE_OPS; "torch" until a native op wins end to end (packages/cuda_ops/README.md
+    # records the measurements).
     ops: str = "torch"
 
     def __post_init__(self) -> None:
@@ -83,12 +89,13 @@ class GPTConfig:
                 f"gptstack.model.register_attention_backend before the config is built)"
             )
 
-        if self.ops not in OPS_CHOICES:
-            raise ModelConfigError(
-                f"GPTConfig.ops is {self.ops!r}; choose one of {list(OPS_CHOICES)}"
-            )
-        if self.ops == "gptstack":
+        if self.native_op_names:
             native_ops()  # fails here, with the fix, rather than at the first forward
+
+    @property
+    def native_op_names(self) -> frozenset[str]:
+        """The NATIVE_OPS that `ops` gives to gptstack.cuda_ops (empty for "torch")."""
+        return parse_ops(self.ops)
 
     @property
     def head_size(self) -> int:
@@ -120,14 +127,36 @@ class GPTConfig:
         return cls(**d)
 
 
+def parse_ops(ops: object) -> frozenset[str]:
+    """The NATIVE_OPS an `ops` value names: "torch" none, "gptstack" all, "gptstack:a,b" a and b.
+    ModelConfigError naming the valid forms for anything else."""
+    forms = f"{OPS_CHOICES[0]!r}, {OPS_CHOICES[1]!r} or 'gptstack:' + some of {list(NATIVE_OPS)}"
+    if not isinstance(ops, str):
+        raise ModelConfigError(f"GPTConfig.ops is {ops!r}; choose {forms}")
+    if ops == "torch":
+        return frozenset()
+    if ops == "gptstack":
+        return frozenset(NATIVE_OPS)
+    prefix, sep, rest = ops.partition(":")
+    names = [n.strip() for n in rest.split(",")]
+    unknown = [n for n in names if n not in NATIVE_OPS]
+    if prefix != "gptstack" or not sep or unknown or len(set(names)) != len(names):
+        why = f" ({', '.join(map(repr, unknown))} not an op)" if sep and unknown else ""
+        raise ModelConfigError(
+            f"GPTConfig.ops is {ops!r}{why}; choose {forms}, comma-separated, e.g. 'gptstack:loss'"
+        )
+    return frozenset(names)
+
+
 def native_ops():
-    """The gptstack.cuda_ops module (imported only for ops="gptstack"); ModelConfigError with
-    the install command when it is missing."""
+    """The gptstack.cuda_ops module (imported only when `ops` names a native op);
+    ModelConfigError with the install command when it is missing."""
     try:
         cuda_ops = importlib.import_module("gptstack.cuda_ops")
     except ImportError as e:
         raise ModelConfigError(
-            f"GPTConfig.ops is 'gptstack' but gptstack.cuda_ops cannot be imported ({e}); "
+            f"GPTConfig.ops asks for gptstack's kernels but gptstack.cuda_ops cannot be imported "
+            f"({e}); "
             f"install it (pip install 'gptstack-model[cuda]', or uv sync in the gptstack "
             f"workspace) or set ops to 'torch'"
         ) from e

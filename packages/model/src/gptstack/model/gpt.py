@@ -5,7 +5,8 @@
 
 With `GPTConfig(ops="gptstack")` the same modules (same parameters) call gptstack.cuda_ops for
 LayerNorm, the residual add before ln_2 fused with it, GELU, and ln_f's output -> loss without
-the full logits; `ops="torch"` (default) is the reference they are tested against.
+the full logits; `ops="gptstack:loss"` (or any comma-separated subset of layernorm, gelu, loss)
+for those alone; `ops="torch"` (default) is the reference they are tested against.
 
 Parameter names are a contract shared with the int8 artifact and the C engine (README.md):
 `wte.weight`, `wpe.weight`, `h.{i}.ln_1.*`, `h.{i}.attn.c_attn.*`, `h.{i}.attn.c_proj.*`,
@@ -40,20 +41,27 @@ INIT_STD = 0.02
 
 @dataclass(frozen=True)
 class NativeOps:
-    """The gptstack.cuda_ops functions a model with ops="gptstack" calls (a plain object, so
-    the model still deep-copies and pickles)."""
+    """The gptstack.cuda_ops functions a model calls where its `ops` names them (None: PyTorch's
+    module computes that op). A plain object, so the model still deep-copies and pickles."""
 
-    layernorm: Callable[..., Tensor]
-    add_layernorm: Callable[..., tuple[Tensor, Tensor]]
-    gelu_tanh: Callable[[Tensor], Tensor]
-    linear_cross_entropy: Callable[..., Tensor]
+    layernorm: Callable[..., Tensor] | None
+    add_layernorm: Callable[..., tuple[Tensor, Tensor]] | None
+    gelu_tanh: Callable[[Tensor], Tensor] | None
+    linear_cross_entropy: Callable[..., Tensor] | None
 
     @classmethod
-    def of(cls, config: GPTConfig) -> NativeOps | None:
-        if config.ops != "gptstack":
-            return None
+    def of(cls, config: GPTConfig) -> NativeOps:
+        names = config.native_op_names
+        if not names:
+            return cls(None, None, None, None)
         m = native_ops()
-        return cls(m.layernorm, m.add_layernorm, m.gelu_tanh, m.linear_cross_entropy)
+        ln = "layernorm" in names
+        return cls(
+            m.layernorm if ln else None,
+            m.add_layernorm if ln else None,
+            m.gelu_tanh if "gelu" in names else None,
+            m.linear_cross_entropy if "loss" in names else None,
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -110,7 +118,8 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.c_fc(x)  # (B, T, 4C)
-        h = self.gelu(h) if self.native is None else self.native.gelu_tanh(h)
+        gelu = self.native.gelu_tanh
+        h = self.gelu(h) if gelu is None else gelu(h)
         return self.dropout(self.c_proj(h))
 
 
@@ -126,11 +135,11 @@ class Block(nn.Module):
         self.native = NativeOps.of(config)
 
     def forward(self, x: Tensor, kv_cache: AnyKVCache | None = None, pos: Position = 0) -> Tensor:
-        if self.native is None:
+        if self.native.layernorm is None:
             x = x + self.attn(self.ln_1(x), kv_cache, pos)
             x = x + self.mlp(self.ln_2(x))
             return x
-        # ops="gptstack": the same block, with x + attn(...) and ln_2 in one pass
+        # native LayerNorm: the same block, with x + attn(...) and ln_2 in one pass
         n = self.native
         y = self.attn(
             n.layernorm(x, self.ln_1.weight, self.ln_1.bias, LAYER_NORM_EPS), kv_cache, pos
@@ -195,8 +204,8 @@ class GPT(nn.Module):
 
         idx: (B, T) int64 token ids, T <= block_size. targets: (B, T) int64, -1 = ignore.
         Returns logits (B, T, V), or (B, 1, V) with last_only, and a scalar loss or None.
-        With targets the logits are detached (differentiate the loss); with ops="gptstack" and
-        targets, logits is None: the fused loss never forms them.
+        With targets the logits are detached (differentiate the loss); with the native loss
+        (ops "gptstack" or naming "loss") and targets, logits is None: it never forms them.
         kv_cache / pos (used by decoding.py): idx holds positions [pos, pos + T); keys and values
         are written into / read from the cache. Raises ModelError on a bad shape or T.
         """
@@ -225,12 +234,14 @@ class GPT(nn.Module):
         A method of its own so that regional compilation (compiling.py) can compile it apart
         from the blocks: it is where gpt2-124m spends its memory ((B*T) x V logits).
         """
-        if self.native is None:
+        native = self.native
+        if native.layernorm is None:
             x = self.ln_f(x)
         else:
-            x = self.native.layernorm(x, self.ln_f.weight, self.ln_f.bias, LAYER_NORM_EPS)
-            if targets is not None:  # LM head + loss in chunks of rows (cuda_ops README)
-                return None, self.native.linear_cross_entropy(x, self.lm_head.weight, targets)
+            x = native.layernorm(x, self.ln_f.weight, self.ln_f.bias, LAYER_NORM_EPS)
+        if targets is not None and native.linear_cross_entropy is not None:
+            # LM head + loss in chunks of rows (cuda_ops README)
+            return None, native.linear_cross_entropy(x, self.lm_head.weight, targets)
         if last_only:
             x = x[:, -1:, :]  # (B, 1, C): only the next-token prediction goes through the head
         logits = self.lm_head(x)  # (B, T, V)

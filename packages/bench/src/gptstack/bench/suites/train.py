@@ -198,6 +198,13 @@ RUNGS: tuple[Rung, ...] = (
         native=("gptstack", "sdpa"),
     ),
     _beside_regional(
+        "native-loss",
+        "+ gptstack.cuda_ops loss",
+        "ops='gptstack:loss' alone (ln_f's output -> LM head -> loss in chunks of rows, the "
+        "logits never whole); LayerNorm, GELU and attention stay PyTorch's",
+        native=("gptstack:loss", "sdpa"),
+    ),
+    _beside_regional(
         "native-attention",
         "+ gptstack.cuda_ops attention",
         "attention='gptstack' alone (the fused causal attention); LayerNorm, GELU and the loss "
