@@ -605,34 +605,79 @@ def test_capturing_pauses_the_collector_and_restores_it():
         gc.enable()
 
 
+def _drop_into_a_cycle(obj: object) -> None:
+    """Leave obj referenced only by a list that holds itself: cyclic garbage, freed when the
+    collector next runs (and not before: reference counting cannot free a cycle)."""
+    cycle = [obj]
+    cycle.append(cycle)
+
+
+def _collection_bait() -> list:
+    """Allocations that stay alive: with gc.set_threshold(1, ...) each one starts a collection
+    of the youngest generation when the collector is on. (Allocate-and-free loops do not: the
+    threshold counts allocations minus deallocations.)"""
+    return [[] for _ in range(8)]
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_garbage_dropped_before_allocations_is_freed_by_them_only_with_the_collector_on(
+    collector_on,
+):
+    """The premise of the CUDA test below, on this Python: a cycle made just before a few
+    live allocations is freed by them while the collector runs, and not while it is paused."""
+
+    class Thing:
+        pass
+
+    freed: list[bool] = []
+    thing = Thing()
+    weakref.finalize(thing, freed.append, True)
+    thresholds, was_on = gc.get_threshold(), gc.isenabled()
+    gc.collect()
+    gc.set_threshold(1, 1, 1)
+    if not collector_on:
+        gc.disable()
+    try:
+        _drop_into_a_cycle(thing)
+        del thing
+        _collection_bait()
+        freed_by_allocations = bool(freed)
+    finally:
+        gc.set_threshold(*thresholds)
+        if was_on:
+            gc.enable()
+    assert freed_by_allocations == collector_on
+    gc.collect()
+    assert freed == [True]
+
+
 @pytest.mark.cuda
 @needs_cuda
 def test_a_graph_made_garbage_inside_a_capture_is_freed_after_it():
     """A CUDA graph freed inside another capture invalidates it ("operation failed due to a
     previous error during capture"; measured on the H100). Decoders and benches hold their
     graphs in reference cycles, freed whenever the collector next runs: here the only reference
-    to a replayed graph becomes cyclic garbage inside a capture while the collector would run on
-    every allocation. capture() must succeed and replay, and the old graph go once it is over."""
+    to a replayed graph becomes cyclic garbage inside a capture, followed by allocations that
+    would each start a collection (the test above shows they free it when the collector is on).
+    capture() must succeed and replay, and the old graph go once it is over."""
     device = torch.device("cuda")
     x = torch.ones(8, device=device)
     old, _ = capture(lambda: x * 3, device, warmup=1)
     old.replay()
+    freed, freed_in_capture = [], []
+    weakref.finalize(old, freed.append, True)
     holder = [old]
     del old
-    freed, freed_in_capture = [], []
 
     def step():
         if holder:  # only in the capture (warmup=0)
-            cycle = [holder.pop()]
-            cycle.append(cycle)  # the old graph now lives only in this cycle
-            weakref.finalize(cycle[0], freed.append, True)
-            del cycle
-            for _ in range(50):  # allocations: with threshold 1 each may start a collection
-                _ = [[], {}]
+            _drop_into_a_cycle(holder.pop())
+            _collection_bait()
             freed_in_capture.append(bool(freed))
         return x + 1
 
     thresholds = gc.get_threshold()
+    gc.collect()
     gc.set_threshold(1, 1, 1)
     try:
         graph, out = capture(step, device, warmup=0)
