@@ -1,11 +1,16 @@
-"""`gptstack train` end to end, two versions of the code side by side (A B A B ...).
+"""`gptstack train` end to end, two versions of the code or two settings side by side (A B A B).
 
     python3 benchmarks/train_ab.py --before REV --preset esp32 [--set KEY=VALUE ...] \\
         [--rounds 2] --out benchmarks/results/train-ab-esp32-cpu-DATE.json
+    python3 benchmarks/train_ab.py --after-set model.ops=gptstack:loss \\
+        [--after-env TORCHINDUCTOR_ENABLE_PDL=1] --preset gpt2-124m [--set ...] --out FILE.json
 
-"before" is a git revision, checked out into a temporary worktree whose Python sources come
-first on PYTHONPATH (the compiled gptstack.cuda_ops stays the installed one: a change to it is
-not what this compares); "after" is this checkout as installed. Each run is a fresh process
+With --before, "before" is a git revision, checked out into a temporary worktree whose Python
+sources come first on PYTHONPATH (the compiled gptstack.cuda_ops stays the installed one: a
+change to it is not what this compares); "after" is this checkout as installed. With
+--after-set / --after-env both sides are this checkout (no git needed: it runs on a machine
+that has only a copy of the tree), and the after side adds those overrides and environment
+variables to its command. Each run is a fresh process
 of the CLI, timed from outside (wall, and its minor page faults from getrusage), and its
 summary.json (the training-run record: loop wall, tokens/s, val loss, environment) is kept
 whole. The JSON has every run, the medians of each side and the medians of the per-round
@@ -39,11 +44,29 @@ def git(*args: str) -> str:
     return subprocess.check_output(["git", *args], cwd=ROOT, text=True).strip()
 
 
-def run_once(side: str, sources: str | None, args, run_dir: Path) -> dict:
-    env = dict(os.environ)
+def head() -> str | None:
+    """This checkout's commit, None where there is no git (a copy of the tree)."""
+    try:
+        return git("rev-parse", "HEAD")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def pairs_of(items: list[str], flag: str) -> dict[str, str]:
+    """NAME=VALUE strings as a dict; SystemExit naming the flag for one without '='."""
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise SystemExit(f"{flag} {bad[0]!r}: write NAME=VALUE")
+    return dict(item.split("=", 1) for item in items)
+
+
+def run_once(
+    side: str, sources: str | None, settings: list[str], extra_env: dict, args, run_dir: Path
+) -> dict:
+    env = {**os.environ, **extra_env}
     if sources is not None:
         env["PYTHONPATH"] = os.pathsep.join([sources, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    overrides = [x for kv in args.set for x in ("--set", kv)]
+    overrides = [x for kv in settings for x in ("--set", kv)]
     cmd = [sys.executable, "-m", "gptstack.tools.cli", "train", "--preset", args.preset,
            *overrides, "--no-progress", "--out", str(run_dir)]  # fmt: skip
     faults0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
@@ -74,28 +97,59 @@ def run_once(side: str, sources: str | None, args, run_dir: Path) -> dict:
     return row
 
 
+def run_rounds(args, tmp: Path, before_sources: str | None) -> list[dict]:
+    """rounds x (before, after), in that order: the before side with args.set (and, with
+    before_sources, the older code first on PYTHONPATH), the after side adding --after-set and
+    --after-env."""
+    after_env = pairs_of(args.after_env, "--after-env")
+    pairs_of(args.after_set, "--after-set")
+    sides = (
+        ("before", before_sources, args.set, {}),
+        ("after", None, [*args.set, *args.after_set], after_env),
+    )
+    return [
+        run_once(side, src, settings, env, args, tmp / f"{side}-{r}")
+        for r in range(args.rounds)
+        for side, src, settings, env in sides
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--before", required=True, help="git revision of the baseline")
+    ap.add_argument("--before", help="git revision of the baseline (two versions of the code)")
+    ap.add_argument(
+        "--after-set", action="append", default=[], metavar="KEY=VALUE",
+        help="an override only the after side gets (two settings of this checkout)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--after-env", action="append", default=[], metavar="NAME=VALUE",
+        help="an environment variable only the after side gets",
+    )  # fmt: skip
     ap.add_argument("--preset", required=True)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    before_commit = git("rev-parse", args.before)
-    after_commit = git("rev-parse", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    if bool(args.before) == bool(args.after_set or args.after_env):
+        ap.error(
+            "give --before REV (two versions of the code) or --after-set / --after-env (two "
+            "settings of this checkout), not both"
+        )
     with tempfile.TemporaryDirectory(prefix="train-ab-") as tmp:
-        tree = Path(tmp) / "before"
-        git("worktree", "add", "--detach", str(tree), before_commit)
-        try:
-            sources = member_sources(tree)
-            runs = []
-            for r in range(args.rounds):
-                for side, src in (("before", sources), ("after", None)):
-                    runs.append(run_once(side, src, args, Path(tmp) / f"{side}-{r}"))
-        finally:
-            git("worktree", "remove", "--force", str(tree))
+        if not args.before:
+            before_commit = after_commit = os.environ.get("GPTSTACK_GIT_COMMIT") or head()
+            dirty = None
+            runs = run_rounds(args, Path(tmp), None)
+        else:
+            before_commit = git("rev-parse", args.before)
+            after_commit = git("rev-parse", "HEAD")
+            dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+            tree = Path(tmp) / "before"
+            git("worktree", "add", "--detach", str(tree), before_commit)
+            try:
+                runs = run_rounds(args, Path(tmp), member_sources(tree))
+            finally:
+                git("worktree", "remove", "--force", str(tree))
     import torch
 
     from gptstack.bench.environment import environment  # this process: the after side's code
@@ -117,6 +171,8 @@ def main() -> None:
         "kind": "train-ab",
         "preset": args.preset,
         "overrides": args.set,
+        "after_overrides": args.after_set,
+        "after_env": args.after_env,
         "before": before_commit,
         "after": after_commit,
         "after_dirty": dirty,
