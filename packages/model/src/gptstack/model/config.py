@@ -149,15 +149,14 @@ def parse_ops(ops: object) -> frozenset[str]:
 
 
 def native_ops():
-    """The gptstack.cuda_ops module (imported only when `ops` names a native op);
-    ModelConfigError with the install command when it is missing."""
+    """The gptstack.cuda_ops module (imported only when `ops` names a native op or attention is
+    "gptstack"); ModelConfigError with the install command when it is missing."""
     try:
         cuda_ops = importlib.import_module("gptstack.cuda_ops")
     except ImportError as e:
         raise ModelConfigError(
-            f"GPTConfig.ops asks for gptstack's kernels but gptstack.cuda_ops cannot be imported "
-            f"({e}); "
-            f"install it (pip install 'gptstack-model[cuda]', or uv sync in the gptstack "
-            f"workspace) or set ops to 'torch'"
+            f"GPTConfig asks for gptstack's kernels (ops or attention) but gptstack.cuda_ops "
+            f"cannot be imported ({e}); install it (pip install 'gptstack-model[cuda]', or uv "
+            f"sync in the gptstack workspace) or set ops to 'torch' and attention to 'sdpa'"
         ) from e
     return cuda_ops
