@@ -44,14 +44,6 @@ def git(*args: str) -> str:
     return subprocess.check_output(["git", *args], cwd=ROOT, text=True).strip()
 
 
-def head() -> str | None:
-    """This checkout's commit, None where there is no git (a copy of the tree)."""
-    try:
-        return git("rev-parse", "HEAD")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def pairs_of(items: list[str], flag: str) -> dict[str, str]:
     """NAME=VALUE strings as a dict; SystemExit naming the flag for one without '='."""
     bad = [item for item in items if "=" not in item]
@@ -102,7 +94,6 @@ def run_rounds(args, tmp: Path, before_sources: str | None) -> list[dict]:
     before_sources, the older code first on PYTHONPATH), the after side adding --after-set and
     --after-env."""
     after_env = pairs_of(args.after_env, "--after-env")
-    pairs_of(args.after_set, "--after-set")
     sides = (
         ("before", before_sources, args.set, {}),
         ("after", None, [*args.set, *args.after_set], after_env),
@@ -135,10 +126,14 @@ def main() -> None:
             "give --before REV (two versions of the code) or --after-set / --after-env (two "
             "settings of this checkout), not both"
         )
+    pairs_of(args.after_set, "--after-set")  # before any run: a typo fails at once
     with tempfile.TemporaryDirectory(prefix="train-ab-") as tmp:
         if not args.before:
-            before_commit = after_commit = os.environ.get("GPTSTACK_GIT_COMMIT") or head()
-            dirty = None
+            from gptstack.bench.environment import git_state  # also where git is absent
+
+            state = git_state()
+            before_commit = after_commit = state["commit"]
+            dirty = state["dirty"]
             runs = run_rounds(args, Path(tmp), None)
         else:
             before_commit = git("rev-parse", args.before)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import re
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -76,23 +77,7 @@ def test_attention_gptstack_in_a_fresh_process_imports_cuda_ops_and_builds():
     assert out.stdout.split() == ["gptstack", "True"]
 
 
-@pytest.mark.parametrize("bias", [True, False])
-def test_loss_logits_and_gradients_match_torch_ops(make_gpt, random_tokens, rel_err, bias):
-    ref, native = _pair(make_gpt, bias=bias, dropout=0.0)
-    V = ref.config.vocab_size
-    idx, targets = random_tokens(1, 3, 16, V), random_tokens(2, 3, 16, V)
-    targets[0, :4] = -1  # ignored positions
-    assert rel_err(native(idx)[0], ref(idx)[0]) < 1e-5
-    logits, loss = native(idx, targets)
-    assert logits is None  # the fused loss never forms the (B, T, V) logits
-    ref_loss = ref(idx, targets)[1]
-    assert abs(loss.item() - ref_loss.item()) < 1e-5 * abs(ref_loss.item())
-    loss.backward()
-    ref_loss.backward()
-    for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
-        assert rel_err(p.grad, q.grad) < 1e-5, name
-
-
+# the gptstack.cuda_ops functions behind each op name of GPTConfig.ops
 NATIVE_FUNCTIONS = {
     "layernorm": ("layernorm", "add_layernorm"),
     "gelu": ("gelu_tanh",),
@@ -100,29 +85,44 @@ NATIVE_FUNCTIONS = {
 }
 
 
-@pytest.mark.parametrize("names", ["loss", "gelu", "layernorm", "layernorm,loss"])
-def test_each_op_alone_is_native_and_matches_torch(
-    monkeypatch, make_gpt, random_tokens, rel_err, names
-):
-    """ops="gptstack:<names>": those ops (and only those) call gptstack.cuda_ops, and the loss,
-    logits and gradients are torch's to tolerance."""
+@pytest.fixture(name="native_calls")
+def native_calls_fixture(monkeypatch) -> Counter:
+    """Counts the calls of each gptstack.cuda_ops function a model built afterwards makes."""
     import gptstack.cuda_ops as cuda_ops
 
-    calls: dict[str, int] = {}
-    for functions in NATIVE_FUNCTIONS.values():
-        for fn in functions:
-            real = getattr(cuda_ops, fn)
-            counted = lambda *a, _real=real, _fn=fn, **k: (  # noqa: E731
-                calls.__setitem__(_fn, calls.get(_fn, 0) + 1) or _real(*a, **k)
-            )
-            monkeypatch.setattr(cuda_ops, fn, counted)
-    ref, native = _pair(make_gpt, ops=f"gptstack:{names}", dropout=0.0)
+    calls: Counter = Counter()
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in (fn for fns in NATIVE_FUNCTIONS.values() for fn in fns):
+        monkeypatch.setattr(cuda_ops, name, counted(name, getattr(cuda_ops, name)))
+    return calls
+
+
+@pytest.mark.parametrize(
+    "ops",
+    ["gptstack", "gptstack:loss", "gptstack:gelu", "gptstack:layernorm", "gptstack:layernorm,loss"],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_loss_logits_and_gradients_match_torch_ops(
+    make_gpt, random_tokens, rel_err, native_calls, bias, ops
+):
+    """ops="gptstack" or "gptstack:<names>": logits, loss and every gradient are torch's to
+    tolerance, and the model calls the cuda_ops functions of the ops it names, no others."""
+    ref, native = _pair(make_gpt, bias=bias, ops=ops, dropout=0.0)
     V = ref.config.vocab_size
-    idx, targets = random_tokens(11, 2, 16, V), random_tokens(12, 2, 16, V)
-    targets[1, -3:] = -1
+    idx, targets = random_tokens(1, 3, 16, V), random_tokens(2, 3, 16, V)
+    targets[0, :4] = -1  # ignored positions
+    assert rel_err(native(idx)[0], ref(idx)[0]) < 1e-5
     logits, loss = native(idx, targets)
     ref_logits, ref_loss = ref(idx, targets)
-    assert (logits is None) == ("loss" in names)  # the native loss never forms the logits
+    names = native.config.native_op_names
+    assert (logits is None) == ("loss" in names)  # the fused loss never forms the logits
     if logits is not None:
         assert rel_err(logits, ref_logits) < 1e-5
     assert abs(loss.item() - ref_loss.item()) < 1e-5 * abs(ref_loss.item())
@@ -130,8 +130,7 @@ def test_each_op_alone_is_native_and_matches_torch(
     ref_loss.backward()
     for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
         assert rel_err(p.grad, q.grad) < 1e-5, name
-    wanted = {fn for n in names.split(",") for fn in NATIVE_FUNCTIONS[n]}
-    assert set(calls) == wanted, calls
+    assert set(native_calls) == {fn for n in names for fn in NATIVE_FUNCTIONS[n]}, native_calls
 
 
 @pytest.mark.parametrize("mode", ["naive", "kv", "static"])
