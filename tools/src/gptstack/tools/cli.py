@@ -310,9 +310,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(p)
     p.set_defaults(func=c.cmd_eval)
 
-    p = sub.add_parser("plot", help="plot a run's loss curves to RUN_DIR/loss.png")
-    p.add_argument("run_dir", type=Path, help="a run directory written by `gptstack train`")
-    p.add_argument("-o", "--out", type=Path, help="PNG to write (default RUN_DIR/loss.png)")
+    p = sub.add_parser(
+        "plot",
+        help="plot a run's loss curves to RUN_DIR/loss.png, or several runs' on one plot (-o)",
+    )
+    p.add_argument(
+        "run_dirs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories written by `gptstack train` (several: drawn together)",
+    )
+    p.add_argument(
+        "-o", "--out", type=Path, help="PNG to write (default RUN_DIR/loss.png; needed for several)"
+    )
     p.set_defaults(func=c.cmd_plot)
 
     p = sub.add_parser(

@@ -271,9 +271,16 @@ def cmd_eval(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plot import plot_run
+    from .plot import plot_run, plot_runs
 
-    print(f"plot -> {plot_run(args.run_dir, args.out)}")
+    if len(args.run_dirs) == 1:
+        print(f"plot -> {plot_run(args.run_dirs[0], args.out)}")
+        return 0
+    if args.out is None:
+        raise GptstackError(
+            f"{len(args.run_dirs)} runs go on one plot: name its file with -o FILE.png"
+        )
+    print(f"plot -> {plot_runs(args.run_dirs, args.out)}")
     return 0
 
 

@@ -1,4 +1,9 @@
-"""`gptstack plot RUN_DIR`: train/val loss and learning rate against steps, as a PNG."""
+"""`gptstack plot RUN_DIR`: train/val loss and learning rate against steps, as a PNG.
+
+`gptstack plot RUN_A RUN_B ... -o FILE.png` draws several runs on one set of axes instead (each
+run's batch losses and validation points in its own colour, labelled by its folder's name): how
+a faster configuration is shown to learn the same curve.
+"""
 
 from __future__ import annotations
 
@@ -84,3 +89,46 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
         fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return out
+
+
+def plot_runs(run_dirs: list[Path], out: Path) -> Path:
+    """Write one PNG (`out`) with every run's training and validation losses against steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [Path(d).resolve().name for d in run_dirs]
+    if len(set(names)) != len(names):  # runs/a/x and runs/b/x: keep the parent in the label
+        names = [f"{Path(d).resolve().parent.name}/{Path(d).resolve().name}" for d in run_dirs]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (run_dir, name) in enumerate(zip(run_dirs, names, strict=True)):
+        records = read_metrics(Path(run_dir))
+        train = [r for r in records if r.get("event") == "train"]
+        evals = [r for r in records if r.get("event") == "eval"]
+        if not train and not evals:
+            raise GptstackError(f"{run_dir}/metrics.jsonl has no training or eval records yet")
+        colour = f"C{i % 10}"
+        if train:
+            steps, losses = [r["step"] for r in train], [r["loss"] for r in train]
+            ax.plot(steps, losses, lw=0.8, alpha=0.7, color=colour, label=f"{name} train (batch)")
+        if evals:
+            best = min(r["val_loss"] for r in evals)
+            ax.plot(
+                [r["step"] for r in evals],
+                [r["val_loss"] for r in evals],
+                "o--",
+                ms=4,
+                color=colour,
+                label=f"{name} val (best {best:.4f})",
+            )
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title("loss curves, " + " vs ".join(names))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(Path(out)) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return Path(out)

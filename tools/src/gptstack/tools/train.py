@@ -46,6 +46,7 @@ from gptstack.model import (
     load_safetensors,
 )
 from gptstack.model.config import parse_ops
+from gptstack.model.fp8 import check_fp8_device
 from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
 
@@ -324,6 +325,8 @@ def train(
     startup["data_s"] = time.time() - entered - startup.get("teacher_s", 0.0)
     torch.manual_seed(t.seed)
     mcfg = run_model_config(cfg, corpus.tokenizer.vocab_size, runtime.device_type, runtime.dtype)
+    if mcfg.fp8 != "none":
+        check_fp8_device(runtime.device)  # before anything is built on a GPU that cannot
     model = GPT(mcfg)
     if teacher is not None:
         check_teacher(teacher, corpus.tokenizer, mcfg)

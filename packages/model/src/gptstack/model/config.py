@@ -23,6 +23,9 @@ OPS_CHOICES = ("torch", "gptstack")
 # "layernorm": every LayerNorm and the residual add fused into ln_2; "gelu": the MLP's GELU;
 # "loss": ln_f's output -> LM head -> loss in chunks of rows, without the whole logits.
 NATIVE_OPS = ("layernorm", "gelu", "loss")
+# Which training matmuls run in 8-bit floats (fp8.py; evaluation and sampling never do): "none",
+# "head" (the tied LM head: a third of gpt2-124m's matmul FLOPs), "all" (every Linear).
+FP8_CHOICES = ("none", "head", "all")
 
 
 @dataclass
@@ -50,6 +53,9 @@ class GPTConfig:
     # subset of NATIVE_OPS; "torch" until a native op wins end to end (packages/cuda_ops/README.md
     # records the measurements).
     ops: str = "torch"
+    # Training matmuls in FP8 (one of FP8_CHOICES; widths and vocab_size multiples of 16;
+    # a GPU of compute capability 8.9+ or a CPU). "none" until it wins with the same loss curve.
+    fp8: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -91,6 +97,31 @@ class GPTConfig:
 
         if self.native_op_names:
             native_ops()  # fails here, with the fix, rather than at the first forward
+        self._check_fp8()
+
+    def _check_fp8(self) -> None:
+        if self.fp8 not in FP8_CHOICES:
+            raise ModelConfigError(
+                f"GPTConfig.fp8 is {self.fp8!r}; choose one of {list(FP8_CHOICES)}"
+            )
+        if self.fp8 == "none":
+            return
+        # every Linear's sizes are n_embd times 1, 3 or 4, and the head's vocab_size
+        widths = {"n_embd": self.n_embd, "vocab_size": self.vocab_size}
+        odd = [f"{k}={v}" for k, v in widths.items() if v % 16]
+        if odd:
+            raise ModelConfigError(
+                f"GPTConfig.fp8={self.fp8!r} needs matmul dimensions that are multiples of 16 "
+                f"(FP8 tensor-core tiles), but {', '.join(odd)}: pad them up to a multiple of "
+                f"16 (the vocabulary: gptstack train's tokenizer.pad_vocab_to=16) or set "
+                f"fp8='none'"
+            )
+        if "loss" in self.native_op_names:
+            raise ModelConfigError(
+                f"GPTConfig.fp8={self.fp8!r} runs the LM head in FP8, and ops={self.ops!r} "
+                f"runs it inside gptstack's chunked loss: choose one (fp8='none', or ops "
+                f"without 'loss')"
+            )
 
     @property
     def native_op_names(self) -> frozenset[str]:

@@ -7,6 +7,8 @@ With `GPTConfig(ops="gptstack")` the same modules (same parameters) call gptstac
 LayerNorm, the residual add before ln_2 fused with it, GELU, and ln_f's output -> loss without
 the full logits; `ops="gptstack:loss"` (or any comma-separated subset of layernorm, gelu, loss)
 for those alone; `ops="torch"` (default) is the reference they are tested against.
+With `fp8="head"` or `"all"` the LM head's (or every Linear's) training matmuls run in FP8
+(fp8.py; evaluation and sampling in the model's own precision).
 
 Parameter names are a contract shared with the int8 artifact and the C engine (README.md):
 `wte.weight`, `wpe.weight`, `h.{i}.ln_1.*`, `h.{i}.attn.c_attn.*`, `h.{i}.attn.c_proj.*`,
@@ -26,6 +28,7 @@ from torch import Tensor, nn
 from .attention import Position, get_attention_backend
 from .config import GPTConfig, native_ops
 from .errors import ModelConfigError, ModelError
+from .fp8 import Fp8Linear
 from .kv_cache import KVCache, StaticKVCache
 from .optimizer import configure_adamw
 
@@ -64,13 +67,19 @@ class NativeOps:
         )
 
 
+def block_linear(config: GPTConfig, n_in: int, n_out: int) -> nn.Linear:
+    """A block's Linear: FP8 training matmuls where config.fp8 is "all" (fp8.py)."""
+    linear = Fp8Linear if config.fp8 == "all" else nn.Linear
+    return linear(n_in, n_out, bias=config.bias)
+
+
 class CausalSelfAttention(nn.Module):
     """All heads from one batched `c_attn` matmul; q, k, v are its three consecutive C-blocks."""
 
     def __init__(self, config: GPTConfig, layer_idx: int) -> None:
         super().__init__()
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.c_attn = block_linear(config, config.n_embd, 3 * config.n_embd)
+        self.c_proj = block_linear(config, config.n_embd, config.n_embd)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head = config.n_head
         self.dropout = config.dropout
@@ -109,10 +118,10 @@ class MLP(nn.Module):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_fc = block_linear(config, config.n_embd, 4 * config.n_embd)
         # tanh approximation: the GELU GPT-2 was trained with (openai/gpt-2 src/model.py `gelu`).
         self.gelu = nn.GELU(approximate="tanh")
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.c_proj = block_linear(config, 4 * config.n_embd, config.n_embd)
         self.dropout = nn.Dropout(config.dropout)
         self.native = NativeOps.of(config)
 
@@ -164,7 +173,8 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, eps=LAYER_NORM_EPS, bias=config.bias)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        head = Fp8Linear if config.fp8 in ("head", "all") else nn.Linear
+        self.lm_head = head(config.n_embd, config.vocab_size, bias=False)
         self.native = NativeOps.of(config)
         # Weight tying (Press & Wolf 2017, "Using the Output Embedding to Improve Language
         # Models"; GPT-2 does the same): the head reads logits against the input embeddings.

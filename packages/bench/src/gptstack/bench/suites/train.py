@@ -34,6 +34,8 @@ from gptstack.model import (
     compile_model,
     configure_adamw,
 )
+from gptstack.model.errors import ModelError
+from gptstack.model.fp8 import check_fp8_device
 from gptstack.model.train_step import WARMUP_STEPS
 
 from ..errors import BenchError
@@ -70,13 +72,14 @@ class Rung:
     # (GPTConfig.ops, GPTConfig.attention) of a rung with kernels of gptstack.cuda_ops; None:
     # the model's own ("torch", "sdpa")
     native: tuple[str, str] | None = None
+    fp8: str = "none"  # GPTConfig.fp8: which training matmuls run in FP8
     average: bool = False  # a WeightAverage (train.ema_decay) updated inside the step
     teacher: bool = False  # the loss of gptstack.model.Distillation with the preset's teacher
 
 
 def _beside_regional(key: str, name: str, about: str, **adds: Any) -> Rung:
     """A rung that is the regional whole-step graph (what `gptstack train` runs on CUDA) plus
-    one thing (`adds`: native, average or teacher)."""
+    one thing (`adds`: native, fp8, average or teacher)."""
     return Rung(key, name, "regional", "bf16", True, "regional", True, True, about, **adds)
 
 
@@ -205,6 +208,20 @@ RUNGS: tuple[Rung, ...] = (
         native=("gptstack:loss", "sdpa"),
     ),
     _beside_regional(
+        "fp8-head",
+        "+ FP8 LM head",
+        "model.fp8='head': the tied LM head's three training matmuls in FP8 (e4m3 forward, "
+        "e5m2 gradient, per-tensor scales; gptstack.model.fp8)",
+        fp8="head",
+    ),
+    _beside_regional(
+        "fp8",
+        "+ FP8 matmuls",
+        "model.fp8='all': every Linear's training matmuls in FP8 (e4m3 forward, e5m2 "
+        "gradient, per-tensor scales; gptstack.model.fp8)",
+        fp8="all",
+    ),
+    _beside_regional(
         "native-attention",
         "+ gptstack.cuda_ops attention",
         "attention='gptstack' alone (the fused causal attention); LayerNorm, GELU and the loss "
@@ -261,9 +278,9 @@ class RungStep:
         teacher: torch.nn.Module | None = None,
     ) -> None:
         self.rung, self.device = rung, device
-        if rung.native is not None:  # same weights, the native kernels
-            ops, attention = rung.native
-            self.model = type(base)(dataclasses.replace(base.config, ops=ops, attention=attention))
+        config = rung_config(rung, base.config)
+        if config != base.config:  # same weights, other kernels or FP8 matmuls
+            self.model = type(base)(config)
             self.model.load_state_dict(base.state_dict())
             self.model = self.model.to(device).train()
         else:
@@ -315,6 +332,13 @@ class RungStep:
         return self.train_step.step(batch, LR)
 
 
+def rung_config(rung: Rung, config: Any) -> Any:
+    """The GPTConfig a rung trains: the preset's, with the rung's ops, attention and fp8.
+    Raises ModelConfigError where the preset's sizes do not allow them."""
+    ops, attention = rung.native or (config.ops, config.attention)
+    return dataclasses.replace(config, ops=ops, attention=attention, fp8=rung.fp8)
+
+
 def _ancestor_measured(rung: Rung, measured: set[str]) -> str | None:
     """The key of the nearest ancestor rung in `measured` (keys), or None."""
     parent = rung.parent
@@ -363,6 +387,13 @@ def _build_rungs(
         if rung.teacher and teacher is None:
             not_run[rung.key] = ("skipped", "this preset trains without a teacher")
             continue
+        if rung.fp8 != "none":
+            try:
+                rung_config(rung, base.config)
+                check_fp8_device(ctx.device)
+            except ModelError as e:  # sizes not multiples of 16, or no FP8 tensor cores
+                not_run[rung.key] = ("skipped", str(e))
+                continue
         ctx.progress.step(rung.name, "build, compile, first step")
         skips_before = _cudagraph_skips()
         try:
