@@ -77,6 +77,8 @@ def test_set_parses_by_field_type():
         ("model.attention=flash", ["choose one of", "sdpa"]),
         ("model.ops=gptstack:softmax", ["model.ops is 'gptstack:softmax'", "'loss'"]),
         ("train.cpu_bf16_ops=native", ["train.cpu_bf16_ops is 'native'", "'' for model.ops"]),
+        ("train.cuda_ops=gptstack:fp8", ["train.cuda_ops is 'gptstack:fp8'", "'' for model.ops"]),
+        ("model.fp8=e4m3", ["model.fp8 is 'e4m3'", "'head'"]),
         ("model.n_head=5", ["divisible"]),
         ("model.block_size=1", ["block_size"]),
     ],

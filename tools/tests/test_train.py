@@ -312,6 +312,39 @@ def test_cpu_bf16_kernels_replace_the_models_on_a_bf16_cpu(tmp_path, small_corpu
         smoke_cfg(small_corpus, "train.cpu_bf16_attention=fast")
 
 
+def test_cuda_ops_replace_the_models_on_a_gpu_where_its_kernels_run(small_corpus, monkeypatch):
+    """train.cuda_ops: the model's ops on a CUDA GPU where gptstack.cuda_ops has CUDA kernels
+    for it (the gpt2-124m preset's native loss); model.ops on a CPU, and on a GPU without them,
+    whatever the reason, which the run logs."""
+    from gptstack.tools import train as train_mod
+
+    cfg = smoke_cfg(small_corpus, "train.cuda_ops=gptstack:loss")
+
+    def ops(device_type, dtype="bf16", unavailable=None):
+        monkeypatch.setattr(train_mod, "cuda_ops_unavailable", lambda: unavailable)
+        return train_mod.run_model_config(cfg, 512, device_type, dtype).ops
+
+    assert ops("cuda") == "gptstack:loss"
+    assert ops("cuda", unavailable="built without CUDA kernels") == "torch"
+    assert ops("cpu") == ops("cpu", "fp32") == "torch"  # a CPU has its own overrides
+    assert train_mod.run_model_config(smoke_cfg(small_corpus), 512, "cuda").ops == "torch"
+
+
+def test_cuda_ops_unavailable_names_why(monkeypatch):
+    pytest.importorskip("gptstack.cuda_ops")
+    import gptstack.cuda_ops as cuda_ops
+    from gptstack.tools.train import cuda_ops_unavailable
+
+    info = dict(cuda_ops.build_info())
+    monkeypatch.setattr(cuda_ops, "build_info", lambda: {**info, "cuda": False})
+    assert "without CUDA kernels" in cuda_ops_unavailable()
+    monkeypatch.setattr(cuda_ops, "build_info", lambda: {**info, "cuda": True})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    assert "compute capability 8.0 or newer, this GPU is 7.5" in cuda_ops_unavailable()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert cuda_ops_unavailable() is None
+
+
 def test_ema_run_evaluates_and_saves_the_average(tmp_path, small_corpus):
     """train.ema_decay: best/ holds the average (its recorded val loss is the average's), last/
     the weights themselves, with the average in train_state.pt (resume: the test above)."""

@@ -11,7 +11,14 @@ GOOD = dict(vocab_size=65, block_size=32, n_layer=2, n_head=4, n_embd=64)
 def test_round_trip_through_dict():
     cfg = GPTConfig(**GOOD, dropout=0.1, bias=False, attention="manual")
     d = cfg.to_dict()
-    assert d == {**GOOD, "dropout": 0.1, "bias": False, "attention": "manual", "ops": "torch"}
+    assert d == {
+        **GOOD,
+        "dropout": 0.1,
+        "bias": False,
+        "attention": "manual",
+        "ops": "torch",
+        "fp8": "none",
+    }
     assert GPTConfig.from_dict(d) == cfg
     assert cfg.head_size == 16
 

@@ -90,6 +90,10 @@ class TrainSection:
     # applies only where gptstack.cuda_ops runs its AVX2 path (train.run_model_config).
     cpu_bf16_ops: str = ""
     cpu_bf16_attention: str = ""
+    # model.ops on a CUDA GPU ("": model.ops; the same values), applied only where
+    # gptstack.cuda_ops has CUDA kernels for that GPU (else model.ops, and the run says so):
+    # gpt2-124m sets "gptstack:loss" (its chunked loss won end to end on the H100, README).
+    cuda_ops: str = ""
     # on a CPU, raise glibc malloc's thresholds so the memory a step frees is reused by the next
     # instead of going back to the kernel and faulting in again (cpu_memory.py)
     cpu_keep_freed_memory: bool = True
@@ -270,12 +274,13 @@ def validate(cfg: RunConfig, *, source: str) -> None:
         gpt_config(m, vocab_size=64)
     except ModelConfigError as e:
         raise ConfigError(f"{source}: {str(e).replace('GPTConfig.', 'model.')}") from None
-    if t.cpu_bf16_ops:
-        try:
-            parse_ops(t.cpu_bf16_ops)
-        except ModelConfigError as e:
-            message = str(e).replace("GPTConfig.ops", "train.cpu_bf16_ops")
-            raise ConfigError(f"{source}: {message} ('' for model.ops)") from None
+    for key in ("cpu_bf16_ops", "cuda_ops"):
+        if getattr(t, key):
+            try:
+                parse_ops(getattr(t, key))
+            except ModelConfigError as e:
+                message = str(e).replace("GPTConfig.ops", f"train.{key}")
+                raise ConfigError(f"{source}: {message} ('' for model.ops)") from None
     rules = [
         (m.block_size >= 2, f"model.block_size must be at least 2, got {m.block_size}"),
         (

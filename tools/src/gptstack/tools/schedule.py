@@ -42,9 +42,11 @@ def kernels_for_device(
     train: TrainSection, ops: str, attention: str, device_type: str, dtype: str
 ) -> tuple[str, str]:
     """The model's (ops, attention) as it trains on this device: train.cpu_bf16_ops and
-    cpu_bf16_attention, where set, on a CPU that trains in bf16."""
+    cpu_bf16_attention, where set, on a CPU that trains in bf16; train.cuda_ops on a GPU."""
     if device_type == "cpu" and dtype == "bf16":
         return train.cpu_bf16_ops or ops, train.cpu_bf16_attention or attention
+    if device_type == "cuda":
+        return train.cuda_ops or ops, attention
     return ops, attention
 
 

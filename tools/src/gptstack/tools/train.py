@@ -166,18 +166,36 @@ def model_config(cfg: RunConfig, vocab_size: int) -> GPTConfig:
 def run_model_config(
     cfg: RunConfig, vocab_size: int, device_type: str, dtype: str = ""
 ) -> GPTConfig:
-    """model_config as it trains on this device: train.cpu_dropout's dropout, and on a CPU in
+    """model_config as it trains on this device: train.cpu_dropout's dropout, on a CPU in
     bf16 train.cpu_bf16_ops and cpu_bf16_attention (a native one only where
-    gptstack.cuda_ops runs its AVX2 path). dtype: the run's "bf16" or "fp32" ("" where it
-    cannot matter: a GPU)."""
+    gptstack.cuda_ops runs its AVX2 path), on a GPU train.cuda_ops (only where
+    gptstack.cuda_ops has CUDA kernels for it: cuda_ops_unavailable). dtype: the run's "bf16"
+    or "fp32" ("" where it cannot matter: a GPU)."""
     mcfg = model_config(cfg, vocab_size)
     ops, attention = kernels_for_device(cfg.train, mcfg.ops, mcfg.attention, device_type, dtype)
-    native_ops = bool(parse_ops(ops))
-    if (native_ops or attention == "gptstack") and _cuda_ops_cpu_path() != "avx2_fma":
-        ops = mcfg.ops if native_ops else ops
-        attention = mcfg.attention if attention == "gptstack" else attention
+    if device_type == "cpu":
+        native_ops = bool(parse_ops(ops))
+        if (native_ops or attention == "gptstack") and _cuda_ops_cpu_path() != "avx2_fma":
+            ops = mcfg.ops if native_ops else ops
+            attention = mcfg.attention if attention == "gptstack" else attention
+    elif ops != mcfg.ops and cuda_ops_unavailable() is not None:
+        ops = mcfg.ops
     dropout = dropout_for_device(cfg.train, mcfg.dropout, device_type)
     return dataclasses.replace(mcfg, dropout=dropout, ops=ops, attention=attention)
+
+
+def cuda_ops_unavailable() -> str | None:
+    """Why gptstack.cuda_ops cannot run its kernels on this machine's GPU (None: it can)."""
+    try:
+        import gptstack.cuda_ops as cuda_ops
+    except ImportError as e:
+        return f"gptstack.cuda_ops cannot be imported ({e})"
+    if not cuda_ops.build_info()["cuda"]:
+        return "gptstack.cuda_ops was built without CUDA kernels (no nvcc when it was built)"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) < (8, 0):
+        return f"its CUDA kernels need compute capability 8.0 or newer, this GPU is {major}.{minor}"
+    return None
 
 
 def _cuda_ops_cpu_path() -> str | None:
@@ -325,6 +343,11 @@ def train(
     startup["data_s"] = time.time() - entered - startup.get("teacher_s", 0.0)
     torch.manual_seed(t.seed)
     mcfg = run_model_config(cfg, corpus.tokenizer.vocab_size, runtime.device_type, runtime.dtype)
+    if runtime.device_type == "cuda" and t.cuda_ops and mcfg.ops != t.cuda_ops:
+        log(
+            f"train.cuda_ops={t.cuda_ops!r} is not used: {cuda_ops_unavailable()}; training "
+            f"with model.ops={mcfg.ops!r} (the same model, PyTorch's kernels)"
+        )
     if mcfg.fp8 != "none":
         check_fp8_device(runtime.device)  # before anything is built on a GPU that cannot
     model = GPT(mcfg)

@@ -254,7 +254,8 @@ TRAIN_DEFAULT = "regional"  # on CUDA; on a CPU `gptstack train` runs eager (no 
 TRAIN_DEFAULT_TEXT = (
     "bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
     "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
-    "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep)"
+    "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep); for gpt2-124m plus "
+    "gptstack.cuda_ops' loss (its preset's train.cuda_ops: the native-loss rung)"
 )
 
 
