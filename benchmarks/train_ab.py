@@ -5,6 +5,16 @@
     python3 benchmarks/train_ab.py --after-set model.ops=gptstack:loss \\
         [--after-env TORCHINDUCTOR_ENABLE_PDL=1] --preset gpt2-124m [--set ...] --out FILE.json
 
+    python3 benchmarks/train_ab.py --variant default --variant "fp8-head model.fp8=head" \
+        --variant "pdl TORCHINDUCTOR_ENABLE_PDL=1" --preset gpt2-124m [--budget-s 400] --out F.json
+
+With --variant (repeated), any number of settings of this checkout run in turn each round: a
+variant is its name, then KEY=VALUE items, separated by spaces: a key with a dot
+(`model.fp8`) is a `--set` override, one without (`TORCHINDUCTOR_ENABLE_PDL`) an environment
+variable; the ratios are each variant's against the first, round by round (how the FP8 and
+native-loss variants of 2026-12-07 were measured). --budget-s stops starting runs once the
+budget is spent (a GPU call has a hard limit) and still writes what ran; a run that fails is
+recorded with its error and the others go on (the exit status says so).
 With --before, "before" is a git revision, checked out into a temporary worktree whose Python
 sources come first on PYTHONPATH (the compiled gptstack.cuda_ops stays the installed one: a
 change to it is not what this compares); "after" is this checkout as installed. With
@@ -67,7 +77,9 @@ def run_once(
     wall = time.perf_counter() - t0
     faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults0
     if proc.returncode != 0:
-        raise SystemExit(f"{side}: {' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr}")
+        error = f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+        print(f"{side}: {error}", flush=True)
+        return {"side": side, "process_wall_s": wall, "error": error}
     summary = json.loads((run_dir / "summary.json").read_text())
     header = next((line for line in proc.stdout.splitlines() if line.startswith("run ")), "")
     row = {
@@ -89,20 +101,59 @@ def run_once(
     return row
 
 
-def run_rounds(args, tmp: Path, before_sources: str | None) -> list[dict]:
-    """rounds x (before, after), in that order: the before side with args.set (and, with
-    before_sources, the older code first on PYTHONPATH), the after side adding --after-set and
-    --after-env."""
+def parse_variant(text: str) -> tuple[str, list[str], dict[str, str]]:
+    """'NAME KEY=VALUE ...' -> (name, --set overrides, environment); SystemExit on a bad one."""
+    name, *items = text.split()
+    pairs = pairs_of(items, f"--variant {name!r}:")
+    settings = [f"{k}={v}" for k, v in pairs.items() if "." in k]
+    return name, settings, {k: v for k, v in pairs.items() if "." not in k}
+
+
+def sides_of(args, before_sources: str | None) -> list[tuple]:
+    """(name, sources, settings, environment) of each side, in the order a round runs them:
+    before then after (the before side with the older code first on PYTHONPATH when
+    before_sources is given), or the --variant list."""
+    if args.variant:
+        variants = [parse_variant(v) for v in args.variant]
+        return [(name, None, [*args.set, *sets], env) for name, sets, env in variants]
     after_env = pairs_of(args.after_env, "--after-env")
-    sides = (
+    return [
         ("before", before_sources, args.set, {}),
         ("after", None, [*args.set, *args.after_set], after_env),
-    )
-    return [
-        run_once(side, src, settings, env, args, tmp / f"{side}-{r}")
-        for r in range(args.rounds)
-        for side, src, settings, env in sides
     ]
+
+
+def run_rounds(args, tmp: Path, before_sources: str | None) -> list[dict]:
+    """rounds x sides (sides_of), alternated; no new run once args.budget_s is spent."""
+    start, runs = time.perf_counter(), []
+    for r in range(args.rounds):
+        for side, src, settings, env in sides_of(args, before_sources):
+            if args.budget_s and time.perf_counter() - start > args.budget_s:
+                print(f"budget of {args.budget_s:.0f} s spent: round {r + 1}, {side} not run")
+                return runs
+            runs.append(run_once(side, src, settings, env, args, tmp / f"{side}-{r}"))
+            runs[-1]["round"] = r + 1
+    return runs
+
+
+def ratios_to_first(runs: list[dict], names: list[str]) -> dict[str, dict]:
+    """Each later variant's tokens/s over the first variant's, round by round, and the median."""
+    by_round: dict[int, dict[str, dict]] = {}
+    for run in runs:
+        if "error" not in run:
+            by_round.setdefault(run["round"], {})[run["side"]] = run
+    ratios = {}
+    for name in names[1:]:
+        per_round = [
+            rs[name]["tokens_per_s_median"] / rs[names[0]]["tokens_per_s_median"]
+            for rs in by_round.values()
+            if name in rs and names[0] in rs
+        ]
+        ratios[name] = {
+            "per_round": per_round,
+            "median": statistics.median(per_round) if per_round else None,
+        }
+    return ratios
 
 
 def main() -> None:
@@ -116,17 +167,36 @@ def main() -> None:
         "--after-env", action="append", default=[], metavar="NAME=VALUE",
         help="an environment variable only the after side gets",
     )  # fmt: skip
+    ap.add_argument(
+        "--variant", action="append", default=[], metavar="'NAME KEY=VALUE ...'",
+        help="a setting of this checkout (repeat: every variant each round; ratios to the first)",
+    )  # fmt: skip
+    ap.add_argument("--budget-s", type=float, default=0, help="start no run after this (0: none)")
     ap.add_argument("--preset", required=True)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    if bool(args.before) == bool(args.after_set or args.after_env):
+    modes = [bool(args.before), bool(args.after_set or args.after_env), bool(args.variant)]
+    if sum(modes) != 1:
         ap.error(
-            "give --before REV (two versions of the code) or --after-set / --after-env (two "
-            "settings of this checkout), not both"
+            "give one of --before REV (two versions of the code), --after-set / --after-env "
+            "(two settings of this checkout) or --variant ... (several settings)"
         )
+    if args.variant and len(args.variant) < 2:
+        ap.error("--variant: give two or more (the first is what the others are compared with)")
     pairs_of(args.after_set, "--after-set")  # before any run: a typo fails at once
+    names = [parse_variant(v)[0] for v in args.variant]
+    if len(set(names)) != len(names):
+        ap.error(f"--variant names repeat: {names}")
+    from gptstack.tools.config import apply_overrides, load_preset
+    from gptstack.tools.errors import GptstackError
+
+    for side, _, settings, _ in sides_of(args, None):  # a bad override fails before any run
+        try:
+            apply_overrides(load_preset(args.preset), settings)
+        except GptstackError as e:
+            ap.error(f"{side}: {e}")
     with tempfile.TemporaryDirectory(prefix="train-ab-") as tmp:
         if not args.before:
             from gptstack.bench.environment import git_state  # also where git is absent
@@ -150,18 +220,25 @@ def main() -> None:
     from gptstack.bench.environment import environment  # this process: the after side's code
 
     keys = ("process_wall_s", "loop_wall_s", "tokens_per_s_median", "minor_page_faults")
+    side_names = names or ["before", "after"]
+    ok = [r for r in runs if "error" not in r]
     medians = {
-        side: {k: statistics.median(r[k] for r in runs if r["side"] == side) for k in keys}
-        for side in ("before", "after")
+        side: {k: statistics.median(r[k] for r in ok if r["side"] == side) for k in keys}
+        for side in side_names
+        if any(r["side"] == side for r in ok)
     }
-    pairs = list(zip(runs[0::2], runs[1::2], strict=True))
+    pairs = [
+        (b, a)
+        for b, a in zip(runs[0::2], runs[1::2])
+        if not names and "error" not in b and "error" not in a
+    ]
     ratios = {
         "tokens_per_s": statistics.median(a["tokens_per_s_median"] / b["tokens_per_s_median"]
                                           for b, a in pairs),
         "loop_wall": statistics.median(b["loop_wall_s"] / a["loop_wall_s"] for b, a in pairs),
         "process_wall": statistics.median(b["process_wall_s"] / a["process_wall_s"]
                                           for b, a in pairs),
-    }  # fmt: skip
+    } if pairs else {}  # fmt: skip
     record = {
         "kind": "train-ab",
         "preset": args.preset,
@@ -173,8 +250,10 @@ def main() -> None:
         "after_dirty": dirty,
         "rounds": args.rounds,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "variants": args.variant,
         "medians": medians,
         "ratios_after_vs_before": ratios,
+        "ratios_vs_first": ratios_to_first(runs, names) if names else {},
         "runs": runs,
         # each run's own environment is in its summary; this one names the machine and versions
         "environment": environment(
@@ -188,8 +267,15 @@ def main() -> None:
             f"{side:6s} median: process {m['process_wall_s']:.1f} s, loop {m['loop_wall_s']:.1f}"
             f" s, {m['tokens_per_s_median']:,.0f} tokens/s"
         )
-    print("after vs before: " + ", ".join(f"{k} {v:.3f}x" for k, v in ratios.items()))
+    if ratios:
+        print("after vs before: " + ", ".join(f"{k} {v:.3f}x" for k, v in ratios.items()))
+    for name, r in record["ratios_vs_first"].items():
+        per_round = ", ".join(f"{x:.3f}" for x in r["per_round"])
+        print(f"{name} vs {names[0]}: tokens/s {per_round} (rounds)")
     print(f"wrote {args.out}")
+    failed = [r["side"] for r in runs if "error" in r]
+    if failed:
+        raise SystemExit(f"runs failed: {failed} (their errors are in {args.out})")
 
 
 if __name__ == "__main__":

@@ -328,6 +328,12 @@ def test_cuda_ops_replace_the_models_on_a_gpu_where_its_kernels_run(small_corpus
     assert ops("cuda", unavailable="built without CUDA kernels") == "torch"
     assert ops("cpu") == ops("cpu", "fp32") == "torch"  # a CPU has its own overrides
     assert train_mod.run_model_config(smoke_cfg(small_corpus), 512, "cuda").ops == "torch"
+    # model.fp8 computes the head: the native loss would replace it, so it is not applied
+    fp8 = smoke_cfg(small_corpus, "train.cuda_ops=gptstack:loss", "model.fp8=head")
+    assert train_mod.run_model_config(fp8, 512, "cuda").ops == "torch"
+    why = train_mod.cuda_ops_skipped(fp8.train, train_mod.model_config(fp8, 512))
+    assert "model.fp8='head'" in why
+    assert train_mod.cuda_ops_skipped(cfg.train, train_mod.model_config(cfg, 512)) is None
 
 
 def test_cuda_ops_unavailable_names_why(monkeypatch):

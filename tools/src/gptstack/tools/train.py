@@ -53,7 +53,7 @@ from gptstack.tokenizer import load_tokenizer
 from .checkpoint import read_meta, resolve_checkpoint
 from .checkpoint_writer import CheckpointWriter
 from .compile_ahead import CompileAhead
-from .config import RunConfig, gpt_config
+from .config import RunConfig, TrainSection, gpt_config
 from .cpu_memory import keep_freed_memory
 from .data import Corpus, prepare_corpus
 from .distributed import World, restore_rng, rng_state, seed_ranks
@@ -178,10 +178,20 @@ def run_model_config(
         if (native_ops or attention == "gptstack") and _cuda_ops_cpu_path() != "avx2_fma":
             ops = mcfg.ops if native_ops else ops
             attention = mcfg.attention if attention == "gptstack" else attention
-    elif ops != mcfg.ops and cuda_ops_unavailable() is not None:
+    elif ops != mcfg.ops and cuda_ops_skipped(cfg.train, mcfg) is not None:
         ops = mcfg.ops
     dropout = dropout_for_device(cfg.train, mcfg.dropout, device_type)
     return dataclasses.replace(mcfg, dropout=dropout, ops=ops, attention=attention)
+
+
+def cuda_ops_skipped(train: TrainSection, mcfg: GPTConfig) -> str | None:
+    """Why train.cuda_ops is not applied to the model `mcfg` on a GPU (None: it is, or it is
+    unset): its kernels cannot run here, or they would replace what model.fp8 asks for."""
+    if not train.cuda_ops or train.cuda_ops == mcfg.ops:
+        return None
+    if mcfg.fp8 != "none" and "loss" in parse_ops(train.cuda_ops):
+        return f"model.fp8={mcfg.fp8!r} computes the LM head, which the native loss replaces"
+    return cuda_ops_unavailable()
 
 
 def cuda_ops_unavailable() -> str | None:
@@ -343,10 +353,12 @@ def train(
     startup["data_s"] = time.time() - entered - startup.get("teacher_s", 0.0)
     torch.manual_seed(t.seed)
     mcfg = run_model_config(cfg, corpus.tokenizer.vocab_size, runtime.device_type, runtime.dtype)
-    if runtime.device_type == "cuda" and t.cuda_ops and mcfg.ops != t.cuda_ops:
+    skipped = cuda_ops_skipped(t, model_config(cfg, corpus.tokenizer.vocab_size))
+    if runtime.device_type == "cuda" and skipped is not None:
         log(
-            f"train.cuda_ops={t.cuda_ops!r} is not used: {cuda_ops_unavailable()}; training "
-            f"with model.ops={mcfg.ops!r} (the same model, PyTorch's kernels)"
+            f"train.cuda_ops={t.cuda_ops!r} is not used: {skipped}; training with "
+            f"model.ops={mcfg.ops!r} (the same model, PyTorch's kernels; --set train.cuda_ops= "
+            f"says so)"
         )
     if mcfg.fp8 != "none":
         check_fp8_device(runtime.device)  # before anything is built on a GPU that cannot
