@@ -36,6 +36,29 @@ def small_corpus(tmp_path, shakespeare_text):
 
 
 @pytest.fixture
+def train_smoke(tmp_path, small_corpus):
+    """train_smoke(name, *overrides) trains the smoke preset on the small corpus on the CPU into
+    tmp_path/name and returns (metrics records by event, the checkpoint's model config)."""
+    import json
+
+    from gptstack.tools.config import apply_overrides, load_preset
+    from gptstack.tools.train import train
+
+    def run(name: str, *overrides: str) -> tuple[dict[str, dict[int, dict]], dict]:
+        settings = [f"data.path={small_corpus}", "train.device=cpu", *overrides]
+        train(apply_overrides(load_preset("smoke"), settings), tmp_path / name, progress=False,
+              log=lambda s: None)  # fmt: skip
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        records: dict[str, dict[int, dict]] = {}
+        for r in map(json.loads, lines):
+            records.setdefault(r["event"], {})[r["step"]] = r
+        meta = json.loads((tmp_path / name / "last" / "config.json").read_text())
+        return records, meta["model"]
+
+    return run
+
+
+@pytest.fixture
 def one_thread(monkeypatch):
     """One intra-op thread while the test runs, as each of torchrun's processes gets
     (OMP_NUM_THREADS=1): on a shared 2-core machine, two threads per process only contend. The

@@ -1,41 +1,22 @@
 """Training with model.fp8: the same run in FP8 matmuls learns as the run without, and its
 evaluations are the model's own (no FP8)."""
 
-import json
-
 import pytest
 
 from gptstack.tools.config import apply_overrides, load_preset
 from gptstack.tools.errors import ConfigError
-from gptstack.tools.train import train
-
-
-def _records(run_dir, event):
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in lines if r["event"] == event}
 
 
 @pytest.mark.slow
-def test_smoke_training_in_fp8_follows_the_run_without(tmp_path, small_corpus):
+def test_smoke_training_in_fp8_follows_the_run_without(train_smoke):
     runs = {}
     for fp8 in ("none", "all"):
-        cfg = apply_overrides(
-            load_preset("smoke"),
-            [
-                f"data.path={small_corpus}",
-                "tokenizer.pad_vocab_to=16",
-                "train.max_steps=20",
-                "train.log_interval=1",
-                "train.eval_interval=10",
-                "train.device=cpu",
-                "train.dtype=fp32",
-                f"model.fp8={fp8}",
-            ],
-        )
-        train(cfg, tmp_path / fp8, progress=False, log=lambda s: None)
-        runs[fp8] = (_records(tmp_path / fp8, "train"), _records(tmp_path / fp8, "eval"))
-        meta = json.loads((tmp_path / fp8 / "last" / "config.json").read_text())
-        assert meta["model"]["fp8"] == fp8  # the checkpoint says how it trained
+        records, model = train_smoke(
+            fp8, "tokenizer.pad_vocab_to=16", "train.max_steps=20", "train.log_interval=1",
+            "train.eval_interval=10", "train.dtype=fp32", f"model.fp8={fp8}",
+        )  # fmt: skip
+        runs[fp8] = (records["train"], records["eval"])
+        assert model["fp8"] == fp8  # the checkpoint says how it trained
     (train_ref, eval_ref), (train_fp8, eval_fp8) = runs["none"], runs["all"]
     # step 0's evaluation sees the same initial weights in eval mode: no FP8, the same bits
     assert eval_fp8[0]["val_loss"] == eval_ref[0]["val_loss"]

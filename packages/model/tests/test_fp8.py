@@ -118,6 +118,28 @@ def test_fp8_linear_follows_autocast_and_gives_each_input_its_dtype_of_gradient(
     assert x.grad.dtype == torch.float32 and w.grad.dtype == torch.float32
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp8_linear_takes_inputs_and_gradients_of_any_layout(device):
+    """A transposed input and a transposed (or broadcast) output gradient: each operand is
+    made row-major before _scaled_mm (the GPU's rejects others; the CPU's takes any layout, so
+    there the first assertion is the check), the results those of contiguous copies."""
+    g = _gen(3)
+    x_t = torch.randn(32, 48, generator=g).to(device).t().requires_grad_()  # (48, 32), strided
+    assert to_fp8(x_t.detach(), FORWARD)[0].is_contiguous()
+    w = torch.randn(64, 32, generator=g).to(device).requires_grad_()
+    dy_t = torch.randn(64, 48, generator=g).to(device).t()
+    y = fp8_linear(x_t, w)
+    y.backward(dy_t)
+    x = x_t.detach().contiguous().requires_grad_()
+    w2 = w.detach().clone().requires_grad_()
+    y2 = fp8_linear(x, w2)
+    y2.backward(dy_t.contiguous())
+    assert torch.equal(y, y2) and torch.equal(x_t.grad, x.grad) and torch.equal(w.grad, w2.grad)
+    w.grad = None
+    fp8_linear(x_t, w).sum().backward()  # a broadcast gradient (all strides 0)
+    assert torch.isfinite(w.grad).all()
+
+
 @pytest.mark.parametrize("shape", [(10, 32, 48), (16, 24, 48), (16, 32, 40)])
 def test_fp8_linear_names_a_size_that_is_not_a_multiple_of_16(shape):
     M, K, N = shape

@@ -32,12 +32,13 @@ MIN_CAPABILITY = (8, 9)
 
 
 def to_fp8(t: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """t scaled by FP8_MAX / amax(|t|) and rounded to `dtype`; also the inverse scale (the
-    factor that undoes it, float32, 0-dim). An all-zero t gets scale 1 / tiny, inverse ~0."""
+    """t scaled by FP8_MAX / amax(|t|) and rounded to `dtype`, row-major whatever t's layout
+    (what _scaled_mm reads on a GPU); also the inverse scale (the factor that undoes it,
+    float32, 0-dim). An all-zero t gets scale 1 / tiny, inverse ~0."""
     amax = t.detach().abs().amax().float()
     scale = torch.finfo(dtype).max / torch.clamp(amax, min=1e-12)
     t8 = (t.float() * scale).clamp(torch.finfo(dtype).min, torch.finfo(dtype).max).to(dtype)
-    return t8, scale.reciprocal()
+    return t8.contiguous(), scale.reciprocal()
 
 
 def column_major(t: Tensor) -> Tensor:
