@@ -336,6 +336,23 @@ def test_cuda_ops_replace_the_models_on_a_gpu_where_its_kernels_run(small_corpus
     assert train_mod.cuda_ops_skipped(cfg.train, train_mod.model_config(cfg, 512)) is None
 
 
+def test_cuda_ops_are_not_looked_at_on_a_cpu(tmp_path, small_corpus, monkeypatch):
+    """gpt2-124m sets train.cuda_ops: a CPU run never asks the GPU about it (on a machine
+    without one, torch.cuda.get_device_capability raises)."""
+    from gptstack.tools import train as train_mod
+
+    def no_gpu():
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", no_gpu)
+    lines = []
+    cfg = smoke_cfg(
+        small_corpus, "train.cuda_ops=gptstack:loss", "train.max_steps=2", "train.device=cpu"
+    )
+    train_mod.train(cfg, tmp_path / "run", progress=False, log=lines.append)
+    assert not any("cuda_ops" in line for line in lines)
+
+
 def test_cuda_ops_unavailable_names_why(monkeypatch):
     pytest.importorskip("gptstack.cuda_ops")
     import gptstack.cuda_ops as cuda_ops
