@@ -136,23 +136,33 @@ def run_rounds(args, tmp: Path, before_sources: str | None) -> list[dict]:
     return runs
 
 
+# ratio name -> (summary key, True where more is faster): each ratio is > 1 for faster
+RATIOS = {
+    "tokens_per_s": ("tokens_per_s_median", True),
+    "loop_wall": ("loop_wall_s", False),
+    "process_wall": ("process_wall_s", False),
+}
+
+
 def ratios_to_first(runs: list[dict], names: list[str]) -> dict[str, dict]:
-    """Each later variant's tokens/s over the first variant's, round by round, and the median."""
+    """Each later side's ratios (RATIOS) to the first side's, round by round, and their
+    medians: {name: {ratio: {"per_round": [...], "median": x}}}. Failed runs are left out."""
     by_round: dict[int, dict[str, dict]] = {}
     for run in runs:
         if "error" not in run:
             by_round.setdefault(run["round"], {})[run["side"]] = run
-    ratios = {}
+    rounds = [rs for rs in by_round.values() if names[0] in rs]
+    ratios: dict[str, dict] = {}
     for name in names[1:]:
-        per_round = [
-            rs[name]["tokens_per_s_median"] / rs[names[0]]["tokens_per_s_median"]
-            for rs in by_round.values()
-            if name in rs and names[0] in rs
-        ]
-        ratios[name] = {
-            "per_round": per_round,
-            "median": statistics.median(per_round) if per_round else None,
-        }
+        ratios[name] = {}
+        for ratio, (key, more_is_faster) in RATIOS.items():
+            per_round = [
+                rs[name][key] / rs[names[0]][key] if more_is_faster
+                else rs[names[0]][key] / rs[name][key]
+                for rs in rounds if name in rs
+            ]  # fmt: skip
+            median = statistics.median(per_round) if per_round else None
+            ratios[name][ratio] = {"per_round": per_round, "median": median}
     return ratios
 
 
@@ -227,18 +237,7 @@ def main() -> None:
         for side in side_names
         if any(r["side"] == side for r in ok)
     }
-    pairs = [
-        (b, a)
-        for b, a in zip(runs[0::2], runs[1::2])
-        if not names and "error" not in b and "error" not in a
-    ]
-    ratios = {
-        "tokens_per_s": statistics.median(a["tokens_per_s_median"] / b["tokens_per_s_median"]
-                                          for b, a in pairs),
-        "loop_wall": statistics.median(b["loop_wall_s"] / a["loop_wall_s"] for b, a in pairs),
-        "process_wall": statistics.median(b["process_wall_s"] / a["process_wall_s"]
-                                          for b, a in pairs),
-    } if pairs else {}  # fmt: skip
+    ratios = ratios_to_first(runs, side_names)
     record = {
         "kind": "train-ab",
         "preset": args.preset,
@@ -252,8 +251,11 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "variants": args.variant,
         "medians": medians,
-        "ratios_after_vs_before": ratios,
-        "ratios_vs_first": ratios_to_first(runs, names) if names else {},
+        # the after side's medians (--before, --after-set), or every variant's to the first
+        "ratios_after_vs_before": (
+            {} if names else {k: r["median"] for k, r in ratios.get("after", {}).items()}
+        ),
+        "ratios_vs_first": ratios if names else {},
         "runs": runs,
         # each run's own environment is in its summary; this one names the machine and versions
         "environment": environment(
@@ -267,11 +269,12 @@ def main() -> None:
             f"{side:6s} median: process {m['process_wall_s']:.1f} s, loop {m['loop_wall_s']:.1f}"
             f" s, {m['tokens_per_s_median']:,.0f} tokens/s"
         )
-    if ratios:
-        print("after vs before: " + ", ".join(f"{k} {v:.3f}x" for k, v in ratios.items()))
-    for name, r in record["ratios_vs_first"].items():
-        per_round = ", ".join(f"{x:.3f}" for x in r["per_round"])
-        print(f"{name} vs {names[0]}: tokens/s {per_round} (rounds)")
+    for name, r in ratios.items():
+        per_round = ", ".join(f"{x:.3f}" for x in r["tokens_per_s"]["per_round"])
+        medians_text = ", ".join(
+            f"{k} {v['median']:.3f}x" for k, v in r.items() if v["median"] is not None
+        )
+        print(f"{name} vs {side_names[0]}: {medians_text}; tokens/s by round {per_round}")
     print(f"wrote {args.out}")
     failed = [r["side"] for r in runs if "error" in r]
     if failed:
