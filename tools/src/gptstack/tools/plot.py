@@ -29,19 +29,41 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return records
 
 
-def plot_run(run_dir: Path, out: Path | None = None) -> Path:
-    """Write RUN_DIR/loss.png (or `out`) and return its path."""
+def _pyplot():
+    """matplotlib.pyplot on the file-only backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run_dir = Path(run_dir)
+    return plt
+
+
+def _curves(run_dir: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """A run's metrics records and its train and eval records; GptstackError if it has
+    neither yet."""
     records = read_metrics(run_dir)
     train = [r for r in records if r.get("event") == "train"]
     evals = [r for r in records if r.get("event") == "eval"]
     if not train and not evals:
         raise GptstackError(f"{run_dir}/metrics.jsonl has no training or eval records yet")
+    return records, train, evals
+
+
+def _save(fig, out: Path) -> Path:
+    """The figure as a PNG at `out`, written through a temporary file; closed after."""
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    _pyplot().close(fig)
+    return out
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+    """Write RUN_DIR/loss.png (or `out`) and return its path."""
+    plt = _pyplot()
+    run_dir = Path(run_dir)
+    records, train, evals = _curves(run_dir)
     starts = [r for r in records if r.get("event") == "start"]
     title = starts[-1]["config"]["name"] if starts else run_dir.name
 
@@ -83,31 +105,18 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     ax_lr.set_ylabel("learning rate")
     ax_lr.set_xlabel("step")
     ax_lr.grid(alpha=0.3)
-    fig.tight_layout()
-    out = Path(out) if out else run_dir / "loss.png"
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return out
+    return _save(fig, Path(out) if out else run_dir / "loss.png")
 
 
 def plot_runs(run_dirs: list[Path], out: Path) -> Path:
     """Write one PNG (`out`) with every run's training and validation losses against steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     names = [Path(d).resolve().name for d in run_dirs]
     if len(set(names)) != len(names):  # runs/a/x and runs/b/x: keep the parent in the label
         names = [f"{Path(d).resolve().parent.name}/{Path(d).resolve().name}" for d in run_dirs]
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (run_dir, name) in enumerate(zip(run_dirs, names, strict=True)):
-        records = read_metrics(Path(run_dir))
-        train = [r for r in records if r.get("event") == "train"]
-        evals = [r for r in records if r.get("event") == "eval"]
-        if not train and not evals:
-            raise GptstackError(f"{run_dir}/metrics.jsonl has no training or eval records yet")
+        _, train, evals = _curves(Path(run_dir))
         colour = f"C{i % 10}"
         if train:
             steps, losses = [r["step"] for r in train], [r["loss"] for r in train]
@@ -127,8 +136,4 @@ def plot_runs(run_dirs: list[Path], out: Path) -> Path:
     ax.set_title("loss curves, " + " vs ".join(names))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_path(Path(out)) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return Path(out)
+    return _save(fig, Path(out))

@@ -7,7 +7,7 @@
 Each operand is scaled per tensor by its current absolute maximum ("dynamic tensorwise"
 scaling): t8 = round(t * s), s = FP8_MAX / amax(|t|), and torch._scaled_mm multiplies by 1 / s
 again. Under torch.compile the amax reductions and casts are Inductor kernels beside the
-matmuls. The same module in eval mode, or with `fp8=False`, is nn.Linear: evaluation, sampling
+matmuls. The same module in eval mode is nn.Linear: evaluation, sampling
 and export never see FP8, so a validation loss measures the model, not the arithmetic.
 
 torch._scaled_mm wants its first operand row-major and its second column-major, with every
