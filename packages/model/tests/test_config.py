@@ -84,3 +84,25 @@ def test_config_and_errors_import_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_cuda_kernels_unavailable_names_why_for_training_and_decoding(monkeypatch, make_gpt):
+    """One answer for gptstack train's train.cuda_ops and the fused decode step: built
+    without CUDA, a GPU older than the kernels' sm_80, or None where they run."""
+    cuda_ops = pytest.importorskip("gptstack.cuda_ops")
+    import torch
+
+    from gptstack.model.config import cuda_kernels_unavailable
+    from gptstack.model.fused_step import unsupported_reason
+
+    info = dict(cuda_ops.build_info())
+    model, gpu = make_gpt(0), torch.device("cuda")
+    monkeypatch.setattr(cuda_ops, "build_info", lambda: {**info, "cuda": False})
+    assert "without CUDA kernels" in cuda_kernels_unavailable()
+    assert "without CUDA kernels" in unsupported_reason(model, gpu)
+    monkeypatch.setattr(cuda_ops, "build_info", lambda: {**info, "cuda": True})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    older = "compute capability 8.0 or newer, this GPU is 7.5"
+    assert older in cuda_kernels_unavailable() and older in unsupported_reason(model, gpu)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert cuda_kernels_unavailable() is None

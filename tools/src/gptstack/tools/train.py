@@ -45,7 +45,7 @@ from gptstack.model import (
     WeightAverage,
     load_safetensors,
 )
-from gptstack.model.config import parse_ops
+from gptstack.model.config import cuda_kernels_unavailable, parse_ops
 from gptstack.model.fp8 import check_fp8_device
 from gptstack.model.train_step import WARMUP_STEPS
 from gptstack.tokenizer import load_tokenizer
@@ -169,7 +169,7 @@ def run_model_config(
     """model_config as it trains on this device: train.cpu_dropout's dropout, on a CPU in
     bf16 train.cpu_bf16_ops and cpu_bf16_attention (a native one only where
     gptstack.cuda_ops runs its AVX2 path), on a GPU train.cuda_ops (only where
-    gptstack.cuda_ops has CUDA kernels for it: cuda_ops_unavailable). dtype: the run's "bf16"
+    gptstack.cuda_ops has CUDA kernels for it: cuda_ops_skipped). dtype: the run's "bf16"
     or "fp32" ("" where it cannot matter: a GPU)."""
     mcfg = model_config(cfg, vocab_size)
     ops, attention = kernels_for_device(cfg.train, mcfg.ops, mcfg.attention, device_type, dtype)
@@ -191,21 +191,7 @@ def cuda_ops_skipped(train: TrainSection, mcfg: GPTConfig) -> str | None:
         return None
     if mcfg.fp8 != "none" and "loss" in parse_ops(train.cuda_ops):
         return f"model.fp8={mcfg.fp8!r} computes the LM head, which the native loss replaces"
-    return cuda_ops_unavailable()
-
-
-def cuda_ops_unavailable() -> str | None:
-    """Why gptstack.cuda_ops cannot run its kernels on this machine's GPU (None: it can)."""
-    try:
-        import gptstack.cuda_ops as cuda_ops
-    except ImportError as e:
-        return f"gptstack.cuda_ops cannot be imported ({e})"
-    if not cuda_ops.build_info()["cuda"]:
-        return "gptstack.cuda_ops was built without CUDA kernels (no nvcc when it was built)"
-    major, minor = torch.cuda.get_device_capability()
-    if (major, minor) < (8, 0):
-        return f"its CUDA kernels need compute capability 8.0 or newer, this GPU is {major}.{minor}"
-    return None
+    return cuda_kernels_unavailable()
 
 
 def _cuda_ops_cpu_path() -> str | None:

@@ -191,3 +191,21 @@ def native_ops():
             f"sync in the gptstack workspace) or set ops to 'torch' and attention to 'sdpa'"
         ) from e
     return cuda_ops
+
+
+def cuda_kernels_unavailable(device=None) -> str | None:
+    """Why gptstack.cuda_ops cannot run its CUDA kernels on `device` (default: the current
+    GPU), or None when it can: not installed, built without nvcc, or a GPU older than the
+    compute capability 8.0 its kernels are built for (sm_80 PTX, sm_90a)."""
+    import torch
+
+    try:
+        ops = native_ops()
+    except ModelConfigError as e:
+        return str(e)
+    if not ops.build_info()["cuda"]:
+        return "gptstack.cuda_ops was built without CUDA kernels (no nvcc at build time)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 0):
+        return f"its CUDA kernels need compute capability 8.0 or newer, this GPU is {major}.{minor}"
+    return None

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .config import native_ops
+from .config import cuda_kernels_unavailable, native_ops
 from .errors import ModelError
 from .kv_cache import StaticKVCache
 
@@ -48,8 +48,9 @@ def unsupported_reason(model, device: torch.device) -> str | None:
     except ModelError as e:
         return str(e)
     if device.type == "cuda":
-        if not ops.build_info()["cuda"]:
-            return "gptstack.cuda_ops was built without CUDA kernels (no nvcc at build time)"
+        reason = cuda_kernels_unavailable(device)
+        if reason is not None:
+            return reason
         if dtype not in (torch.float32, torch.bfloat16):
             return f"the CUDA kernels take float32 or bfloat16 weights, not {dtype}"
         cfg, limits = model.config, ops.decode
