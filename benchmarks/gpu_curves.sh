@@ -18,11 +18,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/gpu-curves}
 mkdir -p "$OUT/curves"
-export PYTHONUNBUFFERED=1 GPTSTACK_CACHE_DIR=/tmp/gptstack-cache
-[ -n "${DATA:-}" ] && export GPTSTACK_DATA_DIR=$ROOT/$DATA
-SOURCES=$ROOT/packages/tokenizer/src:$ROOT/packages/model/src:$ROOT/packages/quant/src
-SOURCES=$SOURCES:$ROOT/packages/bench/src:$ROOT/tools/src
-export PYTHONPATH=$SOURCES${PREBUILT:+:$ROOT/$PREBUILT}
+# shellcheck source=benchmarks/device_env.sh
+source "$ROOT/benchmarks/device_env.sh"
 PRESET=${PRESET:-gpt2-124m}
 SETS=${SETS:-"--set train.batch_size=16 --set train.grad_accum=4 --set train.max_steps=300 \
 --set train.warmup_steps=30 --set train.eval_interval=50 --set train.eval_batches=8"}

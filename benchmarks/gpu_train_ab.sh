@@ -20,12 +20,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/gpu-train-ab}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 GPTSTACK_CACHE_DIR=/tmp/gptstack-cache
-[ -n "${DATA:-}" ] && export GPTSTACK_DATA_DIR=$ROOT/$DATA
-unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/gptstack-pycache
-SOURCES=$ROOT/packages/tokenizer/src:$ROOT/packages/model/src:$ROOT/packages/quant/src
-SOURCES=$SOURCES:$ROOT/packages/bench/src:$ROOT/tools/src
-export PYTHONPATH=$SOURCES${PREBUILT:+:$ROOT/$PREBUILT}
+# shellcheck source=benchmarks/device_env.sh
+source "$ROOT/benchmarks/device_env.sh"
 PRESET=${PRESET:-gpt2-124m}
 SETS=${SETS:-"--set train.batch_size=64 --set train.grad_accum=8 --set train.max_steps=8 \
 --set train.eval_interval=100000 --set train.eval_batches=1"}
