@@ -232,5 +232,11 @@ def test_the_fp8_choice_excludes_the_native_loss(tiny_config):
         tiny_config(vocab_size=64, fp8="head", ops="gptstack:loss")
 
 
-def test_fp8_linear_modules_are_linear_modules():
-    assert isinstance(Fp8Linear(16, 16), torch.nn.Linear)
+@pytest.mark.parametrize("fp8", ["head", "all"])
+def test_an_fp8_model_starts_from_the_weights_of_the_model_without(fp8, make_gpt):
+    """Fp8Linear is an nn.Linear: GPT-2's init (N(0, 0.02), scaled residual projections) reaches
+    it as it reaches the model without FP8, draw for draw."""
+    reference, model = _fp8_model(make_gpt, "none"), _fp8_model(make_gpt, fp8)
+    assert isinstance(model.lm_head, Fp8Linear)
+    for (name, p), q in zip(model.state_dict().items(), reference.state_dict().values()):
+        assert torch.equal(p, q), name
