@@ -339,14 +339,13 @@ def train(
     startup["data_s"] = time.time() - entered - startup.get("teacher_s", 0.0)
     torch.manual_seed(t.seed)
     mcfg = run_model_config(cfg, corpus.tokenizer.vocab_size, runtime.device_type, runtime.dtype)
-    if runtime.device_type == "cuda":
+    if runtime.device_type == "cuda" and t.cuda_ops and mcfg.ops != t.cuda_ops:
         skipped = cuda_ops_skipped(t, model_config(cfg, corpus.tokenizer.vocab_size))
-        if skipped is not None:
-            log(
-                f"train.cuda_ops={t.cuda_ops!r} is not used: {skipped}; training with "
-                f"model.ops={mcfg.ops!r} (the same model; --set train.cuda_ops= asks for "
-                f"that without this note)"
-            )
+        log(
+            f"train.cuda_ops={t.cuda_ops!r} is not used: {skipped}; training with "
+            f"model.ops={mcfg.ops!r} (the same model; --set train.cuda_ops= asks for that "
+            f"without this note)"
+        )
     if mcfg.fp8 != "none":
         check_fp8_device(runtime.device)  # before anything is built on a GPU that cannot
     model = GPT(mcfg)
