@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # benchmarks/gpu_curves.sh: one GPU call that trains a preset with several settings, one after
 # another, and draws their loss curves on one plot: how a faster setting is shown to learn the
-# same curve (the GPU-speed issue), e.g. the FP8 LM head of 2026-12-07 (root README).
+# same curve (the GPU-speed issue), e.g. the FP8 LM head of 2026-12-07 (benchmarks/JOURNAL.md).
 #
 #   On the lent GPU (repository root, $OUT given by the device tool; data and a prebuilt
 #   gptstack.cuda_ops carried in .device as for benchmarks/gpu_train_ab.sh):

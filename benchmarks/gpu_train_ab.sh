@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # benchmarks/gpu_train_ab.sh: one GPU call that compares training settings by benchmarks/train_ab.py
 # (this checkout on every side, fresh `gptstack train` processes alternated, ratios per round).
-# By default the gpt2-124m variants of 2026-12-07 (root README), against the preset as it trains
+# By default the gpt2-124m variants of 2026-12-07 (benchmarks/JOURNAL.md), against the preset as it trains
 # now (its train.cuda_ops: the native loss):
 #   VARIANTS="default;torch-loss train.cuda_ops=;fp8-head model.fp8=head"   (';' between them)
 # or two sides: AFTER="--after-env TORCHINDUCTOR_ENABLE_PDL=1" (with VARIANTS="").

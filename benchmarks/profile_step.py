@@ -1,6 +1,7 @@
 """Profile one training step per preset on a GPU: which kernels, how many, how long.
 
     python3 benchmarks/profile_step.py --out $OUT [--presets esp32,shakespeare-char,gpt2-124m]
+        [--batch-size 64] [--ops gptstack:loss]
 
 Builds each preset's model exactly as `gptstack train` does on CUDA (bf16 autocast, torch.compile,
 the whole step captured as one CUDA graph), warms it up, then records a few graph replays with
@@ -12,6 +13,7 @@ kernel work of packages/cuda_ops is chosen from (METHOD.md: profile before you o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -25,12 +27,13 @@ from torch.profiler import ProfilerActivity, profile
 from gptstack.tools.bench_cli import preset_shape
 
 
-def build_step(name: str, device: torch.device, cuda_graph: bool):
+def build_step(name: str, device: torch.device, cuda_graph: bool, batch_size: int | None, ops: str):
     from gptstack.model import GPT, TrainStep, compile_model
 
-    shape = preset_shape(name)
+    shape = preset_shape(name, batch_size)
     torch.manual_seed(0)
-    model = GPT(shape.config()).to(device)
+    # ops: model.ops as `gptstack train` sets it from train.cuda_ops (e.g. gpt2-124m's native loss)
+    model = GPT(dataclasses.replace(shape.config(), ops=ops)).to(device)
     opt = model.configure_optimizer(0.1, 1e-4, (0.9, 0.95), "cuda", capturable=cuda_graph)
     fwd = compile_model(model, os.environ.get("COMPILE", "regional"))
     step = TrainStep(
@@ -55,6 +58,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/profile")))
     ap.add_argument("--presets", default="esp32,shakespeare-char,gpt2-124m")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, help="micro-batch (default: each preset's)")
+    ap.add_argument("--ops", default="torch", help="model.ops, e.g. gptstack:loss (default torch)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
@@ -62,7 +67,9 @@ def main() -> None:
     summary = {}
     for name in args.presets.split(","):
         t0 = time.perf_counter()
-        step, batches, shape = build_step(name, device, cuda_graph=True)
+        step, batches, shape = build_step(
+            name, device, cuda_graph=True, batch_size=args.batch_size, ops=args.ops
+        )
         for i in range(6):  # 3 eager warm-up steps, capture, replays
             step.step(batches[i % 4], 1e-4)
         torch.cuda.synchronize()
@@ -100,6 +107,7 @@ def main() -> None:
         n_kernels = sum(r["calls_per_step"] for r in kernels)
         summary[name] = {
             "shape": shape.to_dict(),
+            "ops": args.ops,
             "ms_per_step_graph": ms,
             "startup_s": startup,
             "kernels_per_step": n_kernels,

@@ -20,7 +20,7 @@ the last block's attention and everything after it. A batch-1 step is latency bo
 of dependent kernels, each ~0.7 us of launch (programmatic, on the H100:
 cuda_ops/dev/pdl_chain.cu) plus its own chain of reads, reductions and barriers, so fewer
 launches and shorter chains are what make the graph decoder fast (tests compare both with the
-model; numbers: the README's sampling paragraphs).
+model; numbers: benchmarks/JOURNAL.md's sampling paragraphs).
 Dropout is never applied (decoding runs in eval mode).
 """
 
@@ -63,9 +63,9 @@ def unsupported_reason(model, device: torch.device) -> str | None:
 
 
 # decode_blocks is off by default because it loses to the op-by-op step on the H200 (side by
-# side in benchmarks/profile_decode.py; the numbers and why: the README's sampling paragraph and
-# benchmarks/profiles/decode-blocks-phases-h200-20261204.txt). True: every eligible step uses it
-# (blocks_reason), the A/B switch of the benchmarks.
+# side in benchmarks/profile_decode.py; the numbers and why: benchmarks/JOURNAL.md's sampling
+# paragraphs and benchmarks/profiles/decode-blocks-phases-h200-20261204.txt). True: every
+# eligible step uses it (blocks_reason), the A/B switch of the benchmarks.
 ONE_LAUNCH = False
 
 # window(): the most rows (B * T) a slide window may have for its blocks' matrices to run
