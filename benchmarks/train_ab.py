@@ -89,6 +89,7 @@ def run_once(
         "loop_wall_s": summary["wall_time_s"],
         "tokens_per_s_median": summary["tokens_per_s_median"],
         "best_val_loss": summary["best_val_loss"],
+        "peak_memory_bytes": summary.get("peak_memory_bytes"),
         "header": header,
         "summary": summary,
     }

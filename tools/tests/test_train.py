@@ -50,6 +50,7 @@ def test_smoke_run_writes_checkpoints_metrics_and_learns(tmp_path, small_corpus)
     _, summary = write_run_summary(run)
     # from process start (this pytest process: it started before train() did)
     assert summary["process_wall_s"] > summary["wall_time_s"] > 0
+    assert summary["peak_memory_bytes"] is None  # a CPU run: no GPU memory to report
     # the loop's time in evaluations and checkpoint writes, each recorded per evaluation
     assert all(e["eval_s"] > 0 and e["checkpoint_s"] > 0 for e in evals)
     assert summary["eval_s_total"] == pytest.approx(sum(e["eval_s"] for e in evals))

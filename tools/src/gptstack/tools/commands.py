@@ -147,11 +147,12 @@ def cmd_train(args) -> int:
     run_dir = result.run_dir  # RUN/teacher when a stop came while the teacher trained
     plot = plot_run(run_dir)
     summary, recorded = write_run_summary(run_dir)
-    rate = recorded["tokens_per_s_median"]
+    rate, peak = recorded["tokens_per_s_median"], recorded["peak_memory_bytes"]
     state = "stopped at" if result.interrupted else "finished"
     print(
         f"{state} step {result.step}/{result.max_steps} in {result.wall_time_s:.1f} s"
         + (f" ({rate:,.0f} tokens/s median)" if rate else "")
+        + (f", peak GPU memory {peak / 2**30:.1f} GiB" if peak else "")
         + f"; of it evaluations {recorded['eval_s_total']:.1f} s, waiting for checkpoints "
         f"{recorded['checkpoint_s_total']:.1f} s"
     )

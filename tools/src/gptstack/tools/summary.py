@@ -58,6 +58,11 @@ def summarize_run(run_dir: Path, command: list[str] | None = None) -> dict[str, 
         "best_val_bpc": best["val_bpc"] if best else None,
         "best_step": best["step"] if best else None,
         "last_val_loss": evals[-1]["val_loss"] if evals else None,
+        # the largest of the segments' (a resumed run's processes each start from zero)
+        "peak_memory_bytes": max(
+            (e["peak_memory_bytes"] for e in ends if e.get("peak_memory_bytes") is not None),
+            default=None,
+        ),
         "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in steady)
         if steady
         else None,

@@ -667,6 +667,7 @@ def train(
                     time=time.time(),
                     interrupted=stop.requested,
                     early_stopped=early_stopped,
+                    peak_memory_bytes=peak_memory_bytes(runtime.device),
                 )
                 metrics.close()
     wall = time.perf_counter() - t0
@@ -674,6 +675,12 @@ def train(
     return TrainResult(
         run_dir, step, max_steps, best_val, last_val, best_bpc, wall, stop.requested, early_stopped
     )
+
+
+def peak_memory_bytes(device: torch.device) -> int | None:
+    """The most GPU memory this process's tensors held at once (what decides the micro-batch
+    that fits: torch.cuda.max_memory_allocated); None on a CPU."""
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
 
 def _quiet(message: str) -> None:
