@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 # shellcheck source=benchmarks/device_env.sh
 source "$ROOT/benchmarks/device_env.sh"
 PRESET=${PRESET:-gpt2-124m}
-SETS=${SETS:-"--set train.batch_size=64 --set train.grad_accum=8 --set train.max_steps=8 \
+SETS=${SETS:-"--set train.batch_size=64 --set train.grad_accum=8 --set train.cuda_batch_size=0 --set train.max_steps=8 \
 --set train.eval_interval=100000 --set train.eval_batches=1"}
 VARIANTS=${VARIANTS-"default;torch-loss train.cuda_ops=;fp8-head model.fp8=head"}
 AFTER=${AFTER:-}

@@ -72,6 +72,11 @@ class DataSection:
 class TrainSection:
     batch_size: int = 64  # sequences per micro-batch
     grad_accum: int = 1  # micro-batches per optimizer step
+    # On a GPU, the micro-batch to use where its memory holds it (0: batch_size): the tokens per
+    # step stay batch_size * grad_accum (grad_accum shrinks by the same factor), halved down to
+    # batch_size while the step's estimated memory does not fit (schedule.cuda_micro_batch).
+    # Larger micro-batches keep the GPU busier: gpt2-124m sets 64 (benchmarks/JOURNAL.md).
+    cuda_batch_size: int = 0
     max_steps: int = 5000
     # The CPU schedule: what changes when training on a CPU, where a preset's GPU schedule would
     # take hours (schedule.py, for_device). 0: the value above.
@@ -294,6 +299,12 @@ def validate(cfg: RunConfig, *, source: str) -> None:
             "train.batch_size and train.grad_accum must be >= 1",
         ),
         (t.max_steps >= 1, f"train.max_steps must be >= 1, got {t.max_steps}"),
+        (
+            t.cuda_batch_size >= 0
+            and (t.cuda_batch_size == 0 or (t.batch_size * t.grad_accum) % t.cuda_batch_size == 0),
+            f"train.cuda_batch_size must be 0 or divide the step's batch_size * grad_accum = "
+            f"{t.batch_size * t.grad_accum} sequences, got {t.cuda_batch_size}",
+        ),
         (
             min(t.cpu_max_steps, t.cpu_batch_size, t.cpu_eval_interval, t.cpu_eval_batches) >= 0,
             "train.cpu_max_steps, cpu_batch_size, cpu_eval_interval and cpu_eval_batches must "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 from .config import TrainSection
 
@@ -29,6 +30,24 @@ def for_device(train: TrainSection, device_type: str) -> TrainSection:
     if not train.cpu_distill:
         changes["distill_from"] = ""
     return dataclasses.replace(train, **changes)
+
+
+def cuda_micro_batch(
+    train: TrainSection, fits: Callable[[int], bool], world_size: int = 1
+) -> tuple[int, int]:
+    """(micro-batch, grad_accum) of a step on a GPU: train.cuda_batch_size where set, with the
+    step's batch_size * grad_accum sequences kept; a larger one halved while `fits(rows)` says
+    the GPU cannot hold it or the step would not split into whole micro-batches per rank, down to
+    batch_size (the configured micro-batch is used as it is)."""
+    sequences = train.batch_size * train.grad_accum
+    rows = train.cuda_batch_size or train.batch_size
+    if rows < train.batch_size:  # asked smaller than configured: no need to check the memory
+        return rows, sequences // rows
+    while rows > train.batch_size:
+        if sequences % rows == 0 and (sequences // rows) % world_size == 0 and fits(rows):
+            return rows, sequences // rows
+        rows //= 2
+    return train.batch_size, train.grad_accum
 
 
 def dropout_for_device(train: TrainSection, dropout: float, device_type: str) -> float:

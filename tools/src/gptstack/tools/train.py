@@ -64,6 +64,7 @@ from .run_dir import check_run_dir, checkpoint_step, clear_run, run_folder
 from .run_estimate import RunWork, matmul_rate
 from .runtime import Runtime, process_start_time, resolve_runtime
 from .schedule import (
+    cuda_micro_batch,
     dropout_for_device,
     for_device,
     get_lr,
@@ -192,6 +193,32 @@ def cuda_ops_skipped(train: TrainSection, mcfg: GPTConfig) -> str | None:
     if mcfg.fp8 != "none" and "loss" in parse_ops(train.cuda_ops):
         return f"model.fp8={mcfg.fp8!r} computes the LM head, which the native loss replaces"
     return cuda_kernels_unavailable()
+
+
+# The step's memory on a GPU per position, layer and channel of a micro-batch: what bf16
+# autocast keeps for the backward (the residual stream in fp32, LayerNorm outputs, q/k/v, the
+# MLP's 4C hidden before and after GELU), fitted to gpt2-124m's measured peaks (JOURNAL.md);
+# plus, without the native loss, the logits in bf16 and their fp32 softmax per position and
+# vocabulary entry; plus 16 bytes a parameter (fp32 weights, gradients, AdamW's two moments).
+ACTIVATION_BYTES = 40
+LOGIT_BYTES = 6
+# the share of the GPU's memory the estimate may take (the CUDA context, cuBLAS workspaces,
+# the whole-step graph's pool and the allocator's fragmentation take the rest)
+GPU_MEMORY_SHARE = 0.8
+
+
+def step_memory_bytes(mcfg: GPTConfig, n_params: int, rows: int) -> int:
+    """A training step's estimated peak GPU memory at `rows` sequences per micro-batch."""
+    per_row = mcfg.n_layer * mcfg.block_size * mcfg.n_embd * ACTIVATION_BYTES
+    if "loss" not in mcfg.native_op_names:
+        per_row += mcfg.block_size * mcfg.vocab_size * LOGIT_BYTES
+    return 16 * n_params + rows * per_row
+
+
+def fits_gpu(mcfg: GPTConfig, n_params: int, device: torch.device) -> Callable[[int], bool]:
+    """fits(rows): whether a step of `rows` sequences is expected to fit `device`'s memory."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    return lambda rows: step_memory_bytes(mcfg, n_params, rows) <= GPU_MEMORY_SHARE * total
 
 
 def _cuda_ops_cpu_path() -> str | None:
@@ -354,6 +381,24 @@ def train(
     state = _read_train_state(ckpt) if resume is not None else None
     if state is not None:
         load_safetensors(model, ckpt / "model.safetensors")
+    if runtime.device_type == "cuda" and t.cuda_batch_size:
+        fits = fits_gpu(mcfg, model.num_params(), runtime.device)
+        rows, accum = cuda_micro_batch(t, fits, world.size)
+        if (rows, accum) != (t.batch_size, t.grad_accum):
+            log(
+                f"micro-batch {rows} x {accum} on this GPU (train.cuda_batch_size="
+                f"{t.cuda_batch_size}; configured {t.batch_size} x {t.grad_accum}, the same "
+                f"{t.batch_size * t.grad_accum} sequences a step)"
+            )
+        elif t.cuda_batch_size > t.batch_size:
+            log(
+                f"train.cuda_batch_size={t.cuda_batch_size} is not used: this GPU's memory is "
+                f"expected too small for it; micro-batch {t.batch_size} x {t.grad_accum}"
+            )
+        eval_batch_size, t = t.batch_size, dataclasses.replace(t, batch_size=rows, grad_accum=accum)
+        micro_batches = world.micro_batches(t.grad_accum)
+    else:
+        eval_batch_size = t.batch_size
     runtime.threads = use_threads(
         runtime.device, rows=t.batch_size * T, n_params=model.num_params()
     )
@@ -433,7 +478,7 @@ def train(
     estimator = LossEstimator(
         fwd,
         corpus,
-        batch_size=t.batch_size,
+        batch_size=eval_batch_size,  # the configured micro-batch: the same val windows
         block_size=T,
         batches=t.eval_batches,
         seed=t.seed,
