@@ -68,6 +68,35 @@ def test_gpt2_124m_memory_estimate_grows_with_rows_and_the_logits():
     assert extra == mcfg.block_size * mcfg.vocab_size * 6
 
 
+@pytest.mark.parametrize(
+    ("limit", "world", "expect", "says"),
+    [
+        (64, 1, (64, 8), "micro-batch 64 x 8 on this GPU (train.cuda_batch_size=64; configured"),
+        (40, 1, (32, 16), "micro-batch 32 x 16 on this GPU"),
+        (20, 1, (16, 32), "is not used: no micro-batch above 16 is expected to fit this GPU's"),
+        (64, 16, (32, 16), "micro-batch 32 x 16"),  # 64 x 8 would not split over 16 ranks
+    ],
+)
+def test_gpu_micro_batch_replaces_the_section_and_says_so(monkeypatch, limit, world, expect, says):
+    import gptstack.tools.train as train_mod
+
+    asked = []
+
+    def fits_gpu(mcfg, n_params, device):
+        asked.append((n_params, device))
+        return lambda rows: rows <= limit
+
+    monkeypatch.setattr(train_mod, "fits_gpu", fits_gpu)
+    cfg = load_preset("gpt2-124m")
+    logged = []
+    t = train_mod.gpu_micro_batch(
+        cfg.train, model_config(cfg, 50257), 123, "cuda:7", world, logged.append
+    )
+    assert (t.batch_size, t.grad_accum) == expect
+    assert dataclasses.replace(t, batch_size=16, grad_accum=32) == cfg.train  # nothing else
+    assert asked == [(123, "cuda:7")] and len(logged) == 1 and says in logged[0]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_a_gpu_the_step_runs_the_larger_micro_batch_and_evaluates_as_configured(
     tmp_path, small_corpus

@@ -221,6 +221,33 @@ def fits_gpu(mcfg: GPTConfig, n_params: int, device: torch.device) -> Callable[[
     return lambda rows: step_memory_bytes(mcfg, n_params, rows) <= GPU_MEMORY_SHARE * total
 
 
+def gpu_micro_batch(
+    t: TrainSection,
+    mcfg: GPTConfig,
+    n_params: int,
+    device: torch.device,
+    world_size: int,
+    log: Callable[[str], None],
+) -> TrainSection:
+    """The train section with train.cuda_batch_size's micro-batch where this GPU holds it
+    (schedule.cuda_micro_batch), saying what it chose."""
+    rows, accum = cuda_micro_batch(t, fits_gpu(mcfg, n_params, device), world_size)
+    if (rows, accum) != (t.batch_size, t.grad_accum):
+        log(
+            f"micro-batch {rows} x {accum} on this GPU (train.cuda_batch_size="
+            f"{t.cuda_batch_size}; configured {t.batch_size} x {t.grad_accum}, the same "
+            f"{t.batch_size * t.grad_accum} sequences a step)"
+        )
+    elif t.cuda_batch_size > t.batch_size:
+        log(
+            f"train.cuda_batch_size={t.cuda_batch_size} is not used: no micro-batch above "
+            f"{t.batch_size} is expected to fit this GPU's memory"
+            + (f" and split over the {world_size} processes" if world_size > 1 else "")
+            + f"; micro-batch {t.batch_size} x {t.grad_accum}"
+        )
+    return dataclasses.replace(t, batch_size=rows, grad_accum=accum)
+
+
 def _cuda_ops_cpu_path() -> str | None:
     """The CPU path gptstack.cuda_ops runs ("avx2_fma" or "scalar"), None where not installed."""
     try:
@@ -381,24 +408,10 @@ def train(
     state = _read_train_state(ckpt) if resume is not None else None
     if state is not None:
         load_safetensors(model, ckpt / "model.safetensors")
+    eval_batch_size = t.batch_size  # evaluation keeps the configured micro-batch's windows
     if runtime.device_type == "cuda" and t.cuda_batch_size:
-        fits = fits_gpu(mcfg, model.num_params(), runtime.device)
-        rows, accum = cuda_micro_batch(t, fits, world.size)
-        if (rows, accum) != (t.batch_size, t.grad_accum):
-            log(
-                f"micro-batch {rows} x {accum} on this GPU (train.cuda_batch_size="
-                f"{t.cuda_batch_size}; configured {t.batch_size} x {t.grad_accum}, the same "
-                f"{t.batch_size * t.grad_accum} sequences a step)"
-            )
-        elif t.cuda_batch_size > t.batch_size:
-            log(
-                f"train.cuda_batch_size={t.cuda_batch_size} is not used: this GPU's memory is "
-                f"expected too small for it; micro-batch {t.batch_size} x {t.grad_accum}"
-            )
-        eval_batch_size, t = t.batch_size, dataclasses.replace(t, batch_size=rows, grad_accum=accum)
+        t = gpu_micro_batch(t, mcfg, model.num_params(), runtime.device, world.size, log)
         micro_batches = world.micro_batches(t.grad_accum)
-    else:
-        eval_batch_size = t.batch_size
     runtime.threads = use_threads(
         runtime.device, rows=t.batch_size * T, n_params=model.num_params()
     )
