@@ -23,6 +23,14 @@ mkdir -p "$OUT"
 # shellcheck source=benchmarks/device_env.sh
 source "$ROOT/benchmarks/device_env.sh"
 PRESET=${PRESET:-gpt2-124m}
+# A preset with train.cuda_ops (gpt2-124m's native loss) silently trains with PyTorch's ops
+# where gptstack.cuda_ops does not import (each run only logs it): refuse to measure that
+# unless asked (2026-12-07: a call without PREBUILT measured the wrong loss on every side)
+if ! python3 -c "import gptstack.cuda_ops" 2> /dev/null && [ "${ALLOW_NO_CUDA_OPS:-0}" != 1 ]; then
+  echo "gptstack.cuda_ops does not import here: pass PREBUILT=.device/site (or build it), or" \
+    "ALLOW_NO_CUDA_OPS=1 to compare with PyTorch's ops on every side" >&2
+  exit 2
+fi
 SETS=${SETS:-"--set train.batch_size=64 --set train.grad_accum=8 --set train.cuda_batch_size=0 --set train.max_steps=8 \
 --set train.eval_interval=100000 --set train.eval_batches=1"}
 VARIANTS=${VARIANTS-"default;torch-loss train.cuda_ops=;fp8-head model.fp8=head"}

@@ -197,11 +197,12 @@ def cuda_ops_skipped(train: TrainSection, mcfg: GPTConfig) -> str | None:
 
 # The step's memory on a GPU per position, layer and channel of a micro-batch: what bf16
 # autocast keeps for the backward (the residual stream in fp32, LayerNorm outputs, q/k/v, the
-# MLP's 4C hidden before and after GELU), fitted to gpt2-124m's measured peaks (JOURNAL.md);
-# plus, without the native loss, the logits in bf16 and their fp32 softmax per position and
-# vocabulary entry; plus 16 bytes a parameter (fp32 weights, gradients, AdamW's two moments).
+# MLP's 4C hidden before and after GELU); plus, without the native loss, per position and
+# vocabulary entry the logits and their gradient in bf16; plus 16 bytes a parameter (fp32
+# weights, gradients, AdamW's two moments). gpt2-124m's peaks on an H100 (2026-12-07, 16 and 64
+# rows, benchmarks/JOURNAL.md) grow by 35.1 and 3.9 bytes: 40 and 4 leave a margin.
 ACTIVATION_BYTES = 40
-LOGIT_BYTES = 6
+LOGIT_BYTES = 4
 # the share of the GPU's memory the estimate may take (the CUDA context, cuBLAS workspaces,
 # the whole-step graph's pool and the allocator's fragmentation take the rest)
 GPU_MEMORY_SHARE = 0.8
