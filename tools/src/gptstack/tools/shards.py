@@ -170,3 +170,28 @@ def train_batch(
     if isinstance(corpus.train, ShardStream):
         return corpus.train.block(step * grad_accum + micro, batch_size, block_size)
     return get_batch(corpus.train, batch_size, block_size, batch_rng(seed, step, micro))
+
+
+def regrouped_batch(
+    corpus,
+    batch_size: int,
+    grad_accum: int,
+    block_size: int,
+    seed: int,
+    step: int,
+    rows: int,
+    micro: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Micro-batch `micro` of `rows` sequences of `step`, cut from the sequences the configured
+    batch_size x grad_accum split draws (train_batch, in order): a step's data does not depend
+    on the micro-batch it runs in (train.cuda_batch_size)."""
+    if rows == batch_size:
+        return train_batch(corpus, batch_size, block_size, seed, step, micro, grad_accum)
+    start, stop = micro * rows, (micro + 1) * rows
+    xs, ys = [], []
+    for j in range(start // batch_size, (stop - 1) // batch_size + 1):
+        x, y = train_batch(corpus, batch_size, block_size, seed, step, j, grad_accum)
+        lo, hi = max(start - j * batch_size, 0), min(stop - j * batch_size, batch_size)
+        xs.append(x[lo:hi])
+        ys.append(y[lo:hi])
+    return np.concatenate(xs), np.concatenate(ys)

@@ -71,7 +71,7 @@ from .schedule import (
     kernels_for_device,
     total_steps,
 )
-from .shards import train_batch
+from .shards import regrouped_batch
 from .teacher import check_teacher, load_teacher, teacher_progress, teacher_stage
 from .threads import use_threads
 
@@ -226,13 +226,15 @@ def gpu_micro_batch(
     t: TrainSection,
     mcfg: GPTConfig,
     n_params: int,
-    device: torch.device,
+    runtime: Runtime,
     world_size: int,
     log: Callable[[str], None],
 ) -> TrainSection:
     """The train section with train.cuda_batch_size's micro-batch where this GPU holds it
-    (schedule.cuda_micro_batch), saying what it chose."""
-    rows, accum = cuda_micro_batch(t, fits_gpu(mcfg, n_params, device), world_size)
+    (schedule.cuda_micro_batch), saying what it chose; `t` itself elsewhere."""
+    if runtime.device_type != "cuda" or not t.cuda_batch_size:
+        return t
+    rows, accum = cuda_micro_batch(t, fits_gpu(mcfg, n_params, runtime.device), world_size)
     if (rows, accum) != (t.batch_size, t.grad_accum):
         log(
             f"micro-batch {rows} x {accum} on this GPU (train.cuda_batch_size="
@@ -409,10 +411,11 @@ def train(
     state = _read_train_state(ckpt) if resume is not None else None
     if state is not None:
         load_safetensors(model, ckpt / "model.safetensors")
-    eval_batch_size = t.batch_size  # evaluation keeps the configured micro-batch's windows
-    if runtime.device_type == "cuda" and t.cuda_batch_size:
-        t = gpu_micro_batch(t, mcfg, model.num_params(), runtime.device, world.size, log)
-        micro_batches = world.micro_batches(t.grad_accum)
+    # the configured split: a step's sequences are its micro-batches' in order, whatever
+    # micro-batch the GPU runs (shards.regrouped_batch), and evaluation keeps its micro-batch
+    configured = t
+    t = gpu_micro_batch(t, mcfg, model.num_params(), runtime, world.size, log)
+    micro_batches = world.micro_batches(t.grad_accum)
     runtime.threads = use_threads(
         runtime.device, rows=t.batch_size * T, n_params=model.num_params()
     )
@@ -492,7 +495,7 @@ def train(
     estimator = LossEstimator(
         fwd,
         corpus,
-        batch_size=eval_batch_size,  # the configured micro-batch: the same val windows
+        batch_size=configured.batch_size,  # the same val windows on every GPU
         block_size=T,
         batches=t.eval_batches,
         seed=t.seed,
@@ -649,7 +652,16 @@ def train(
                 model.train()
                 batches = [
                     runtime.to_device(
-                        *train_batch(corpus, t.batch_size, T, t.seed, step, micro, t.grad_accum)
+                        *regrouped_batch(
+                            corpus,
+                            configured.batch_size,
+                            configured.grad_accum,
+                            T,
+                            t.seed,
+                            step,
+                            t.batch_size,
+                            micro,
+                        )
                     )
                     for micro in micro_batches
                 ]  # [dist] this rank's global indices
