@@ -37,17 +37,20 @@ def small_corpus(tmp_path, shakespeare_text):
 
 @pytest.fixture
 def train_smoke(tmp_path, small_corpus):
-    """train_smoke(name, *overrides) trains the smoke preset on the small corpus on the CPU into
-    tmp_path/name and returns (metrics records by event, the checkpoint's model config)."""
+    """train_smoke(name, *overrides, log=...) trains the smoke preset on the small corpus on the
+    CPU (an override may name another device) into tmp_path/name and returns (metrics records by
+    event, the checkpoint's model config)."""
     import json
 
     from gptstack.tools.config import apply_overrides, load_preset
     from gptstack.tools.train import train
 
-    def run(name: str, *overrides: str) -> tuple[dict[str, dict[int, dict]], dict]:
+    def run(
+        name: str, *overrides: str, log=lambda s: None
+    ) -> tuple[dict[str, dict[int, dict]], dict]:
         settings = [f"data.path={small_corpus}", "train.device=cpu", *overrides]
         train(apply_overrides(load_preset("smoke"), settings), tmp_path / name, progress=False,
-              log=lambda s: None)  # fmt: skip
+              log=log)  # fmt: skip
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
         records: dict[str, dict[int, dict]] = {}
         for r in map(json.loads, lines):

@@ -56,7 +56,7 @@ from .compile_ahead import CompileAhead
 from .config import RunConfig, TrainSection, gpt_config
 from .cpu_memory import keep_freed_memory
 from .data import Corpus, prepare_corpus
-from .distributed import World, restore_rng, rng_state, seed_ranks
+from .distributed import World, check_divisible, restore_rng, rng_state, seed_ranks
 from .errors import CheckpointError, ConfigError
 from .evaluate import EvalInterrupted, LossEstimator
 from .parallel import distributed_runtime, wrap_model
@@ -369,7 +369,7 @@ def train(
     runtime = distributed_runtime(resolve_runtime(cfg.train), world, cfg.train.cuda_graph)  # [dist]
     t, T = for_device(cfg.train, runtime.device_type), cfg.model.block_size
     max_steps = total_steps(cfg.train, runtime.device_type)
-    micro_batches = world.micro_batches(t.grad_accum)  # [dist] this rank's share of each step
+    check_divisible(t.grad_accum, world.size)  # [dist] before the data and a teacher are made
 
     teacher = None
     if t.distill_from:  # knowledge distillation: the teacher is found, or trained first
@@ -415,7 +415,7 @@ def train(
     # micro-batch the GPU runs (shards.regrouped_batch), and evaluation keeps its micro-batch
     configured = t
     t = gpu_micro_batch(t, mcfg, model.num_params(), runtime, world.size, log)
-    micro_batches = world.micro_batches(t.grad_accum)
+    micro_batches = world.micro_batches(t.grad_accum)  # [dist] this rank's share of each step
     runtime.threads = use_threads(
         runtime.device, rows=t.batch_size * T, n_params=model.num_params()
     )
