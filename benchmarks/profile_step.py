@@ -1,7 +1,7 @@
 """Profile one training step per preset on a GPU: which kernels, how many, how long.
 
     python3 benchmarks/profile_step.py --out $OUT [--presets esp32,shakespeare-char,gpt2-124m]
-        [--batch-size 64] [--ops gptstack:loss]
+        [--batch-size 16] [--ops torch]   (default: the preset's micro-batch and ops on a GPU)
 
 Builds each preset's model exactly as `gptstack train` does on CUDA (bf16 autocast, torch.compile,
 the whole step captured as one CUDA graph), warms it up, then records a few graph replays with
@@ -27,12 +27,18 @@ from torch.profiler import ProfilerActivity, profile
 from gptstack.tools.bench_cli import preset_shape
 
 
-def build_step(name: str, device: torch.device, cuda_graph: bool, batch_size: int | None, ops: str):
+def build_step(
+    name: str, device: torch.device, cuda_graph: bool, batch_size: int | None, ops: str | None
+):
+    """The preset's step as `gptstack train` runs it on a GPU: its train.cuda_ops and
+    train.cuda_batch_size unless ops / batch_size say otherwise."""
     from gptstack.model import GPT, TrainStep, compile_model
+    from gptstack.tools.config import load_preset
 
-    shape = preset_shape(name, batch_size)
+    train = load_preset(name).train
+    shape = preset_shape(name, batch_size or train.cuda_batch_size or None)
     torch.manual_seed(0)
-    # ops: model.ops as `gptstack train` sets it from train.cuda_ops (e.g. gpt2-124m's native loss)
+    ops = ops or train.cuda_ops or shape.config().ops
     model = GPT(dataclasses.replace(shape.config(), ops=ops)).to(device)
     opt = model.configure_optimizer(0.1, 1e-4, (0.9, 0.95), "cuda", capturable=cuda_graph)
     fwd = compile_model(model, os.environ.get("COMPILE", "regional"))
@@ -50,7 +56,7 @@ def build_step(name: str, device: torch.device, cuda_graph: bool, batch_size: in
         ]
         for _ in range(4)
     ]
-    return step, batches, shape
+    return step, batches, shape, ops
 
 
 def main() -> None:
@@ -58,8 +64,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/profile")))
     ap.add_argument("--presets", default="esp32,shakespeare-char,gpt2-124m")
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--batch-size", type=int, help="micro-batch (default: each preset's)")
-    ap.add_argument("--ops", default="torch", help="model.ops, e.g. gptstack:loss (default torch)")
+    ap.add_argument("--batch-size", type=int, help="micro-batch (default: the preset's on a GPU)")
+    ap.add_argument("--ops", help="model.ops, e.g. torch (default: the preset's on a GPU)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
@@ -67,7 +73,7 @@ def main() -> None:
     summary = {}
     for name in args.presets.split(","):
         t0 = time.perf_counter()
-        step, batches, shape = build_step(
+        step, batches, shape, step_ops = build_step(
             name, device, cuda_graph=True, batch_size=args.batch_size, ops=args.ops
         )
         for i in range(6):  # 3 eager warm-up steps, capture, replays
@@ -107,7 +113,7 @@ def main() -> None:
         n_kernels = sum(r["calls_per_step"] for r in kernels)
         summary[name] = {
             "shape": shape.to_dict(),
-            "ops": args.ops,
+            "ops": step_ops,
             "ms_per_step_graph": ms,
             "startup_s": startup,
             "kernels_per_step": n_kernels,
