@@ -88,6 +88,28 @@ __device__ __forceinline__ void st_async_u4(void* local, int rank, uint4 v, uint
       ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
       : "memory");
 }
+// An mbarrier that completes a phase when one thread has arrived and the bytes it announced
+// (bulk_load) have landed; visible to the CTA's threads after the next __syncthreads
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// The Hopper bulk copy (cp.async.bulk): bytes from global src into this CTA's shared dst (both
+// 16-byte aligned, a multiple of 16 bytes), counted on bar; the calling thread arrives on it.
+// Wait with mbar_wait<false>. Used by decode_blocks.cu and cross_entropy.cu.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes,
+                                          uint64_t* bar) {
+  const unsigned b = shared_address(bar);
+  // the phase's reads of dst (generic proxy) come before the copy's writes (async proxy)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
+               : "memory");
+  if (bytes > 0)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(b)
+        : "memory");
+}
 // until the phase of parity `parity` of this CTA's mbarrier has completed, with acquire at
 // cluster scope (the other CTAs' st.async bytes are visible after it) or, Cluster = false, at
 // CTA scope (enough for this CTA's own bulk copies: decode_blocks)

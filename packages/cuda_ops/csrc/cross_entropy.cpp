@@ -10,6 +10,7 @@
 
 #include <nanobind/stl/optional.h>
 
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -169,12 +170,20 @@ void cross_entropy(nb::ndarray<> losses, OptArray dlogits, nb::ndarray<> logits,
 
 }  // namespace
 
+static std::atomic<bool> g_cross_entropy_staged{true};
+bool cross_entropy_staged_enabled() { return g_cross_entropy_staged.load(std::memory_order_relaxed); }
+void set_cross_entropy_staged(bool enabled) { g_cross_entropy_staged = enabled; }
+
 void register_cross_entropy(nb::module_& m) {
   m.def("cross_entropy", &cross_entropy, "losses"_a, "dlogits"_a.none(), "logits"_a,
         "targets"_a, "grad_scale"_a.none(), "ignore_index"_a = -1, "stream"_a = 0,
         "num_threads"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
         "Per-row softmax cross-entropy of logits (n, V) against targets (n,) into losses (n,); "
         "with dlogits (may be logits itself) also (softmax - onehot) * grad_scale[0].");
+  m.def("set_cross_entropy_staged", &set_cross_entropy_staged, "enabled"_a,
+        "CUDA: run rows that fit twice in shared memory through the staged kernel (sm_90+; "
+        "default True) or always through the online kernel (cross_entropy.cu).");
+  m.def("cross_entropy_staged", &cross_entropy_staged_enabled);
 }
 
 }  // namespace gs

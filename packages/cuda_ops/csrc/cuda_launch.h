@@ -82,6 +82,19 @@ inline int capability_major_here() {
   return major[device];
 }
 
+// The current device's number of SMs (looked up once per device), for persistent grids; 1
+// where it cannot be read
+inline int sm_count_here() {
+  static int count[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 1;
+  if (count[device] == 0 &&
+      cudaDeviceGetAttribute(&count[device], cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess)
+    return count[device] = 0, 1;
+  return count[device] > 0 ? count[device] : 1;
+}
+
 // Whether launches on the current device go programmatic: switched on and sm_90 or newer
 inline bool programmatic_launch_here() {
   return programmatic_launch_enabled() && capability_major_here() >= 9;

@@ -51,8 +51,8 @@ constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kHalf = 256;  // threads per attention head (decode_attention_kernel's block)
 constexpr int kLnPerThread = static_cast<int>(kDecodeBlocksMaxC / kThreads);
 
-// The bulk-copy PTX, sm_90 and newer, beside cluster.cuh's primitives (an sm_80 build compiles
-// the kernel to a trap, and the launcher refuses such a GPU before that)
+// Distributed shared memory, sm_90 and newer, beside cluster.cuh's primitives (an sm_80 build
+// compiles the kernel to a trap, and the launcher refuses such a GPU before that)
 #ifdef GS_CLUSTERS
 // local[i] of CTA `rank` of this cluster (distributed shared memory) = v
 __device__ __forceinline__ void store_remote(float* local, int i, int rank, float v) {
@@ -61,25 +61,6 @@ __device__ __forceinline__ void store_remote(float* local, int i, int rank, floa
                : "=r"(remote)
                : "r"(shared_address(local + i)), "r"(rank));
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
-}
-// an mbarrier that completes a phase when one thread has arrived and `bytes` have landed
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// bytes from global src into this CTA's shared dst (16-byte aligned, a multiple of 16 bytes)
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes,
-                                          uint64_t* bar) {
-  const unsigned b = shared_address(bar);
-  // the phase's reads of dst (generic proxy) come before the copy's writes (async proxy)
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
-               : "memory");
-  if (bytes > 0)
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(b)
-        : "memory");
 }
 #endif
 // Built by dev/decode_blocks_phases.cu with GS_DECODE_BLOCKS_STAMPS, thread 0 of each CTA

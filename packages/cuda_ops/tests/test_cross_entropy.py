@@ -301,6 +301,46 @@ def test_cuda_cross_entropy_matches_torch(shape, dtype, gen):
     assert_close(dz, 2.0 * ref_dz, dtype, f"cuda ce dlogits {shape} {dtype}")
 
 
+@pytest.fixture(params=[True, False], ids=["staged", "online"])
+def staged(request):
+    """Rows that fit twice in shared memory through the staged kernel (sm_90+, the default) and
+    through the online kernel, then the default again."""
+    _C.set_cross_entropy_staged(request.param)
+    yield request.param
+    _C.set_cross_entropy_staged(True)
+
+
+@pytest.mark.cuda
+# rows the staged kernel takes on sm_90+ (both fit twice in shared memory): one row of the
+# smallest vectorised width above the warp kernel's; fewer rows than SMs; more, so each CTA
+# walks several rows through both buffers (and a tenth ignored ones); float32 rows of 80 KB
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((1, 2056), torch.bfloat16),
+        ((97, 50304), torch.bfloat16),
+        ((1000, 50304), torch.bfloat16),
+        ((700, 20000), torch.float32),
+    ],
+)
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in-place"])
+def test_cuda_cross_entropy_staged_and_online_rows(shape, dtype, in_place, staged, gen):
+    z = (3 * torch.randn(shape, generator=gen)).to(dtype).cuda()
+    t = _targets(shape[0], shape[1], gen, "cuda", ignored=0.1)
+    ref, ref_dz = _ref_ce(z, t)
+    n = shape[0]
+    losses = torch.empty(n, device="cuda")
+    scale = torch.full((1,), 1.0 / int((t != -1).sum()), device="cuda")
+    logits = z.clone()
+    dz = logits if in_place else torch.empty_like(z)  # in place: as the fused LM-head loss runs
+    _C.cross_entropy(losses, dz, logits, t, scale, -1, torch.cuda.current_stream().cuda_stream, 0)
+    torch.cuda.synchronize()
+    what = f"cuda ce {shape} {dtype} staged={staged} in_place={in_place}"
+    assert_close(losses.sum() * scale[0], ref, dtype, f"{what} loss")
+    assert_close(dz, ref_dz, dtype, f"{what} dlogits")
+    assert (losses[t == -1] == 0).all(), what
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_linear_cross_entropy_matches_torch(dtype, gen):
