@@ -256,7 +256,8 @@ void launch(float* losses, T* dz, const T* z, const int64_t* targets, const floa
   if (vec && cross_entropy_staged_enabled() && clusters_here()) {
     const int row_bytes = int(s.V) * int(sizeof(T));
     const int smem = 2 * row_bytes + 2 * int(sizeof(uint64_t));
-    if (row_bytes % 16 == 0 && smem <= smem_optin_here()) {
+    // (1 KiB left for the kernel's static shared memory, which LaunchCheck adds)
+    if (row_bytes % 16 == 0 && smem + 1024 <= smem_optin_here()) {
       constexpr int threads = kStagedThreads;
       static LaunchCheck check;  // one per T
       auto kernel = cross_entropy_staged_kernel<T, threads>;
