@@ -257,12 +257,17 @@ void launch(float* losses, T* dz, const T* z, const int64_t* targets, const floa
     const int row_bytes = int(s.V) * int(sizeof(T));
     const int smem = 2 * row_bytes + 2 * int(sizeof(uint64_t));
     // (1 KiB left for the kernel's static shared memory, which LaunchCheck adds)
-    if (row_bytes % 16 == 0 && smem + 1024 <= smem_optin_here()) {
+    const int limit = smem_optin_here() - 1024;
+    if (row_bytes % 16 == 0 && smem <= limit) {
       constexpr int threads = kStagedThreads;
+      // LaunchCheck runs once per instance: its shared-memory limit is raised to the most any
+      // V may ask, not the first call's (a first call with narrow rows left the limit at
+      // 48 KiB, and every wider launch after it failed with cudaErrorInvalidValue: the first
+      // GPU run of the tests, 2026-12-07)
       static LaunchCheck check;  // one per T
       auto kernel = cross_entropy_staged_kernel<T, threads>;
       check.ensure(reinterpret_cast<const void*>(kernel), "cross_entropy", "staged", threads,
-                   smem);
+                   limit);
       const unsigned blocks = unsigned(std::min<int64_t>(s.n, sm_count_here()));
       kernel<<<blocks, threads, smem, stream>>>(losses, dz, z, targets, grad_scale, ignore_index,
                                                 int(s.V), s.n);

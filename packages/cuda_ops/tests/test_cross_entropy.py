@@ -312,8 +312,10 @@ def staged(request):
 
 @pytest.mark.cuda
 # rows the staged kernel takes on sm_90+ (both fit twice in shared memory): one row of the
-# smallest vectorised width above the warp kernel's; fewer rows than SMs; more, so each CTA
-# walks several rows through both buffers (and a tenth ignored ones); float32 rows of 80 KB
+# smallest vectorised width above the warp kernel's, first (its launch needs no more than the
+# default 48 KiB of shared memory: the launcher once raised the limit only to the first call's
+# rows, and the wider launches after it failed); fewer rows than SMs; more, so each CTA walks
+# several rows through both buffers (and a tenth ignored ones); float32 rows of 80 KB
 @pytest.mark.parametrize(
     "shape, dtype",
     [
