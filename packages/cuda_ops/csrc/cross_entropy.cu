@@ -15,8 +15,11 @@
 //     block works on the row before (two buffers), then the same two passes run from shared
 //     memory: the row is read from memory once, all of it in flight at once, and written once.
 //     The online kernel above keeps one 16-byte load a thread in flight and reads the row a
-//     second time (from L2): at gpt2-124m's (16384, 50304) in bf16 it moved 41.5 % of the copy
-//     bandwidth on the H200 (benchmarks/results/ops-h200-20261203-142331.json).
+//     second time (from L2). Side by side on the H100 (dev/cross_entropy_rows.cu, 2026-12-07):
+//     at gpt2-124m's (16384, 50304) in bf16, 1,206 vs 1,469 us (90.7 vs 74.5 % of the copy
+//     bandwidth); one 2,560-row chunk of the fused LM-head loss in place, 195 vs 210 us (its
+//     rows partly still in L2 from the matmul that wrote them). 256 or 1,024 threads: the same
+//     within 1.6 %. End to end (gpt2-124m, 64 x 8) a tie: 502.8 k vs 501.5 k tokens/s.
 //   cross_entropy_warp_kernel<W>: one warp per row, eight rows a block, for V <= kWarpRowMaxV
 //     (the char and esp32 vocabularies): the same two passes with warp shuffles alone, no shared
 //     memory and no block barrier. With one block of 32 threads per row, shakespeare-char's
