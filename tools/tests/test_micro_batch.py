@@ -141,10 +141,11 @@ def test_gpt2_124m_memory_estimate_grows_with_rows_and_the_logits():
 @pytest.mark.parametrize(
     ("limit", "world", "expect", "says"),
     [
-        (64, 1, (64, 8), "micro-batch 64 x 8 on this GPU (train.cuda_batch_size=64; configured"),
+        (128, 1, (128, 4), "micro-batch 128 x 4 on this GPU (train.cuda_batch_size=128; "),
+        (100, 1, (64, 8), "micro-batch 64 x 8 on this GPU"),
         (40, 1, (32, 16), "micro-batch 32 x 16 on this GPU"),
         (20, 1, (16, 32), "is not used: no micro-batch above 16 is expected to fit this GPU's"),
-        (64, 16, (32, 16), "micro-batch 32 x 16"),  # 64 x 8 would not split over 16 ranks
+        (128, 16, (32, 16), "micro-batch 32 x 16"),  # 128 x 4 would not split over 16 ranks
     ],
 )
 def test_gpu_micro_batch_replaces_the_section_and_says_so(monkeypatch, limit, world, expect, says):
