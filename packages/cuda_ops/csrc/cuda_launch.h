@@ -69,30 +69,26 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
 // ordinary launch.
 bool programmatic_launch_enabled();  // common.cpp
 
-// The current device's compute capability major (looked up once per device; an inline
-// function's static is one for all); 0 where it cannot be read
-inline int capability_major_here() {
-  static int major[64] = {};
+// The current device's attribute Attr, looked up once per device (an inline function's static
+// is one for all; one array per attribute); 0 where it cannot be read
+template <cudaDeviceAttr Attr> inline int device_attribute_here() {
+  static int value[64] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 0;
-  if (major[device] == 0 &&
-      cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device) !=
-          cudaSuccess)
-    return major[device] = 0;
-  return major[device];
+  if (value[device] == 0 && cudaDeviceGetAttribute(&value[device], Attr, device) != cudaSuccess)
+    return value[device] = 0;
+  return value[device];
 }
 
-// The current device's number of SMs (looked up once per device), for persistent grids; 1
-// where it cannot be read
+// The current device's compute capability major; 0 where it cannot be read
+inline int capability_major_here() {
+  return device_attribute_here<cudaDevAttrComputeCapabilityMajor>();
+}
+
+// The current device's number of SMs, for persistent grids; 1 where it cannot be read
 inline int sm_count_here() {
-  static int count[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return 1;
-  if (count[device] == 0 &&
-      cudaDeviceGetAttribute(&count[device], cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess)
-    return count[device] = 0, 1;
-  return count[device] > 0 ? count[device] : 1;
+  const int count = device_attribute_here<cudaDevAttrMultiProcessorCount>();
+  return count > 0 ? count : 1;
 }
 
 // Whether launches on the current device go programmatic: switched on and sm_90 or newer
