@@ -4,7 +4,10 @@
 # By default the gpt2-124m variants of 2026-12-07 (benchmarks/JOURNAL.md), against the preset as it trains
 # now (its train.cuda_ops: the native loss):
 #   VARIANTS="default;torch-loss train.cuda_ops=;fp8-head model.fp8=head"   (';' between them)
-# or two sides: AFTER="--after-env TORCHINDUCTOR_ENABLE_PDL=1" (with VARIANTS="").
+# or two sides: AFTER="--after-env TORCHINDUCTOR_ENABLE_PDL=1" (with VARIANTS=""). A kernel
+# switch of gptstack.cuda_ops as a variant (benchmarks/switches/sitecustomize.py), as the loss
+# kernels were compared on 2026-12-07:
+#   "online GPTSTACK_CUDA_OPS_SWITCHES=set_cross_entropy_staged=0 PYTHONPATH=$ROOT/benchmarks/switches:$PYTHONPATH"
 #
 #   On the lent GPU (repository root, $OUT given by the device tool; carry .device with
 #   tinyshakespeare.txt + gpt2.tiktoken in .device/data and, for a native op, a prebuilt
