@@ -6,7 +6,7 @@
 #   VARIANTS="default;torch-loss train.cuda_ops=;fp8-head model.fp8=head"   (';' between them)
 # or two sides: AFTER="--after-env TORCHINDUCTOR_ENABLE_PDL=1" (with VARIANTS=""). A kernel
 # switch of gptstack.cuda_ops as a variant (benchmarks/switches/sitecustomize.py), as the loss
-# kernels were compared on 2026-12-07:
+# kernels were compared on 2026-12-07 (ROOT and PYTHONPATH as after sourcing device_env.sh):
 #   "online GPTSTACK_CUDA_OPS_SWITCHES=set_cross_entropy_staged=0 PYTHONPATH=$ROOT/benchmarks/switches:$PYTHONPATH"
 #
 #   On the lent GPU (repository root, $OUT given by the device tool; carry .device with
