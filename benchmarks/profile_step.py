@@ -6,7 +6,9 @@
 Builds each preset's model exactly as `gptstack train` does on CUDA (bf16 autocast, torch.compile,
 the whole step captured as one CUDA graph), warms it up, then records a few graph replays with
 torch.profiler. Writes, per preset, a JSON of the kernel table (name, calls per step, total and
-mean GPU time) and a gzipped Chrome trace; prints the top kernels. The profile is what the
+mean GPU time), the kernel time's shares by kind (matmul, attention, LayerNorm, GELU, loss,
+optimizer, other: gptstack.bench.kernel_shares) and a gzipped Chrome trace; prints the top
+kernels and the shares. The profile is what the
 kernel work of packages/cuda_ops is chosen from (METHOD.md: profile before you optimise).
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from gptstack.bench.kernel_shares import kernel_shares, shares_line
 from gptstack.tools.bench_cli import preset_shape
 
 
@@ -111,6 +114,7 @@ def main() -> None:
         ]
         total_us = sum(r["gpu_us_per_step"] for r in kernels)
         n_kernels = sum(r["calls_per_step"] for r in kernels)
+        shares = kernel_shares(kernels)  # over every kernel, not only the top 40 kept
         summary[name] = {
             "shape": shape.to_dict(),
             "ops": step_ops,
@@ -118,6 +122,7 @@ def main() -> None:
             "startup_s": startup,
             "kernels_per_step": n_kernels,
             "kernel_us_per_step": total_us,
+            "shares": shares,
             "top": kernels[:40],
         }
         trace = args.out / f"trace-{name}.json"
@@ -129,6 +134,7 @@ def main() -> None:
             f"== {name}: {ms:.3f} ms/step (graph replay), {n_kernels:.0f} kernels/step, "
             f"{total_us / 1e3:.3f} ms of kernel time, start-up {startup:.1f} s"
         )
+        print(f"   kernel time by kind: {shares_line(shares)}")
         for r in kernels[:25]:
             print(
                 f"  {r['gpu_us_per_step']:9.1f} us  x{r['calls_per_step']:5.1f}  {r['name'][:110]}"
