@@ -32,6 +32,8 @@ RECORDED_ENV = (
     "TORCHINDUCTOR_COMPILE_THREADS",
     "PYTORCH_CUDA_ALLOC_CONF",
     "GPTSTACK_DATA_DIR",
+    "GPTSTACK_CUDA_OPS_SWITCHES",  # benchmarks/switches/sitecustomize.py's kernel switches
+    "TORCHINDUCTOR_ENABLE_PDL",
 )
 
 
@@ -169,7 +171,27 @@ def environment(device: torch.device, command: list[str] | None = None) -> dict[
             "load_average_1_5_15": load,
         },
         "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
+        "cuda_ops_switches": cuda_ops_switches(),
     }
+
+
+def cuda_ops_switches() -> dict[str, Any] | None:
+    """The state of gptstack.cuda_ops' kernel switches where it is installed (each `_C.set_X`
+    with its getter `_C.X`: programmatic launch, the staged loss kernel, ...), so that a record
+    says which kernels its run used; None without it (the bench does not depend on it)."""
+    try:
+        from gptstack.cuda_ops import _C
+    except ImportError:
+        return None
+    state = {}
+    for name in sorted(dir(_C)):
+        getter = getattr(_C, name.removeprefix("set_"), None) if name.startswith("set_") else None
+        if callable(getter):
+            try:
+                state[name.removeprefix("set_")] = getter()
+            except TypeError:  # one that takes arguments is no switch's getter
+                continue
+    return state
 
 
 def _version(module: str) -> str | None:
