@@ -22,14 +22,14 @@ struct CrossEntropyShape {
   int64_t n, V;
 };
 
-// losses (n,) float32 (float64 for float64 logits, CPU only); dlogits null for loss only; targets (n,) int64 on the device; a target
-// outside [0, V) that is not ignore_index gives a NaN loss (the CPU path raises instead).
 // Whether rows that fit twice in shared memory run the staged kernel on sm_90+ (cross_entropy.cu;
 // default on): the switch by which tests cover the online kernel at those sizes too and
 // benchmarks compare the two in one process. Defined in cross_entropy.cpp.
 bool cross_entropy_staged_enabled();
 void set_cross_entropy_staged(bool enabled);
 
+// losses (n,) float32 (float64 for float64 logits, CPU only); dlogits null for loss only; targets (n,) int64 on the device; a target
+// outside [0, V) that is not ignore_index gives a NaN loss (the CPU path raises instead).
 void cross_entropy_cuda(float* losses, void* dlogits, const void* logits, const int64_t* targets,
                         const float* grad_scale, int64_t ignore_index, CrossEntropyShape shape,
                         DType dtype, uintptr_t stream);

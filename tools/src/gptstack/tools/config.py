@@ -75,7 +75,7 @@ class TrainSection:
     # On a GPU, the micro-batch to use where its memory holds it (0: batch_size): the tokens per
     # step stay batch_size * grad_accum (grad_accum shrinks by the same factor), halved down to
     # batch_size while the step's estimated memory does not fit (schedule.cuda_micro_batch).
-    # Larger micro-batches keep the GPU busier: gpt2-124m sets 64 (benchmarks/JOURNAL.md).
+    # Larger micro-batches keep the GPU busier: gpt2-124m sets 128 (benchmarks/JOURNAL.md).
     cuda_batch_size: int = 0
     max_steps: int = 5000
     # The CPU schedule: what changes when training on a CPU, where a preset's GPU schedule would
