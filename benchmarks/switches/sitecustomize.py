@@ -4,8 +4,8 @@
         PYTHONPATH=benchmarks/switches:$PYTHONPATH gptstack train ...
 
 Python imports `sitecustomize` at start-up from the first folder on sys.path that has one, so
-with this folder first on PYTHONPATH every `_C.set_*` named here is called with its integer (a
-bool switch takes 0 or 1) before the program runs: a benchmarks/train_ab.py variant can then
+with this folder first on PYTHONPATH every switch named here is set (gptstack.cuda_ops.set_switch:
+a bool switch takes 0 or 1) before the program runs: a benchmarks/train_ab.py variant can then
 compare two kernels of one build in fresh `gptstack train` processes (kernel switches have no
 config key: they are for tests and benchmarks). Without the variable it does nothing.
 """
@@ -14,19 +14,17 @@ import os
 
 _SWITCHES = os.environ.get("GPTSTACK_CUDA_OPS_SWITCHES", "").strip()
 if _SWITCHES:
-    from gptstack.cuda_ops import _C
+    from gptstack.cuda_ops import set_switch
 
     for _item in _SWITCHES.split(","):
         _name, _, _value = _item.partition("=")
-        if not _name.startswith("set_") or not hasattr(_C, _name) or not _value:
+        try:
+            if not _name.startswith("set_") or not _value:
+                raise ValueError("write set_NAME=VALUE")
+            _arg = set_switch(_name.removeprefix("set_"), _value)
+        except ValueError as e:
             raise SystemExit(
                 f"GPTSTACK_CUDA_OPS_SWITCHES: {_item!r} is not NAME=INTEGER for one of "
-                f"gptstack.cuda_ops._C's set_* switches"
-            )
-        try:
-            _arg = int(_value)
-            getattr(_C, _name)(_arg)
-        except TypeError:  # a switch that takes a bool: 0 or 1
-            _arg = bool(int(_value))
-            getattr(_C, _name)(_arg)
-        print(f"sitecustomize: gptstack.cuda_ops._C.{_name}({_arg})", flush=True)
+                f"gptstack.cuda_ops' set_* switches: {e}"
+            ) from None
+        print(f"sitecustomize: gptstack.cuda_ops._C.{_name}({_arg!r})", flush=True)

@@ -176,22 +176,14 @@ def environment(device: torch.device, command: list[str] | None = None) -> dict[
 
 
 def cuda_ops_switches() -> dict[str, Any] | None:
-    """The state of gptstack.cuda_ops' kernel switches where it is installed (each `_C.set_X`
-    with its getter `_C.X`: programmatic launch, the staged loss kernel, ...), so that a record
-    says which kernels its run used; None without it (the bench does not depend on it)."""
+    """The state of gptstack.cuda_ops' kernel switches where it is installed (programmatic
+    launch, the staged loss kernel, ...), so that a record says which kernels its run used;
+    None without it (the bench does not depend on it)."""
     try:
-        from gptstack.cuda_ops import _C
+        from gptstack.cuda_ops import switches
     except ImportError:
         return None
-    state = {}
-    for name in sorted(dir(_C)):
-        getter = getattr(_C, name.removeprefix("set_"), None) if name.startswith("set_") else None
-        if callable(getter):
-            try:
-                state[name.removeprefix("set_")] = getter()
-            except TypeError:  # one that takes arguments is no switch's getter
-                continue
-    return state
+    return switches()
 
 
 def _version(module: str) -> str | None:

@@ -28,6 +28,7 @@ from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
 from .sampling import sample_tokens, sampler_state
+from .switches import set_switch, switches
 
 
 def build_info() -> dict:
@@ -68,6 +69,8 @@ __all__ = [
     "sample_tokens",
     "sampler_state",
     "set_cpu_path",
+    "set_switch",
+    "switches",
     "window_attention",
     "window_embed",
     "window_mlp",
