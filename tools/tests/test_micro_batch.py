@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gptstack.tools.config import TrainSection, apply_overrides, load_preset
 from gptstack.tools.errors import ConfigError
 from gptstack.tools.schedule import cuda_micro_batch
-from gptstack.tools.shards import ShardStream, regrouped_batch, train_batch, write_shard
+from gptstack.tools.shards import ShardStream, regrouped_batches, train_batch, write_shard
 from gptstack.tools.train import LOGIT_BYTES, model_config, step_memory_bytes
 
 
@@ -72,13 +72,31 @@ def test_a_step_is_the_same_sequences_in_any_micro_batch(
         return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
 
     configured = step_of(accum, lambda m: train_batch(corpus, batch, T, seed, step, m, accum))
-    regrouped = step_of(
-        sequences // rows,
-        lambda m: regrouped_batch(corpus, batch, accum, T, seed, step, rows, m),
-    )
+    parts = regrouped_batches(corpus, batch, accum, T, seed, step, rows, range(sequences // rows))
+    regrouped = step_of(sequences // rows, lambda m: parts[m])
     assert regrouped[0].shape == (sequences, T)
     np.testing.assert_array_equal(regrouped[0], configured[0])
     np.testing.assert_array_equal(regrouped[1], configured[1])
+
+
+@pytest.mark.parametrize(("rows", "micros"), [(1, range(8)), (8, [0]), (2, [1, 3])])
+def test_each_configured_micro_batch_is_drawn_once_per_step(monkeypatch, rows, micros):
+    import gptstack.tools.shards as shards
+
+    drawn = []
+    real = shards.train_batch
+
+    def counting(corpus, batch_size, block_size, seed, step, micro, grad_accum):
+        drawn.append(micro)
+        return real(corpus, batch_size, block_size, seed, step, micro, grad_accum)
+
+    monkeypatch.setattr(shards, "train_batch", counting)
+    corpus = SimpleNamespace(train=np.arange(500))
+    parts = regrouped_batches(corpus, 4, 2, 5, 0, 3, rows, micros)  # 2 x 4 sequences a step
+    assert [x.shape for x, _ in parts] == [(rows, 5)] * len(micros)
+    # the configured micro-batches the requested ones cut from, each drawn once
+    need = sorted({(m * rows + i) // 4 for m in micros for i in range(rows)})
+    assert sorted(drawn) == need
 
 
 def test_the_grown_micro_batch_trains_the_configured_steps(train_smoke, monkeypatch):

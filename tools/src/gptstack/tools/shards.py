@@ -172,7 +172,7 @@ def train_batch(
     return get_batch(corpus.train, batch_size, block_size, batch_rng(seed, step, micro))
 
 
-def regrouped_batch(
+def regrouped_batches(
     corpus,
     batch_size: int,
     grad_accum: int,
@@ -180,18 +180,30 @@ def regrouped_batch(
     seed: int,
     step: int,
     rows: int,
-    micro: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Micro-batch `micro` of `rows` sequences of `step`, cut from the sequences the configured
-    batch_size x grad_accum split draws (train_batch, in order): a step's data does not depend
-    on the micro-batch it runs in (train.cuda_batch_size)."""
-    if rows == batch_size:
-        return train_batch(corpus, batch_size, block_size, seed, step, micro, grad_accum)
-    start, stop = micro * rows, (micro + 1) * rows
-    xs, ys = [], []
-    for j in range(start // batch_size, (stop - 1) // batch_size + 1):
-        x, y = train_batch(corpus, batch_size, block_size, seed, step, j, grad_accum)
-        lo, hi = max(start - j * batch_size, 0), min(stop - j * batch_size, batch_size)
-        xs.append(x[lo:hi])
-        ys.append(y[lo:hi])
-    return np.concatenate(xs), np.concatenate(ys)
+    micros: Sequence[int],
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Micro-batches `micros` of `rows` sequences each of `step`, cut from the sequences the
+    configured batch_size x grad_accum split draws (train_batch, in order): a step's data does
+    not depend on the micro-batch it runs in (train.cuda_batch_size). Each configured
+    micro-batch is drawn once, however many of the requested ones it spans or they split."""
+    drawn: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def configured(j: int) -> tuple[np.ndarray, np.ndarray]:
+        if j not in drawn:
+            drawn[j] = train_batch(corpus, batch_size, block_size, seed, step, j, grad_accum)
+        return drawn[j]
+
+    out = []
+    for micro in micros:
+        if rows == batch_size:
+            out.append(configured(micro))
+            continue
+        start, stop = micro * rows, (micro + 1) * rows
+        xs, ys = [], []
+        for j in range(start // batch_size, (stop - 1) // batch_size + 1):
+            x, y = configured(j)
+            lo, hi = max(start - j * batch_size, 0), min(stop - j * batch_size, batch_size)
+            xs.append(x[lo:hi])
+            ys.append(y[lo:hi])
+        out.append((np.concatenate(xs), np.concatenate(ys)))
+    return out

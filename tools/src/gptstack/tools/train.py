@@ -71,7 +71,7 @@ from .schedule import (
     kernels_for_device,
     total_steps,
 )
-from .shards import regrouped_batch
+from .shards import regrouped_batches
 from .teacher import check_teacher, load_teacher, teacher_progress, teacher_stage
 from .threads import use_threads
 
@@ -412,7 +412,7 @@ def train(
     if state is not None:
         load_safetensors(model, ckpt / "model.safetensors")
     # the configured split: a step's sequences are its micro-batches' in order, whatever
-    # micro-batch the GPU runs (shards.regrouped_batch), and evaluation keeps its micro-batch
+    # micro-batch the GPU runs (shards.regrouped_batches), and evaluation keeps its micro-batch
     configured = t
     t = gpu_micro_batch(t, mcfg, model.num_params(), runtime, world.size, log)
     micro_batches = world.micro_batches(t.grad_accum)  # [dist] this rank's share of each step
@@ -651,20 +651,18 @@ def train(
                 lr = get_lr(step, t, max_steps)
                 model.train()
                 batches = [
-                    runtime.to_device(
-                        *regrouped_batch(
-                            corpus,
-                            configured.batch_size,
-                            configured.grad_accum,
-                            T,
-                            t.seed,
-                            step,
-                            t.batch_size,
-                            micro,
-                        )
+                    runtime.to_device(x, y)
+                    for x, y in regrouped_batches(
+                        corpus,
+                        configured.batch_size,
+                        configured.grad_accum,
+                        T,
+                        t.seed,
+                        step,
+                        t.batch_size,
+                        micro_batches,  # [dist] this rank's global indices
                     )
-                    for micro in micro_batches
-                ]  # [dist] this rank's global indices
+                ]
                 if step == start:
                     t_first = time.perf_counter()
                 loss = train_step.step(batches, lr)
