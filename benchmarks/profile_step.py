@@ -33,16 +33,21 @@ from gptstack.tools.bench_cli import preset_shape
 def build_step(
     name: str, device: torch.device, cuda_graph: bool, batch_size: int | None, ops: str | None
 ):
-    """The preset's step as `gptstack train` runs it on a GPU: its train.cuda_ops and
-    train.cuda_batch_size unless ops / batch_size say otherwise."""
+    """The preset's step as `gptstack train` runs it on a GPU: its train.cuda_ops, and the
+    micro-batch train.cuda_batch_size gives on this GPU, unless ops / batch_size say otherwise."""
     from gptstack.model import GPT, TrainStep, compile_model
     from gptstack.tools.config import load_preset
+    from gptstack.tools.schedule import cuda_micro_batch
+    from gptstack.tools.train import fits_gpu
 
     train = load_preset(name).train
-    shape = preset_shape(name, batch_size or train.cuda_batch_size or None)
+    shape = preset_shape(name, batch_size)
     torch.manual_seed(0)
     ops = ops or train.cuda_ops or shape.config().ops
     model = GPT(dataclasses.replace(shape.config(), ops=ops)).to(device)
+    if batch_size is None and train.cuda_batch_size:  # train's choice: halved where it won't fit
+        rows, _ = cuda_micro_batch(train, fits_gpu(model.config, model.num_params(), device))
+        shape = preset_shape(name, rows)
     opt = model.configure_optimizer(0.1, 1e-4, (0.9, 0.95), "cuda", capturable=cuda_graph)
     fwd = compile_model(model, os.environ.get("COMPILE", "regional"))
     step = TrainStep(
