@@ -121,6 +121,29 @@ def _gelu_grad_inputs(s: OpSize, device, dtype, g):
     return (*_gelu_inputs(s, device, dtype, g), _randn((s.B * s.T, 4 * s.C), device, dtype, g))
 
 
+def mlp(x, fc_w, fc_b, proj_w, proj_b):
+    return F.linear(gelu_tanh(F.linear(x, fc_w, fc_b)), proj_w, proj_b)
+
+
+def _mlp_split(x, fc_w, fc_b, proj_w, proj_b, dy):
+    return mlp, (x, fc_w, fc_b, proj_w, proj_b), (), dy
+
+
+mlp_fwd_bwd = differentiate(_mlp_split)
+
+
+def _mlp_inputs(s: OpSize, device, dtype, g):
+    C, F_ = s.C, 4 * s.C
+    return (
+        _randn((s.B * s.T, C), device, dtype, g),  # (B*T, C): ln_2's output
+        0.02 * _randn((F_, C), device, dtype, g),  # c_fc, GPT-2's init std
+        0.02 * _randn((F_,), device, dtype, g),
+        0.02 * _randn((C, F_), device, dtype, g),  # c_proj
+        0.02 * _randn((C,), device, dtype, g),
+        _randn((s.B * s.T, C), device, dtype, g),  # dy
+    )
+
+
 IGNORE_INDEX = -1  # as gptstack.model: a target of -1 has no loss
 # OpSize carries no vocabulary size; until it does, the loss ops take V from the preset's name
 # (vocabularies as `gptstack train` pads them: char 65, esp32 BPE 512, GPT-2 50257 -> 50304).
@@ -243,6 +266,18 @@ def register_all() -> None:
         flops=lambda i: 20 * i[0].numel(),
         about="F.gelu(approximate='tanh') on (B·T, 4C), forward and backward (returns dx, "
         "y); reads x, then dy and x; writes y and dx; ~8 + ~12 FLOP/element",
+        replace=True,
+    )
+    register_op(
+        "mlp_fwd_bwd",
+        mlp_fwd_bwd,
+        backprop=_mlp_split,
+        make_inputs=_mlp_inputs,
+        bytes_moved=lambda i: 3 * _nbytes(i[0]) + 2 * _nbytes(*i[1:5]) + 2 * _nbytes(i[5]),
+        flops=lambda i: 48 * i[0].size(0) * i[0].size(1) ** 2,
+        about="the MLP, F.linear(gelu_tanh(F.linear(x, c_fc)), c_proj) on (B·T, C) with a 4C "
+        "hidden width, forward and backward (returns dx, the four parameter gradients, y); "
+        "FLOPs of its six matmuls (48·B·T·C²), bound by them",
         replace=True,
     )
     register_op(

@@ -27,6 +27,7 @@ from .decode_io import DecoderState, decode_advance, decode_embed, window_embed
 from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
+from .mlp import epilogues_unavailable, mlp_gelu
 from .sampling import sample_tokens, sampler_state
 from .switches import set_switch, switches
 
@@ -62,10 +63,12 @@ __all__ = [
     "decode_linear",
     "decode_tail",
     "embedded_window_attention",
+    "epilogues_unavailable",
     "gelu_tanh",
     "gptstack_attention",
     "layernorm",
     "linear_cross_entropy",
+    "mlp_gelu",
     "sample_tokens",
     "sampler_state",
     "set_cpu_path",

@@ -15,6 +15,7 @@ import torch
 from .cross_entropy import IGNORE_INDEX, cross_entropy, linear_cross_entropy
 from .gelu import gelu_tanh
 from .layernorm import DEFAULT_EPS, add_layernorm, layernorm
+from .mlp import mlp_gelu
 
 NAME = "cuda_ops"
 
@@ -31,6 +32,7 @@ def bench_candidates() -> dict[str, dict[str, Callable[..., torch.Tensor]]]:
         "layernorm_fwd_bwd": {NAME: _layernorm},
         "add_layernorm_fwd_bwd": {NAME: add_layernorm},
         "gelu_tanh_fwd_bwd": {NAME: gelu_tanh},
+        "mlp_fwd_bwd": {f"{NAME} (epilogues)": mlp_gelu},
         "cross_entropy_fwd_bwd": {NAME: lambda z, t: cross_entropy(z, t, IGNORE_INDEX)},
         "linear_cross_entropy_fwd_bwd": {
             f"{NAME} (chunked)": lambda h, w, t: linear_cross_entropy(h, w, t, IGNORE_INDEX)

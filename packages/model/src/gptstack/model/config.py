@@ -21,8 +21,10 @@ from .errors import ModelConfigError
 # function to tolerance.
 OPS_CHOICES = ("torch", "gptstack")
 # "layernorm": every LayerNorm and the residual add fused into ln_2; "gelu": the MLP's GELU;
-# "loss": ln_f's output -> LM head -> loss in chunks of rows, without the whole logits.
-NATIVE_OPS = ("layernorm", "gelu", "loss")
+# "mlp": the whole MLP with its GELU (and the GELU's gradient) inside the matmuls' cuBLASLt
+# epilogues (supersedes "gelu"); "loss": ln_f's output -> LM head -> loss in chunks of rows,
+# without the whole logits.
+NATIVE_OPS = ("layernorm", "gelu", "mlp", "loss")
 # Which training matmuls run in 8-bit floats (fp8.py; evaluation and sampling never do): "none",
 # "head" (the tied LM head: a third of gpt2-124m's matmul FLOPs), "all" (every Linear).
 FP8_CHOICES = ("none", "head", "all")
@@ -115,6 +117,12 @@ class GPTConfig:
                 f"(FP8 tensor-core tiles), but {', '.join(odd)}: pad them up to a multiple of "
                 f"16 (the vocabulary: gptstack train's tokenizer.pad_vocab_to=16) or set "
                 f"fp8='none'"
+            )
+        if self.fp8 == "all" and "mlp" in self.native_op_names:
+            raise ModelConfigError(
+                f"GPTConfig.fp8='all' runs the MLP's matmuls in FP8, and ops={self.ops!r} "
+                f"runs them with cuBLASLt's GELU epilogues: choose one (fp8='head' or 'none', "
+                f"or ops without 'mlp')"
             )
         if "loss" in self.native_op_names:
             raise ModelConfigError(

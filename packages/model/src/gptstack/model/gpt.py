@@ -4,8 +4,9 @@
     Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
 
 With `GPTConfig(ops="gptstack")` the same modules (same parameters) call gptstack.cuda_ops for
-LayerNorm, the residual add before ln_2 fused with it, GELU, and ln_f's output -> loss without
-the full logits; `ops="gptstack:loss"` (or any comma-separated subset of layernorm, gelu, loss)
+LayerNorm, the residual add before ln_2 fused with it, the MLP with its GELU in the matmuls'
+epilogues, and ln_f's output -> loss without the full logits; `ops="gptstack:loss"` (or any
+comma-separated subset of layernorm, gelu, mlp, loss)
 for those alone; `ops="torch"` (default) is the reference they are tested against.
 With `fp8="head"` or `"all"` the LM head's (or every Linear's) training matmuls run in FP8
 (fp8.py; evaluation and sampling in the model's own precision).
@@ -50,19 +51,21 @@ class NativeOps:
     layernorm: Callable[..., Tensor] | None
     add_layernorm: Callable[..., tuple[Tensor, Tensor]] | None
     gelu_tanh: Callable[[Tensor], Tensor] | None
+    mlp_gelu: Callable[..., Tensor] | None
     linear_cross_entropy: Callable[..., Tensor] | None
 
     @classmethod
     def of(cls, config: GPTConfig) -> NativeOps:
         names = config.native_op_names
         if not names:
-            return cls(None, None, None, None)
+            return cls(None, None, None, None, None)
         m = native_ops()
-        ln = "layernorm" in names
+        ln, mlp = "layernorm" in names, "mlp" in names
         return cls(
             m.layernorm if ln else None,
             m.add_layernorm if ln else None,
-            m.gelu_tanh if "gelu" in names else None,
+            m.gelu_tanh if "gelu" in names and not mlp else None,  # "mlp" computes the GELU
+            m.mlp_gelu if mlp else None,
             m.linear_cross_entropy if "loss" in names else None,
         )
 
@@ -126,6 +129,9 @@ class MLP(nn.Module):
         self.native = NativeOps.of(config)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.native.mlp_gelu is not None:  # the GELU inside c_fc's and c_proj's matmuls
+            fc, proj = self.c_fc, self.c_proj
+            return self.dropout(self.native.mlp_gelu(x, fc.weight, fc.bias, proj.weight, proj.bias))
         h = self.c_fc(x)  # (B, T, 4C)
         gelu = self.native.gelu_tanh
         h = self.gelu(h) if gelu is None else gelu(h)

@@ -1,0 +1,248 @@
+// cublaslt.cpp: cuBLASLt loaded at run time, one matmul with an epilogue (cublaslt.h).
+//
+// Per product shape the algorithm comes from cublasLtMatmulAlgoGetHeuristic once and is kept
+// (keyed by device and everything the heuristic sees); the descriptors are made per call,
+// since the pointers they carry change. Host-only code: no kernels of our own here.
+#include "cublaslt.h"
+
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+
+#ifdef GPTSTACK_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gs {
+
+#ifdef GPTSTACK_WITH_CUDA
+namespace {
+
+// --- the ABI subset (cublasLt.h, cublas_api.h, library_types.h) -------------------------------
+using Status = int;  // cublasStatus_t; 0 = CUBLAS_STATUS_SUCCESS
+using Handle = void*;
+using Desc = void*;
+using Layout = void*;
+using Pref = void*;
+struct Algo {
+  uint64_t data[8];
+};
+struct Heuristic {  // cublasLtMatmulHeuristicResult_t
+  Algo algo;
+  size_t workspace_size;
+  Status state;
+  float waves;
+  int reserved[4];
+};
+constexpr int kComputeF32 = 68;     // CUBLAS_COMPUTE_32F
+constexpr int kRealF32 = 0;         // CUDA_R_32F
+constexpr int kRealF16 = 2;         // CUDA_R_16F
+constexpr int kRealBF16 = 14;       // CUDA_R_16BF
+constexpr int kOpN = 0, kOpT = 1;   // CUBLAS_OP_N / _T
+enum DescAttr : int {               // cublasLtMatmulDescAttributes_t
+  kTransA = 3,
+  kTransB = 4,
+  kEpilogue = 7,
+  kBiasPointer = 8,
+  kAuxPointer = 11,
+  kAuxLd = 12,
+  kAuxDataType = 22,
+  kBiasDataType = 26,
+};
+constexpr int kPrefMaxWorkspace = 1;  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+
+struct Api {
+  Status (*create)(Handle*);
+  Status (*desc_create)(Desc*, int, int);
+  Status (*desc_destroy)(Desc);
+  Status (*desc_set)(Desc, int, const void*, size_t);
+  Status (*layout_create)(Layout*, int, uint64_t, uint64_t, int64_t);
+  Status (*layout_destroy)(Layout);
+  Status (*pref_create)(Pref*);
+  Status (*pref_destroy)(Pref);
+  Status (*pref_set)(Pref, int, const void*, size_t);
+  Status (*heuristic)(Handle, Desc, Layout, Layout, Layout, Layout, Pref, int, Heuristic*, int*);
+  Status (*matmul)(Handle, Desc, const void*, const void*, Layout, const void*, Layout,
+                   const void*, const void*, Layout, void*, Layout, const Algo*, void*, size_t,
+                   void*);
+};
+
+struct Loaded {
+  Api api{};
+  std::string missing;  // why it is unusable; empty when loaded
+};
+
+const Loaded& loaded() {
+  static const Loaded l = [] {
+    Loaded r;
+    // cuBLAS's major version is CUDA's (11, 12, 13): the toolkit's this was built with first,
+    // and the copy torch has loaded (from its nvidia wheels, off the search path) before any
+    // other, so that both use one library
+    const int majors[] = {CUDART_VERSION / 1000, 13, 12};
+    void* lib = nullptr;
+    std::string name;
+    for (int flags : {RTLD_NOW | RTLD_NOLOAD, RTLD_NOW})
+      for (int major : majors) {
+        if (lib) break;
+        name = "libcublasLt.so." + std::to_string(major);
+        lib = dlopen(name.c_str(), flags);
+      }
+    if (!lib) {
+      r.missing = "libcublasLt.so." + std::to_string(majors[0]) +
+                  " cannot be loaded (import torch with CUDA first, or install cuBLAS)";
+      return r;
+    }
+    auto get = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (!fn && r.missing.empty()) r.missing = name + " has no " + symbol;
+    };
+    get(r.api.create, "cublasLtCreate");
+    get(r.api.desc_create, "cublasLtMatmulDescCreate");
+    get(r.api.desc_destroy, "cublasLtMatmulDescDestroy");
+    get(r.api.desc_set, "cublasLtMatmulDescSetAttribute");
+    get(r.api.layout_create, "cublasLtMatrixLayoutCreate");
+    get(r.api.layout_destroy, "cublasLtMatrixLayoutDestroy");
+    get(r.api.pref_create, "cublasLtMatmulPreferenceCreate");
+    get(r.api.pref_destroy, "cublasLtMatmulPreferenceDestroy");
+    get(r.api.pref_set, "cublasLtMatmulPreferenceSetAttribute");
+    get(r.api.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    get(r.api.matmul, "cublasLtMatmul");
+    return r;
+  }();
+  return l;
+}
+
+void check(const char* op, const char* what, Status s) {
+  if (s != 0)
+    throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + ": " + what +
+                             " failed with cublasStatus_t " + std::to_string(s));
+}
+
+// The descriptors of one call, destroyed on scope exit (also when a check throws).
+struct Descriptors {
+  const Api& api;
+  Desc desc = nullptr;
+  Layout a = nullptr, b = nullptr, d = nullptr;
+  explicit Descriptors(const Api& x) : api(x) {}
+  ~Descriptors() {
+    if (d) api.layout_destroy(d);
+    if (b) api.layout_destroy(b);
+    if (a) api.layout_destroy(a);
+    if (desc) api.desc_destroy(desc);
+  }
+};
+
+using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t,
+                       int, bool, bool, size_t>;
+struct Cache {
+  std::mutex mutex;
+  std::map<int, Handle> handles;          // one per device
+  std::map<Key, std::pair<bool, Algo>> algos;  // false: the heuristic had none
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+std::string cublaslt_unavailable() { return loaded().missing; }
+
+bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t workspace_bytes,
+               uintptr_t stream) {
+  const Loaded& lib = loaded();
+  if (!lib.missing.empty()) return false;
+  const bool with_bias = p.bias != nullptr, with_aux = p.aux != nullptr;
+  // 16-byte operands and leading dimensions a multiple of 8 elements: what the tensor-core
+  // kernels with these epilogues take (cublasLt.h, EPILOGUE_AUX_LD); anything else goes back
+  // to the caller's other path
+  for (const void* ptr : {p.a, p.b, static_cast<const void*>(p.d), static_cast<const void*>(p.bias),
+                          static_cast<const void*>(p.aux), static_cast<const void*>(workspace)})
+    if (ptr && !aligned16(ptr)) return false;
+  if (p.lda % 8 || p.ldb % 8 || p.ldd % 8 || p.m == 0 || p.n == 0 || p.k == 0) return false;
+
+  const Api& api = lib.api;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + ": no current CUDA device");
+  const int type = p.bf16 ? kRealBF16 : kRealF16;
+  Descriptors ds(api);
+  check(op, "cublasLtMatmulDescCreate", api.desc_create(&ds.desc, kComputeF32, kRealF32));
+  const int32_t ta = p.trans_a ? kOpT : kOpN, tb = p.trans_b ? kOpT : kOpN;
+  const int32_t epilogue = static_cast<int32_t>(p.epilogue);
+  check(op, "set TRANSA", api.desc_set(ds.desc, kTransA, &ta, sizeof ta));
+  check(op, "set TRANSB", api.desc_set(ds.desc, kTransB, &tb, sizeof tb));
+  check(op, "set EPILOGUE", api.desc_set(ds.desc, kEpilogue, &epilogue, sizeof epilogue));
+  if (with_bias) {
+    const int32_t bias_type = type;
+    check(op, "set BIAS_POINTER", api.desc_set(ds.desc, kBiasPointer, &p.bias, sizeof p.bias));
+    check(op, "set BIAS_DATA_TYPE",
+          api.desc_set(ds.desc, kBiasDataType, &bias_type, sizeof bias_type));
+  }
+  if (with_aux) {
+    const int64_t ld = p.ldd;
+    const int32_t aux_type = type;
+    check(op, "set EPILOGUE_AUX_POINTER", api.desc_set(ds.desc, kAuxPointer, &p.aux, sizeof p.aux));
+    check(op, "set EPILOGUE_AUX_LD", api.desc_set(ds.desc, kAuxLd, &ld, sizeof ld));
+    check(op, "set EPILOGUE_AUX_DATA_TYPE",
+          api.desc_set(ds.desc, kAuxDataType, &aux_type, sizeof aux_type));
+  }
+  // stored shapes: op(A) is m x k, so A is k x m when transposed
+  check(op, "layout A",
+        api.layout_create(&ds.a, type, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda));
+  check(op, "layout B",
+        api.layout_create(&ds.b, type, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb));
+  check(op, "layout D", api.layout_create(&ds.d, type, p.m, p.n, p.ldd));
+
+  Handle handle = nullptr;
+  Algo algo{};
+  {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    Handle& h = c.handles[device];
+    if (!h) check(op, "cublasLtCreate", api.create(&h));
+    handle = h;
+    const Key key{device, p.m, p.n, p.k, p.trans_a, p.trans_b, p.lda, p.ldb, p.ldd, epilogue,
+                  with_bias, p.bf16, workspace_bytes};
+    auto found = c.algos.find(key);
+    if (found == c.algos.end()) {
+      Pref pref = nullptr;
+      check(op, "cublasLtMatmulPreferenceCreate", api.pref_create(&pref));
+      const uint64_t max_ws = workspace_bytes;
+      Status s = api.pref_set(pref, kPrefMaxWorkspace, &max_ws, sizeof max_ws);
+      Heuristic result{};
+      int count = 0;
+      if (s == 0) s = api.heuristic(handle, ds.desc, ds.a, ds.b, ds.d, ds.d, pref, 1, &result, &count);
+      api.pref_destroy(pref);
+      // NOT_SUPPORTED (15) or no result: no kernel has this epilogue for these operands
+      const bool ok = s == 0 && count > 0 && result.state == 0;
+      if (s != 0 && s != 15) check(op, "cublasLtMatmulAlgoGetHeuristic", s);
+      found = c.algos.emplace(key, std::make_pair(ok, result.algo)).first;
+    }
+    if (!found->second.first) return false;
+    algo = found->second.second;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  check(op, "cublasLtMatmul",
+        api.matmul(handle, ds.desc, &alpha, p.a, ds.a, p.b, ds.b, &beta, p.d, ds.d, p.d, ds.d,
+                   &algo, workspace, workspace_bytes, reinterpret_cast<void*>(stream)));
+  return true;
+}
+
+#else  // a CPU-only build
+
+std::string cublaslt_unavailable() {
+  return "this build of gptstack.cuda_ops has no CUDA kernels (nvcc was not found)";
+}
+
+bool lt_matmul(const char*, const LtMatmul&, void*, size_t, uintptr_t) { return false; }
+
+#endif
+
+}  // namespace gs

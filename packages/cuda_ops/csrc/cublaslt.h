@@ -1,0 +1,54 @@
+// cublaslt.h: the few cuBLASLt calls gptstack makes, for matmuls with a fused epilogue.
+//
+// cuBLASLt is loaded at run time (dlopen of libcublasLt.so.<major>, the copy PyTorch has
+// already loaded), not linked: the extension then imports, and its CPU ops run, where no
+// cuBLAS exists, and the build needs no cuBLAS headers (the CUDA toolkit of a build host may
+// ship without them). The declarations below are cuBLASLt's documented ABI (cublasLt.h, the
+// same values since CUDA 11.4).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace gs {
+
+// cublasLtEpilogue_t values used here
+enum class LtEpilogue : int32_t {
+  bias = 4,             // D = A B + bias
+  gelu_aux = 160,       // D = gelu(A B), aux = A B
+  gelu_aux_bias = 164,  // D = gelu(A B + bias), aux = A B + bias
+  dgelu = 192,          // D = (A B) * gelu'(aux)
+  dgelu_bgrad = 208,    // the same, and bias = D summed over its columns
+};
+
+// One column-major product D (m x n, leading dimension ldd) = op(A) (m x k) op(B) (k x n),
+// all of one 16-bit float type, float32 accumulation, with an epilogue. `bias` is the bias
+// (forward) or the bias gradient it writes (dgelu_bgrad), m elements of the same type;
+// `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*) or reads (dgelu*).
+struct LtMatmul {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  LtEpilogue epilogue = LtEpilogue::bias;
+  void* bias = nullptr;
+  void* aux = nullptr;
+  bool bf16 = true;  // else float16
+};
+
+// Why cuBLASLt cannot be used in this process ("" when it can): not built with CUDA, or the
+// library or one of its functions not found.
+std::string cublaslt_unavailable();
+
+// Runs `p` on `stream` with `workspace` (bytes). Returns false, having launched nothing, when
+// cuBLASLt is unavailable or has no algorithm for this product (the caller then computes it
+// another way); throws std::runtime_error when a call that should work fails.
+bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t workspace_bytes,
+               uintptr_t stream);
+
+}  // namespace gs

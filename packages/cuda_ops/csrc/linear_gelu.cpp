@@ -1,0 +1,107 @@
+// linear_gelu.cpp: the MLP's GELU inside its matmuls, through cuBLASLt's epilogues (bindings).
+//
+//   forward   u = x W^T + b, h = gelu_tanh(u)          one matmul writing h and u (GELU_AUX_BIAS)
+//   backward  du = (g W2) * gelu_tanh'(u), db = sum du  one matmul (DGELU_BGRAD)
+// where W (F, C) is c_fc's weight and W2 (C, F) c_proj's, x and g (N, C), u, h, du (N, F).
+// Row-major tensors are column-major transposes, so each product is computed as its transpose:
+// u^T (F x N) = W (F x C) x^T (C x N), du^T = W2^T (F x C) g^T (C x N), with the bias (gradient)
+// along D's rows, which is what cuBLASLt's epilogues broadcast and reduce.
+// CUDA, bfloat16 only; each call returns false without launching anything where cuBLASLt
+// cannot do it (the Python wrapper then runs the matmul and gelu.cu's kernel separately).
+// cuBLASLt's GELU is the tanh form, as GPT-2's (the CUDA tests compare with it).
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <optional>
+
+#include "common.h"
+#include "cublaslt.h"
+
+using namespace nb::literals;
+
+namespace gs {
+namespace {
+
+using OptArray = std::optional<nb::ndarray<>>;
+
+bool linear_gelu_forward(nb::ndarray<> h, nb::ndarray<> aux, nb::ndarray<> x, nb::ndarray<> w,
+                         OptArray bias, uintptr_t workspace, size_t workspace_bytes,
+                         uintptr_t stream) {
+  const char* op = "linear_gelu_forward";
+  Tensor X = view(op, "x", x), W = view(op, "weight", w);
+  check_dtype(op, "x", X, {DType::bf16});
+  if (X.ndim() != 2 || W.ndim() != 2 || W.size(1) != X.size(1))
+    fail(op, "x must be (N, C) and weight (F, C), got " + shape_str(X.shape) + " and " +
+                 shape_str(W.shape));
+  const int64_t N = X.size(0), C = X.size(1), F = W.size(0);
+  check_arg(op, X, "weight", W, DType::bf16, {F, C});
+  Tensor H = view(op, "h", h), U = view(op, "aux", aux), B;
+  check_arg(op, X, "h", H, DType::bf16, {N, F});
+  check_arg(op, X, "aux", U, DType::bf16, {N, F});
+  if (bias) {
+    B = view(op, "bias", *bias);
+    check_arg(op, X, "bias", B, DType::bf16, {F});
+  }
+  if (!X.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and GELU apart)");
+  CudaScope scope(op, X);
+  LtMatmul p;
+  p.m = F, p.n = N, p.k = C;
+  p.trans_a = true;
+  p.a = W.data, p.lda = C;
+  p.b = X.data, p.ldb = C;
+  p.d = H.data, p.ldd = F;
+  p.epilogue = bias ? LtEpilogue::gelu_aux_bias : LtEpilogue::gelu_aux;
+  p.bias = bias ? B.data : nullptr;
+  p.aux = U.data;
+  return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
+}
+
+bool linear_gelu_backward(nb::ndarray<> du, OptArray dbias, nb::ndarray<> g, nb::ndarray<> w2,
+                          nb::ndarray<> aux, uintptr_t workspace, size_t workspace_bytes,
+                          uintptr_t stream) {
+  const char* op = "linear_gelu_backward";
+  Tensor G = view(op, "g", g), W2 = view(op, "weight2", w2);
+  check_dtype(op, "g", G, {DType::bf16});
+  if (G.ndim() != 2 || W2.ndim() != 2 || W2.size(0) != G.size(1))
+    fail(op, "g must be (N, C) and weight2 (C, F), got " + shape_str(G.shape) + " and " +
+                 shape_str(W2.shape));
+  const int64_t N = G.size(0), C = G.size(1), F = W2.size(1);
+  check_arg(op, G, "weight2", W2, DType::bf16, {C, F});
+  Tensor U = view(op, "aux", aux), DU = view(op, "du", du), DB;
+  check_arg(op, G, "aux", U, DType::bf16, {N, F});
+  check_arg(op, G, "du", DU, DType::bf16, {N, F});
+  if (dbias) {
+    DB = view(op, "dbias", *dbias);
+    check_arg(op, G, "dbias", DB, DType::bf16, {F});
+  }
+  if (!G.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and GELU apart)");
+  CudaScope scope(op, G);
+  LtMatmul p;
+  p.m = F, p.n = N, p.k = C;
+  p.a = W2.data, p.lda = F;
+  p.b = G.data, p.ldb = C;
+  p.d = DU.data, p.ldd = F;
+  p.epilogue = dbias ? LtEpilogue::dgelu_bgrad : LtEpilogue::dgelu;
+  p.bias = dbias ? DB.data : nullptr;
+  p.aux = U.data;
+  return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
+}
+
+}  // namespace
+
+void register_linear_gelu(nb::module_& m) {
+  m.def("linear_gelu_forward", &linear_gelu_forward, "h"_a, "aux"_a, "x"_a, "weight"_a,
+        "bias"_a.none(), "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "aux = x @ weight.T + bias, h = gelu_tanh(aux) in one cuBLASLt matmul (CUDA, bfloat16). "
+        "False, with nothing launched, where cuBLASLt cannot.");
+  m.def("linear_gelu_backward", &linear_gelu_backward, "du"_a, "dbias"_a.none(), "g"_a,
+        "weight2"_a, "aux"_a, "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "du = (g @ weight2) * gelu_tanh'(aux), dbias = du.sum(0) in one cuBLASLt matmul "
+        "(CUDA, bfloat16). False, with nothing launched, where cuBLASLt cannot.");
+  m.def("cublaslt_unavailable", &cublaslt_unavailable,
+        "Why cuBLASLt's epilogues cannot be used here ('' when they can).");
+}
+
+}  // namespace gs
