@@ -192,6 +192,8 @@ def cuda_ops_skipped(train: TrainSection, mcfg: GPTConfig) -> str | None:
         return None
     if mcfg.fp8 != "none" and "loss" in parse_ops(train.cuda_ops):
         return f"model.fp8={mcfg.fp8!r} computes the LM head, which the native loss replaces"
+    if mcfg.fp8 == "all" and "mlp" in parse_ops(train.cuda_ops):
+        return "model.fp8='all' computes the MLP's matmuls, which the native MLP replaces"
     return cuda_kernels_unavailable()
 
 
