@@ -7,11 +7,16 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #ifdef GPTSTACK_WITH_CUDA
 #include <cuda_runtime.h>
@@ -138,19 +143,97 @@ struct Descriptors {
 
 using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t,
                        int, bool, bool, size_t>;
+constexpr int kMaxCandidates = 8;  // heuristic results kept per product
+
+// The algorithm of one product: the heuristic's candidates (best estimate first) and, once
+// timed, each one's time and the fastest.
+struct Choice {
+  std::vector<Heuristic> candidates;  // empty: no kernel has this epilogue for these operands
+  int rank = 0;                       // the candidate used
+  bool tuned = false;
+  std::vector<float> times_us;
+};
 struct Cache {
   std::mutex mutex;
-  std::map<int, Handle> handles;          // one per device
-  std::map<Key, std::pair<bool, Algo>> algos;  // false: the heuristic had none
+  std::map<int, Handle> handles;  // one per device
+  std::map<Key, Choice> choices;
 };
 Cache& cache() {
   static Cache c;
   return c;
 }
+std::atomic<int> g_autotune{0};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+bool capturing(uintptr_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status) != cudaSuccess ||
+         status != cudaStreamCaptureStatusNone;
+}
+
+// Times the first `n` candidates of `choice` (the product's outputs are written each time;
+// its inputs only read) and keeps the fastest: the heuristic's first guess is not always it.
+void time_candidates(const char* op, const Api& api, Handle handle, const Descriptors& ds,
+                     const LtMatmul& p, void* workspace, size_t workspace_bytes, uintptr_t stream,
+                     int n, Choice& choice) {
+  constexpr int kWarmup = 2, kRepeats = 5;
+  const float alpha = 1.0f, beta = 0.0f;
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  cudaEvent_t start, stop;
+  if (cudaEventCreate(&start) != cudaSuccess) return;
+  if (cudaEventCreate(&stop) != cudaSuccess) {
+    cudaEventDestroy(start);
+    return;
+  }
+  const int count = std::min<int>(n, static_cast<int>(choice.candidates.size()));
+  choice.times_us.assign(count, std::numeric_limits<float>::infinity());
+  for (int i = 0; i < count; ++i) {
+    const Heuristic& h = choice.candidates[i];
+    if (h.workspace_size > workspace_bytes) continue;
+    auto run = [&] {
+      return api.matmul(handle, ds.desc, &alpha, p.a, ds.a, p.b, ds.b, &beta, p.d, ds.d, p.d,
+                        ds.d, &h.algo, workspace, workspace_bytes, s);
+    };
+    bool ok = true;
+    for (int w = 0; w < kWarmup && ok; ++w) ok = run() == 0;
+    cudaEventRecord(start, s);
+    for (int r = 0; r < kRepeats && ok; ++r) ok = run() == 0;
+    cudaEventRecord(stop, s);
+    float ms = 0;
+    if (ok && cudaEventSynchronize(stop) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, start, stop) == cudaSuccess)
+      choice.times_us[i] = 1000.0f * ms / kRepeats;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const auto best = std::min_element(choice.times_us.begin(), choice.times_us.end());
+  if (std::isfinite(*best)) choice.rank = static_cast<int>(best - choice.times_us.begin());
+  choice.tuned = true;
+  (void)op;
+}
+
 }  // namespace
+
+void set_cublaslt_autotune(int candidates) { g_autotune = std::max(0, candidates); }
+int cublaslt_autotune() { return g_autotune.load(); }
+
+std::vector<LtChoiceReport> cublaslt_choices() {
+  std::vector<LtChoiceReport> out;
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (const auto& [key, choice] : c.choices) {
+    LtChoiceReport r;
+    r.m = std::get<1>(key), r.n = std::get<2>(key), r.k = std::get<3>(key);
+    r.epilogue = std::get<9>(key);
+    r.candidates = static_cast<int>(choice.candidates.size());
+    r.rank = choice.rank;
+    r.tuned = choice.tuned;
+    r.times_us = choice.times_us;
+    out.push_back(r);
+  }
+  return out;
+}
 
 std::string cublaslt_unavailable() { return loaded().missing; }
 
@@ -210,23 +293,31 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
     handle = h;
     const Key key{device, p.m, p.n, p.k, p.trans_a, p.trans_b, p.lda, p.ldb, p.ldd, epilogue,
                   with_bias, p.bf16, workspace_bytes};
-    auto found = c.algos.find(key);
-    if (found == c.algos.end()) {
+    auto found = c.choices.find(key);
+    if (found == c.choices.end()) {
       Pref pref = nullptr;
       check(op, "cublasLtMatmulPreferenceCreate", api.pref_create(&pref));
       const uint64_t max_ws = workspace_bytes;
       Status s = api.pref_set(pref, kPrefMaxWorkspace, &max_ws, sizeof max_ws);
-      Heuristic result{};
+      std::vector<Heuristic> results(kMaxCandidates);
       int count = 0;
-      if (s == 0) s = api.heuristic(handle, ds.desc, ds.a, ds.b, ds.d, ds.d, pref, 1, &result, &count);
+      if (s == 0)
+        s = api.heuristic(handle, ds.desc, ds.a, ds.b, ds.d, ds.d, pref, kMaxCandidates,
+                          results.data(), &count);
       api.pref_destroy(pref);
-      // NOT_SUPPORTED (15) or no result: no kernel has this epilogue for these operands
-      const bool ok = s == 0 && count > 0 && result.state == 0;
+      // NOT_SUPPORTED (15): no kernel has this epilogue for these operands
       if (s != 0 && s != 15) check(op, "cublasLtMatmulAlgoGetHeuristic", s);
-      found = c.algos.emplace(key, std::make_pair(ok, result.algo)).first;
+      Choice choice;
+      for (int i = 0; s == 0 && i < count; ++i)
+        if (results[i].state == 0) choice.candidates.push_back(results[i]);
+      found = c.choices.emplace(key, std::move(choice)).first;
     }
-    if (!found->second.first) return false;
-    algo = found->second.second;
+    Choice& choice = found->second;
+    if (choice.candidates.empty()) return false;
+    const int tune = g_autotune.load(std::memory_order_relaxed);
+    if (!choice.tuned && tune > 1 && choice.candidates.size() > 1 && !capturing(stream))
+      time_candidates(op, api, handle, ds, p, workspace, workspace_bytes, stream, tune, choice);
+    algo = choice.candidates[choice.rank].algo;
   }
   const float alpha = 1.0f, beta = 0.0f;
   check(op, "cublasLtMatmul",
@@ -242,6 +333,9 @@ std::string cublaslt_unavailable() {
 }
 
 bool lt_matmul(const char*, const LtMatmul&, void*, size_t, uintptr_t) { return false; }
+void set_cublaslt_autotune(int) {}
+int cublaslt_autotune() { return 0; }
+std::vector<LtChoiceReport> cublaslt_choices() { return {}; }
 
 #endif
 

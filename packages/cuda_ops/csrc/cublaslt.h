@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gs {
 
@@ -50,5 +51,20 @@ std::string cublaslt_unavailable();
 // another way); throws std::runtime_error when a call that should work fails.
 bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t workspace_bytes,
                uintptr_t stream);
+
+// How many of the heuristic's candidates (up to 8) the first call of each product times before
+// keeping the fastest (outside a CUDA graph capture; a capture takes the first): 0 or 1 takes
+// the heuristic's first guess untimed (the default).
+void set_cublaslt_autotune(int candidates);
+int cublaslt_autotune();
+
+// What was chosen for each product so far (benchmarks and tests).
+struct LtChoiceReport {
+  int64_t m, n, k;
+  int epilogue, candidates, rank;
+  bool tuned;
+  std::vector<float> times_us;
+};
+std::vector<LtChoiceReport> cublaslt_choices();
 
 }  // namespace gs

@@ -11,6 +11,7 @@
 // cuBLASLt's GELU is the tanh form, as GPT-2's (the CUDA tests compare with it).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <optional>
 
@@ -100,6 +101,25 @@ void register_linear_gelu(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "du = (g @ weight2) * gelu_tanh'(aux), dbias = du.sum(0) in one cuBLASLt matmul "
         "(CUDA, bfloat16). False, with nothing launched, where cuBLASLt cannot.");
+  m.def("set_cublaslt_autotune", &set_cublaslt_autotune, "candidates"_a,
+        "Time this many of cuBLASLt's candidate algorithms (up to 8) at each product's first "
+        "call and keep the fastest; 0 (default): the heuristic's first.");
+  m.def("cublaslt_autotune", &cublaslt_autotune);
+  m.def(
+      "cublaslt_choices",
+      [] {
+        nb::list out;
+        for (const LtChoiceReport& r : cublaslt_choices()) {
+          nb::dict d;
+          d["m"] = r.m, d["n"] = r.n, d["k"] = r.k, d["epilogue"] = r.epilogue;
+          d["candidates"] = r.candidates, d["rank"] = r.rank, d["tuned"] = r.tuned;
+          d["times_us"] = r.times_us;
+          out.append(d);
+        }
+        return out;
+      },
+      "The algorithm chosen for each cuBLASLt product so far: m, n, k, epilogue, candidates, "
+      "rank (of the one used), tuned, times_us (of each candidate timed).");
   m.def("cublaslt_unavailable", &cublaslt_unavailable,
         "Why cuBLASLt's epilogues cannot be used here ('' when they can).");
 }

@@ -214,16 +214,18 @@ def test_cuda_fallback_where_the_epilogues_do_not_apply(dtype, C, gen):
 
 @pytest.mark.cuda
 def test_cuda_epilogue_gelu_is_the_tanh_form(gen):
-    # where tanh and erf GELU differ most (|u| ~ 2) the epilogue must follow tanh; bf16's own
-    # rounding of h is averaged out over many elements
-    x = torch.randn(4096, 64, generator=gen).bfloat16().cuda()
-    fc_w, _, proj_w, _ = _params(gen, 64, 256, torch.bfloat16, device="cuda")
-    eye = torch.eye(256, device="cuda", dtype=torch.bfloat16)[:64]  # y = h[:, :64]
+    # tanh and erf GELU differ by ~1e-4, below bfloat16's resolution of most outputs, except
+    # for u in (-3, -2): there erf's is ~3.7e-4 lower while |h| < 0.05 (a bf16 step <= 2.4e-4)
+    x = (2 * torch.randn(8192, 64, generator=gen)).bfloat16().cuda()
+    fc_w, _, _, _ = _params(gen, 64, 256, torch.bfloat16, device="cuda")
+    eye = torch.eye(256, device="cuda", dtype=torch.bfloat16)[:64]  # y = h[:, :64], exactly
     y = ops.mlp_gelu(x, fc_w, None, eye, None).double()
-    u = x.double() @ fc_w.double().t()
-    tanh = F.gelu(u, approximate="tanh")[:, :64]
-    erf = F.gelu(u)[:, :64]
-    assert (y - tanh).abs().mean() < 0.5 * (y - erf).abs().mean()
+    u = (x.double() @ fc_w.double().t())[:, :64]
+    where = (u > -3) & (u < -2)
+    assert where.sum() > 1000
+    tanh_err = (y - F.gelu(u, approximate="tanh"))[where].abs().mean()
+    erf_err = (y - F.gelu(u))[where].abs().mean()
+    assert tanh_err < 0.3 * erf_err, (tanh_err, erf_err)
 
 
 @pytest.mark.cuda
