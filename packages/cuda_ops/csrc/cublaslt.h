@@ -20,13 +20,12 @@ enum class LtEpilogue : int32_t {
   gelu_aux = 160,       // D = gelu(A B), aux = A B
   gelu_aux_bias = 164,  // D = gelu(A B + bias), aux = A B + bias
   dgelu = 192,          // D = (A B) * gelu'(aux)
-  dgelu_bgrad = 208,    // the same, and bias = D summed over its columns
 };
 
 // One column-major product D (m x n, leading dimension ldd) = op(A) (m x k) op(B) (k x n),
-// all of one 16-bit float type, float32 accumulation, with an epilogue. `bias` is the bias
-// (forward) or the bias gradient it writes (dgelu_bgrad), m elements of the same type;
-// `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*) or reads (dgelu*).
+// all of one 16-bit float type, float32 accumulation, with an epilogue. `bias`: m elements of
+// the same type (bias epilogues); `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*)
+// or reads (dgelu).
 struct LtMatmul {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;

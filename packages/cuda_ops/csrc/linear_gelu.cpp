@@ -1,11 +1,14 @@
 // linear_gelu.cpp: the MLP's GELU inside its matmuls, through cuBLASLt's epilogues (bindings).
 //
-//   forward   u = x W^T + b, h = gelu_tanh(u)          one matmul writing h and u (GELU_AUX_BIAS)
-//   backward  du = (g W2) * gelu_tanh'(u), db = sum du  one matmul (DGELU_BGRAD)
+//   forward   u = x W^T + b, h = gelu_tanh(u)   one matmul writing h and u (GELU_AUX_BIAS)
+//   backward  du = (g W2) * gelu_tanh'(u)       one matmul (DGELU)
 // where W (F, C) is c_fc's weight and W2 (C, F) c_proj's, x and g (N, C), u, h, du (N, F).
 // Row-major tensors are column-major transposes, so each product is computed as its transpose:
-// u^T (F x N) = W (F x C) x^T (C x N), du^T = W2^T (F x C) g^T (C x N), with the bias (gradient)
-// along D's rows, which is what cuBLASLt's epilogues broadcast and reduce.
+// u^T (F x N) = W (F x C) x^T (C x N), du^T = W2^T (F x C) g^T (C x N), with the bias along D's
+// rows, which is what cuBLASLt's epilogue broadcasts. The bias gradient is not taken from the
+// backward's epilogue (DGELU_BGRAD): on an H100 at gpt2-124m's (65536, 768) x (768, 3072) that
+// matmul took 1,744 us against 776 for DGELU and a separate column sum
+// (scripts/mlp_epilogue_bench.py, benchmarks/JOURNAL.md 2026-12-07).
 // CUDA, bfloat16 only; each call returns false without launching anything where cuBLASLt
 // cannot do it (the Python wrapper then runs the matmul and gelu.cu's kernel separately).
 // cuBLASLt's GELU is the tanh form, as GPT-2's (the CUDA tests compare with it).
@@ -57,9 +60,8 @@ bool linear_gelu_forward(nb::ndarray<> h, nb::ndarray<> aux, nb::ndarray<> x, nb
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
 }
 
-bool linear_gelu_backward(nb::ndarray<> du, OptArray dbias, nb::ndarray<> g, nb::ndarray<> w2,
-                          nb::ndarray<> aux, uintptr_t workspace, size_t workspace_bytes,
-                          uintptr_t stream) {
+bool linear_gelu_backward(nb::ndarray<> du, nb::ndarray<> g, nb::ndarray<> w2, nb::ndarray<> aux,
+                          uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) {
   const char* op = "linear_gelu_backward";
   Tensor G = view(op, "g", g), W2 = view(op, "weight2", w2);
   check_dtype(op, "g", G, {DType::bf16});
@@ -68,13 +70,9 @@ bool linear_gelu_backward(nb::ndarray<> du, OptArray dbias, nb::ndarray<> g, nb:
                  shape_str(W2.shape));
   const int64_t N = G.size(0), C = G.size(1), F = W2.size(1);
   check_arg(op, G, "weight2", W2, DType::bf16, {C, F});
-  Tensor U = view(op, "aux", aux), DU = view(op, "du", du), DB;
+  Tensor U = view(op, "aux", aux), DU = view(op, "du", du);
   check_arg(op, G, "aux", U, DType::bf16, {N, F});
   check_arg(op, G, "du", DU, DType::bf16, {N, F});
-  if (dbias) {
-    DB = view(op, "dbias", *dbias);
-    check_arg(op, G, "dbias", DB, DType::bf16, {F});
-  }
   if (!G.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and GELU apart)");
   CudaScope scope(op, G);
   LtMatmul p;
@@ -82,8 +80,7 @@ bool linear_gelu_backward(nb::ndarray<> du, OptArray dbias, nb::ndarray<> g, nb:
   p.a = W2.data, p.lda = F;
   p.b = G.data, p.ldb = C;
   p.d = DU.data, p.ldd = F;
-  p.epilogue = dbias ? LtEpilogue::dgelu_bgrad : LtEpilogue::dgelu;
-  p.bias = dbias ? DB.data : nullptr;
+  p.epilogue = LtEpilogue::dgelu;
   p.aux = U.data;
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
 }
@@ -96,11 +93,11 @@ void register_linear_gelu(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "aux = x @ weight.T + bias, h = gelu_tanh(aux) in one cuBLASLt matmul (CUDA, bfloat16). "
         "False, with nothing launched, where cuBLASLt cannot.");
-  m.def("linear_gelu_backward", &linear_gelu_backward, "du"_a, "dbias"_a.none(), "g"_a,
-        "weight2"_a, "aux"_a, "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
+  m.def("linear_gelu_backward", &linear_gelu_backward, "du"_a, "g"_a, "weight2"_a, "aux"_a,
+        "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),
-        "du = (g @ weight2) * gelu_tanh'(aux), dbias = du.sum(0) in one cuBLASLt matmul "
-        "(CUDA, bfloat16). False, with nothing launched, where cuBLASLt cannot.");
+        "du = (g @ weight2) * gelu_tanh'(aux) in one cuBLASLt matmul (CUDA, bfloat16). False, "
+        "with nothing launched, where cuBLASLt cannot.");
   m.def("set_cublaslt_autotune", &set_cublaslt_autotune, "candidates"_a,
         "Time this many of cuBLASLt's candidate algorithms (up to 8) at each product's first "
         "call and keep the fastest; 0 (default): the heuristic's first.");

@@ -169,7 +169,7 @@ def test_extension_checks_its_arguments():
     with pytest.raises(ValueError, match="CUDA tensors"):
         _C.linear_gelu_forward(h, h, x, w, None, 0, 0)
     with pytest.raises(ValueError, match=r"weight2 \(C, F\)"):
-        _C.linear_gelu_backward(h, None, x, w, h, 0, 0)
+        _C.linear_gelu_backward(h, x, w, h, 0, 0)
 
 
 def test_epilogues_unavailable_says_why_or_nothing():
