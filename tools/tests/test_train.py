@@ -335,6 +335,11 @@ def test_cuda_ops_replace_the_models_on_a_gpu_where_its_kernels_run(small_corpus
     why = train_mod.cuda_ops_skipped(fp8.train, train_mod.model_config(fp8, 512))
     assert "model.fp8='head'" in why
     assert train_mod.cuda_ops_skipped(cfg.train, train_mod.model_config(cfg, 512)) is None
+    # model.fp8="all" computes the MLP's matmuls: the native MLP is not applied either
+    fp8_all = smoke_cfg(small_corpus, "train.cuda_ops=gptstack:mlp", "model.fp8=all")
+    assert train_mod.run_model_config(fp8_all, 512, "cuda").ops == "torch"
+    why = train_mod.cuda_ops_skipped(fp8_all.train, train_mod.model_config(fp8_all, 512))
+    assert "model.fp8='all'" in why
 
 
 def test_cuda_ops_are_not_looked_at_on_a_cpu(tmp_path, small_corpus, monkeypatch):

@@ -232,6 +232,13 @@ def test_the_fp8_choice_excludes_the_native_loss(tiny_config):
         tiny_config(vocab_size=64, fp8="head", ops="gptstack:loss")
 
 
+def test_fp8_all_excludes_the_native_mlp_and_fp8_head_keeps_it(tiny_config):
+    pytest.importorskip("gptstack.cuda_ops")
+    with pytest.raises(ModelConfigError, match="fp8='all' runs the MLP's matmuls in FP8"):
+        tiny_config(vocab_size=64, fp8="all", ops="gptstack:mlp")
+    assert "mlp" in tiny_config(vocab_size=64, fp8="head", ops="gptstack:mlp").native_op_names
+
+
 @pytest.mark.parametrize("fp8", ["head", "all"])
 def test_an_fp8_model_starts_from_the_weights_of_the_model_without(fp8, make_gpt):
     """Fp8Linear is an nn.Linear: GPT-2's init (N(0, 0.02), scaled residual projections) reaches

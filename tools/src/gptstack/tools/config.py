@@ -97,7 +97,8 @@ class TrainSection:
     cpu_bf16_attention: str = ""
     # model.ops on a CUDA GPU ("": model.ops; the same values), applied only where
     # gptstack.cuda_ops has CUDA kernels for that GPU (else model.ops, and the run says so):
-    # gpt2-124m sets "gptstack:loss" (its chunked loss won end to end on the H100, README).
+    # gpt2-124m sets "gptstack:loss,mlp" (its chunked loss and its MLP with the GELU in cuBLASLt's
+    # epilogues each won end to end on the H100, README).
     cuda_ops: str = ""
     # on a CPU, raise glibc malloc's thresholds so the memory a step frees is reused by the next
     # instead of going back to the kernel and faulting in again (cpu_memory.py)
