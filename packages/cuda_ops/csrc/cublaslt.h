@@ -16,17 +16,15 @@ namespace gs {
 
 // cublasLtEpilogue_t values used here
 enum class LtEpilogue : int32_t {
-  none = 1,             // D = A B
   bias = 4,             // D = A B + bias
   gelu_aux = 160,       // D = gelu(A B), aux = A B
   gelu_aux_bias = 164,  // D = gelu(A B + bias), aux = A B + bias
   dgelu = 192,          // D = (A B) * gelu'(aux)
-  bgradb = 512,         // D = A B, bias = op(B) summed over k (one per column of D)
 };
 
 // One column-major product D (m x n, leading dimension ldd) = op(A) (m x k) op(B) (k x n),
 // all of one 16-bit float type, float32 accumulation, with an epilogue. `bias`: m elements of
-// the same type (bias epilogues: read; bgradb: written); `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*)
+// the same type (bias epilogues); `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*)
 // or reads (dgelu).
 struct LtMatmul {
   int64_t m = 0, n = 0, k = 0;

@@ -16,7 +16,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <atomic>
 #include <optional>
 
 #include "common.h"
@@ -25,11 +24,6 @@
 using namespace nb::literals;
 
 namespace gs {
-
-static std::atomic<bool> g_bias_grad{true};
-bool cublaslt_bias_grad_enabled() { return g_bias_grad.load(std::memory_order_relaxed); }
-void set_cublaslt_bias_grad(bool enabled) { g_bias_grad = enabled; }
-
 namespace {
 
 using OptArray = std::optional<nb::ndarray<>>;
@@ -91,40 +85,6 @@ bool linear_gelu_backward(nb::ndarray<> du, nb::ndarray<> g, nb::ndarray<> w2, n
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
 }
 
-// dw (out, in) = g^T a and dbias (out) = g summed over rows, for g (N, out), a (N, in): a Linear's
-// weight and bias gradients in one matmul, the bias gradient from its BGRADB epilogue (the
-// column sums of op(B) = g over the product's k = N). As column-major: dw^T (in x out) =
-// a^T (in x N) g (N x out).
-bool linear_weight_grad(nb::ndarray<> dw, OptArray dbias, nb::ndarray<> g, nb::ndarray<> a,
-                        uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) {
-  const char* op = "linear_weight_grad";
-  Tensor G = view(op, "g", g), A = view(op, "a", a);
-  check_dtype(op, "g", G, {DType::bf16});
-  if (G.ndim() != 2 || A.ndim() != 2 || A.size(0) != G.size(0))
-    fail(op, "g must be (N, out) and a (N, in), got " + shape_str(G.shape) + " and " +
-                 shape_str(A.shape));
-  const int64_t N = G.size(0), out = G.size(1), in = A.size(1);
-  check_arg(op, G, "a", A, DType::bf16, {N, in});
-  Tensor DW = view(op, "dw", dw), DB;
-  check_arg(op, G, "dw", DW, DType::bf16, {out, in});
-  if (dbias) {
-    DB = view(op, "dbias", *dbias);
-    check_arg(op, G, "dbias", DB, DType::bf16, {out});
-  }
-  if (!G.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and the sum apart)");
-  if (!cublaslt_bias_grad_enabled()) return false;
-  CudaScope scope(op, G);
-  LtMatmul p;
-  p.m = in, p.n = out, p.k = N;
-  p.trans_b = true;
-  p.a = A.data, p.lda = in;
-  p.b = G.data, p.ldb = out;
-  p.d = DW.data, p.ldd = in;
-  p.epilogue = dbias ? LtEpilogue::bgradb : LtEpilogue::none;
-  p.bias = dbias ? DB.data : nullptr;
-  return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
-}
-
 }  // namespace
 
 void register_linear_gelu(nb::module_& m) {
@@ -138,15 +98,6 @@ void register_linear_gelu(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "du = (g @ weight2) * gelu_tanh'(aux) in one cuBLASLt matmul (CUDA, bfloat16). False, "
         "with nothing launched, where cuBLASLt cannot.");
-  m.def("linear_weight_grad", &linear_weight_grad, "dw"_a, "dbias"_a.none(), "g"_a, "a"_a,
-        "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
-        nb::call_guard<nb::gil_scoped_release>(),
-        "dw = g.T @ a, dbias = g.sum(0) in one cuBLASLt matmul (CUDA, bfloat16). False, with "
-        "nothing launched, where cuBLASLt cannot or set_cublaslt_bias_grad(False).");
-  m.def("set_cublaslt_bias_grad", &set_cublaslt_bias_grad, "enabled"_a,
-        "Whether linear_weight_grad makes the bias gradient in its matmul's epilogue (default) "
-        "or declines (the caller then sums the rows itself): the A/B switch.");
-  m.def("cublaslt_bias_grad", &cublaslt_bias_grad_enabled);
   m.def("set_cublaslt_autotune", &set_cublaslt_autotune, "candidates"_a,
         "Time this many of cuBLASLt's candidate algorithms (up to 8) at each product's first "
         "call and keep the fastest; 0 (default): the heuristic's first.");

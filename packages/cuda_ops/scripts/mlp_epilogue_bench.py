@@ -1,7 +1,6 @@
-"""The MLP's two matmuls that carry the GELU, and its weight gradients, each way, side by side
-in one process: what training runs with PyTorch's ops (cuBLAS's matmul, then a GELU kernel;
-the bias gradient a reduction) against one cuBLASLt matmul with the GELU (or the bias
-gradient) in its epilogue (csrc/linear_gelu.cpp),
+"""The MLP's two matmuls that carry the GELU, each way, side by side in one process: what
+training runs with PyTorch's ops (cuBLAS's matmul, then a GELU kernel; the bias gradient a
+reduction) against one cuBLASLt matmul with the GELU in its epilogue (csrc/linear_gelu.cpp),
 with the heuristic's first algorithm and with the fastest of its candidates timed
 (`_C.set_cublaslt_autotune`). Each part is CALLS calls captured in one CUDA graph; median
 microseconds a call over ROUNDS replays.
@@ -76,36 +75,16 @@ def parts(N: int, C: int) -> dict:
         assert _C.linear_gelu_backward(du, gy, w2, u, ws.data_ptr(), WORKSPACE_BYTES, stream())
         db.copy_(du.sum(0, dtype=torch.float32))
 
-    dw_fc, dw_proj = (
-        torch.empty(F, C, dtype=torch.bfloat16, device="cuda"),
-        torch.empty(C, F, dtype=torch.bfloat16, device="cuda"),
-    )
-    db_proj = torch.empty(C, dtype=torch.bfloat16, device="cuda")
-
-    def wgrad_torch():  # both weight gradients, each a matmul and a bias-gradient sum
-        torch.mm(du.t(), x, out=dw_fc)
-        db.copy_(du.sum(0, dtype=torch.float32))
-        torch.mm(gy.t(), h, out=dw_proj)
-        db_proj.copy_(gy.sum(0, dtype=torch.float32))
-
-    def wgrad_lt():  # the sums in the matmuls' BGRADB epilogue
-        assert _C.linear_weight_grad(dw_fc, db, du, x, ws.data_ptr(), WORKSPACE_BYTES, stream())
-        assert _C.linear_weight_grad(
-            dw_proj, db_proj, gy, h, ws.data_ptr(), WORKSPACE_BYTES, stream()
-        )
-
     out = {"rows": N, "C": C}
     calls, rounds = 20, 15
     out["fc_matmul_only_us"] = graph_us(lambda: torch.addmm(b, x, w.t(), out=u), calls, rounds)
     out["fc_torch_us"] = graph_us(fc_torch, calls, rounds)
     out["dgrad_matmul_only_us"] = graph_us(lambda: torch.mm(gy, w2, out=dh), calls, rounds)
     out["dgrad_torch_us"] = graph_us(dgrad_torch, calls, rounds)
-    out["wgrad_torch_us"] = graph_us(wgrad_torch, calls, rounds)
     for tune in (0, 8):
         _C.set_cublaslt_autotune(tune)
         out[f"fc_lt_autotune{tune}_us"] = graph_us(fc_lt, calls, rounds)
         out[f"dgrad_lt_autotune{tune}_us"] = graph_us(dgrad_lt, calls, rounds)
-        out[f"wgrad_lt_autotune{tune}_us"] = graph_us(wgrad_lt, calls, rounds)
     _C.set_cublaslt_autotune(0)
     return out
 
@@ -118,23 +97,16 @@ def main() -> None:
     args = ap.parse_args()
     results = [parts(N, args.c) for N in args.rows]
     for r in results:
-        print(
-            " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
-        )
+        print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
     choices = _C.cublaslt_choices()
     for c in choices:
         times = ", ".join(f"{t:.1f}" for t in c["times_us"])
-        print(
-            f"m={c['m']} n={c['n']} k={c['k']} epilogue={c['epilogue']} candidates="
-            f"{c['candidates']} rank={c['rank']} tuned={c['tuned']} times_us=[{times}]"
-        )
+        print(f"m={c['m']} n={c['n']} k={c['k']} epilogue={c['epilogue']} candidates="
+              f"{c['candidates']} rank={c['rank']} tuned={c['tuned']} times_us=[{times}]")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(
-                {"device": torch.cuda.get_device_name(), "parts": results, "choices": choices},
-                f,
-                indent=1,
-            )
+            json.dump({"device": torch.cuda.get_device_name(), "parts": results,
+                       "choices": choices}, f, indent=1)
 
 
 if __name__ == "__main__":

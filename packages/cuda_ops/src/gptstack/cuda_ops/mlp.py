@@ -8,16 +8,15 @@ csrc/linear_gelu.cpp): c_fc's matmul adds the bias and writes both u = x W^T + b
 h = gelu_tanh(u) (GELU_AUX_BIAS); in the backward pass the matmul of the output gradient with
 c_proj's weight multiplies by gelu_tanh'(u) as it stores (DGELU). That removes the GELU forward
 and backward passes over the (N, 4C) activations (gpt2-124m: 7.7 % of a training step's kernel
-time, benchmarks/JOURNAL.md). The bias gradients come from the weight-gradient matmuls, which
-read the output gradients anyway (BGRADB), not from DGELU's matmul: cuBLASLt's DGELU_BGRAD
-took 2.2x as long as DGELU and a separate column sum on an H100. Elsewhere (the CPU,
+time, benchmarks/JOURNAL.md). c_fc's bias gradient stays a column sum of du: cuBLASLt's epilogue
+that also makes it (DGELU_BGRAD) took 2.2x as long as DGELU and the sum on an H100. Elsewhere (the CPU,
 float32, shapes the epilogues do not take, no cuBLASLt) the same function runs as a torch
 matmul and gelu_tanh's own kernel (gelu.py), which is also the reference the tests hold the
 epilogues to.
 
-Custom ops: `gptstack::mlp_gelu` (returns y, h and u; autograd saves h and u),
-`gptstack::mlp_gelu_input_grad` (du) and `gptstack::linear_weight_grad` (a Linear's weight and
-bias gradients); dx is a torch matmul in the autograd formula.
+Custom ops: `gptstack::mlp_gelu` (returns y, h and u; autograd saves h and u) and
+`gptstack::mlp_gelu_input_grad` (du and c_fc's bias gradient). The weight gradients are torch
+matmuls in the autograd formula.
 """
 
 from __future__ import annotations
@@ -95,10 +94,14 @@ def _mlp_gelu_fake(x, fc_w, fc_b, proj_w, proj_b):
 
 
 @torch.library.custom_op("gptstack::mlp_gelu_input_grad", mutates_args=())
-def _mlp_gelu_input_grad(g: Tensor, proj_w: Tensor, u: Tensor) -> Tensor:
-    """du = (g proj_w) * gelu_tanh'(u) for the output gradient g (N, C)."""
+def _mlp_gelu_input_grad(
+    g: Tensor, proj_w: Tensor, u: Tensor, fc_bias: bool
+) -> tuple[Tensor, Tensor]:
+    """(du, dfc_b) for the output gradient g (N, C): du = (g proj_w) * gelu_tanh'(u), dfc_b =
+    du summed over rows (empty without a bias)."""
     g = g.to(u.dtype).contiguous()
     du = torch.empty(u.shape, dtype=u.dtype, device=u.device)
+    db = torch.empty(u.shape[1] if fc_bias else 0, dtype=u.dtype, device=u.device)
     ws = _workspace(u) if _lt_ok(u) else None
     done = ws is not None and _C.linear_gelu_backward(
         dl(du), dl(g), dl(proj_w), dl(u), ws.data_ptr(), WORKSPACE_BYTES, stream_of(u)
@@ -107,42 +110,14 @@ def _mlp_gelu_input_grad(g: Tensor, proj_w: Tensor, u: Tensor) -> Tensor:
         with torch.autocast(u.device.type, enabled=False):
             dh = g @ proj_w
         _C.gelu_backward(dl(du), dl(dh), dl(u), stream_of(u), threads())
-    return du
+    if fc_bias:
+        db.copy_(du.sum(dim=0, dtype=_acc_dtype(du.dtype)))
+    return du, db
 
 
 @_mlp_gelu_input_grad.register_fake
-def _mlp_gelu_input_grad_fake(g, proj_w, u):
-    return torch.empty_like(u)
-
-
-@torch.library.custom_op("gptstack::linear_weight_grad", mutates_args=())
-def _linear_weight_grad(g: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
-    """(dw, db) = (g^T a, g summed over rows) for a Linear's output gradient g (N, out) and input
-    a (N, in): on CUDA in bf16 one cuBLASLt matmul, the sum in its BGRADB epilogue."""
-    g = g.to(a.dtype).contiguous()
-    dw = torch.empty((g.shape[1], a.shape[1]), dtype=a.dtype, device=a.device)
-    db = torch.empty(g.shape[1], dtype=a.dtype, device=a.device)
-    ws = _workspace(a) if _lt_ok(a) else None
-    done = ws is not None and _C.linear_weight_grad(
-        dl(dw), dl(db), dl(g), dl(a), ws.data_ptr(), WORKSPACE_BYTES, stream_of(a)
-    )
-    if not done:
-        with torch.autocast(a.device.type, enabled=False):
-            torch.mm(g.t(), a, out=dw)
-        db.copy_(g.sum(dim=0, dtype=_acc_dtype(g.dtype)))
-    return dw, db
-
-
-@_linear_weight_grad.register_fake
-def _linear_weight_grad_fake(g, a):
-    return a.new_empty((g.shape[1], a.shape[1])), a.new_empty(g.shape[1])
-
-
-def _weight_grads(g: Tensor, a: Tensor, bias: bool) -> tuple[Tensor, Tensor | None]:
-    """A Linear's (dweight, dbias or None) from its output gradient g and input a."""
-    if bias:
-        return _linear_weight_grad(g, a)
-    return g.t() @ a, None
+def _mlp_gelu_input_grad_fake(g, proj_w, u, fc_bias):
+    return torch.empty_like(u), u.new_empty(u.shape[1] if fc_bias else 0)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -156,11 +131,12 @@ def _setup_context(ctx, inputs, output) -> None:
 def _backward(ctx, gy: Tensor, _gh, _gu):
     x, fc_w, proj_w, h, u = ctx.saved_tensors
     gy = gy.to(h.dtype)
-    d_proj_w, d_proj_b = _weight_grads(gy, h, ctx.proj_bias)
-    du = _mlp_gelu_input_grad(gy, proj_w, u)
-    d_fc_w, d_fc_b = _weight_grads(du, x, ctx.fc_bias)
+    d_proj_w = gy.t() @ h
+    d_proj_b = gy.sum(dim=0, dtype=_acc_dtype(h.dtype)).to(h.dtype) if ctx.proj_bias else None
+    du, d_fc_b = _mlp_gelu_input_grad(gy, proj_w, u, ctx.fc_bias)
+    d_fc_w = du.t() @ x
     dx = du @ fc_w
-    return dx, d_fc_w, d_fc_b, d_proj_w, d_proj_b
+    return dx, d_fc_w, d_fc_b if ctx.fc_bias else None, d_proj_w, d_proj_b
 
 
 _mlp_gelu.register_autograd(_backward, setup_context=_setup_context)
