@@ -81,15 +81,14 @@ def test_attention_gptstack_in_a_fresh_process_imports_cuda_ops_and_builds():
 NATIVE_FUNCTIONS = {
     "layernorm": ("layernorm", "add_layernorm"),
     "gelu": ("gelu_tanh",),
-    "mlp": ("mlp_gelu",),
+    "mlp": ("gelu_tanh",),  # on a CPU; on a GPU mlp_gelu (the CUDA test below)
     "loss": ("linear_cross_entropy",),
 }
 
 
 def _functions_called(names) -> set[str]:
-    """What a model whose ops name `names` calls: "mlp" computes the GELU itself."""
-    called = {fn for n in names for fn in NATIVE_FUNCTIONS[n]}
-    return called - {"gelu_tanh"} if "mlp" in names else called
+    """What a model whose ops name `names` calls on a CPU."""
+    return {fn for n in names for fn in NATIVE_FUNCTIONS[n]}
 
 
 @pytest.fixture(name="native_calls")
@@ -188,3 +187,31 @@ def test_cuda_bf16_autocast_training_step_and_graph_decoding(make_gpt, random_to
     decoder = StaticCacheDecoder(native, batch_size=4, cuda_graph=True)
     got = generate(native, idx[:, :3], 40, mode="static", temperature=0, decoder=decoder)
     assert torch.equal(got, expected)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_mlp_op_runs_the_fused_mlp_and_matches_torch(
+    make_gpt, random_tokens, rel_err, native_calls, monkeypatch
+):
+    """ops "gptstack:mlp" on a GPU: every block's MLP is one mlp_gelu call (not the GELU
+    between PyTorch's matmuls, as on a CPU), with torch's loss and gradients to bf16 tolerance."""
+    import gptstack.cuda_ops as cuda_ops
+
+    calls = []
+    real = cuda_ops.mlp_gelu
+    monkeypatch.setattr(cuda_ops, "mlp_gelu", lambda *a: calls.append(1) or real(*a))
+    ref, native = _pair(make_gpt, ops="gptstack:mlp", block_size=32)
+    ref, native = ref.cuda(), native.cuda()
+    V = ref.config.vocab_size
+    idx, targets = random_tokens(8, 4, 32, V).cuda(), random_tokens(9, 4, 32, V).cuda()
+    losses = []
+    for m in (ref, native):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(idx, targets)[1]
+        loss.backward()
+        losses.append(loss.float().item())
+    assert len(calls) == native.config.n_layer and "gelu_tanh" not in native_calls
+    assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
+    for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
+        assert rel_err(p.grad, q.grad) < 2e-2, name

@@ -64,7 +64,8 @@ class NativeOps:
         return cls(
             m.layernorm if ln else None,
             m.add_layernorm if ln else None,
-            m.gelu_tanh if "gelu" in names and not mlp else None,  # "mlp" computes the GELU
+            # "mlp" on a CPU is the native GELU between PyTorch's matmuls (no epilogues there)
+            m.gelu_tanh if "gelu" in names or mlp else None,
             m.mlp_gelu if mlp else None,
             m.linear_cross_entropy if "loss" in names else None,
         )
@@ -129,7 +130,7 @@ class MLP(nn.Module):
         self.native = NativeOps.of(config)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.native.mlp_gelu is not None:  # the GELU inside c_fc's and c_proj's matmuls
+        if self.native.mlp_gelu is not None and x.is_cuda:  # GELU inside the matmuls' epilogues
             fc, proj = self.c_fc, self.c_proj
             return self.dropout(self.native.mlp_gelu(x, fc.weight, fc.bias, proj.weight, proj.bias))
         h = self.c_fc(x)  # (B, T, 4C)
