@@ -97,16 +97,23 @@ def main() -> None:
     args = ap.parse_args()
     results = [parts(N, args.c) for N in args.rows]
     for r in results:
-        print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        print(
+            " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+        )
     choices = _C.cublaslt_choices()
     for c in choices:
         times = ", ".join(f"{t:.1f}" for t in c["times_us"])
-        print(f"m={c['m']} n={c['n']} k={c['k']} epilogue={c['epilogue']} candidates="
-              f"{c['candidates']} rank={c['rank']} tuned={c['tuned']} times_us=[{times}]")
+        print(
+            f"m={c['m']} n={c['n']} k={c['k']} epilogue={c['epilogue']} candidates="
+            f"{c['candidates']} rank={c['rank']} tuned={c['tuned']} times_us=[{times}]"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "parts": results,
-                       "choices": choices}, f, indent=1)
+            json.dump(
+                {"device": torch.cuda.get_device_name(), "parts": results, "choices": choices},
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ c_proj's weight multiplies by gelu_tanh'(u) as it stores (DGELU). That removes t
 and backward passes over the (N, 4C) activations (gpt2-124m: 7.7 % of a training step's kernel
 time, benchmarks/JOURNAL.md). c_fc's bias gradient stays a column sum of du: cuBLASLt's epilogue
 that also makes it (DGELU_BGRAD) took 2.2x as long as DGELU and the sum on an H100, and the
-bias gradients from the weight-gradient matmuls' BGRADB epilogue were a tie end to end. Elsewhere (the CPU,
-float32, shapes the epilogues do not take, no cuBLASLt) the same function runs as a torch
-matmul and gelu_tanh's own kernel (gelu.py), which is also the reference the tests hold the
-epilogues to.
+bias gradients from the weight-gradient matmuls' BGRADB epilogue were a tie end to end.
+Elsewhere (the CPU, float32, shapes the epilogues do not take, no cuBLASLt) the same function
+runs as a torch matmul and gelu_tanh's own kernel (gelu.py), which is also the reference the
+tests hold the epilogues to. (gptstack.model calls this op on a GPU only: on a CPU it runs its
+native GELU between PyTorch's matmuls, which is faster there.)
 
 Custom ops: `gptstack::mlp_gelu` (returns y, h and u; autograd saves h and u) and
 `gptstack::mlp_gelu_input_grad` (du and c_fc's bias gradient). The weight gradients are torch
