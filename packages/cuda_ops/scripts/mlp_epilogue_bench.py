@@ -14,35 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
 from gptstack.cuda_ops import _C
 from gptstack.cuda_ops.mlp import WORKSPACE_BYTES
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import window_linear_bench  # noqa: E402
+
 
 def graph_us(fn, calls: int, rounds: int) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()  # warm-up outside the capture (and the first call's algorithm choice)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side), torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(1e3 * start.elapsed_time(end) / calls)
-    return statistics.median(times)
+    """Median microseconds a call (window_linear_bench's timing: a CUDA graph of `calls`)."""
+    return statistics.median(window_linear_bench.graph_us(fn, calls, rounds))
 
 
 def parts(N: int, C: int) -> dict:

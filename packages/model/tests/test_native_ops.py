@@ -166,6 +166,17 @@ def test_compile_fullgraph_and_deepcopy(make_gpt, random_tokens, rel_err):
     assert rel_err(clone.wte.weight.grad, native.wte.weight.grad) < 1e-5
 
 
+def _bf16_training_losses(models, idx, targets) -> list[float]:
+    """Each model's loss under bf16 autocast, its gradients accumulated by backward."""
+    losses = []
+    for m in models:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(idx, targets)[1]
+        loss.backward()
+        losses.append(loss.float().item())
+    return losses
+
+
 @pytest.mark.cuda
 @needs_cuda
 def test_cuda_bf16_autocast_training_step_and_graph_decoding(make_gpt, random_tokens, rel_err):
@@ -173,13 +184,8 @@ def test_cuda_bf16_autocast_training_step_and_graph_decoding(make_gpt, random_to
     ref, native = ref.cuda(), native.cuda()
     V = ref.config.vocab_size
     idx, targets = random_tokens(6, 4, 32, V).cuda(), random_tokens(7, 4, 32, V).cuda()
-    losses = []
-    for m in (ref, native):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(idx, targets)[1]
-        loss.backward()
-        losses.append(loss.float())
-    assert abs(losses[0].item() - losses[1].item()) < 1e-2 * abs(losses[0].item())
+    losses = _bf16_training_losses((ref, native), idx, targets)
+    assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
     assert rel_err(native.wte.weight.grad, ref.wte.weight.grad) < 1e-2
     from gptstack.model import StaticCacheDecoder
 
@@ -205,12 +211,7 @@ def test_cuda_mlp_op_runs_the_fused_mlp_and_matches_torch(
     ref, native = ref.cuda(), native.cuda()
     V = ref.config.vocab_size
     idx, targets = random_tokens(8, 4, 32, V).cuda(), random_tokens(9, 4, 32, V).cuda()
-    losses = []
-    for m in (ref, native):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = m(idx, targets)[1]
-        loss.backward()
-        losses.append(loss.float().item())
+    losses = _bf16_training_losses((ref, native), idx, targets)
     assert len(calls) == native.config.n_layer and "gelu_tanh" not in native_calls
     assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
     for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
