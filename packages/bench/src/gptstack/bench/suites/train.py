@@ -189,16 +189,25 @@ RUNGS: tuple[Rung, ...] = (
     _beside_regional(
         "native",
         "+ gptstack.cuda_ops kernels",
-        "ops='gptstack' (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss) "
-        "and attention='gptstack' (fused causal attention) from gptstack.cuda_ops",
+        "ops='gptstack' (LayerNorm, residual-add + LayerNorm, the MLP with its GELU in "
+        "cuBLASLt's epilogues, chunked LM-head loss) and attention='gptstack' (fused causal "
+        "attention) from gptstack.cuda_ops",
         native=("gptstack", "gptstack"),
     ),
     _beside_regional(
         "native-ops",
-        "+ gptstack.cuda_ops LayerNorm, GELU, loss",
-        "ops='gptstack' alone (LayerNorm, residual-add + LayerNorm, GELU, chunked LM-head loss); "
-        "attention stays SDPA",
+        "+ gptstack.cuda_ops LayerNorm, MLP, loss",
+        "ops='gptstack' alone (LayerNorm, residual-add + LayerNorm, the MLP with its GELU in "
+        "cuBLASLt's epilogues, chunked LM-head loss); attention stays SDPA",
         native=("gptstack", "sdpa"),
+    ),
+    _beside_regional(
+        "native-mlp",
+        "+ gptstack.cuda_ops loss and MLP",
+        "ops='gptstack:loss,mlp' (gpt2-124m's train.cuda_ops): the chunked LM-head loss and "
+        "the MLP with its GELU inside its matmuls (cuBLASLt's GELU_AUX_BIAS and DGELU "
+        "epilogues); LayerNorm and attention stay PyTorch's",
+        native=("gptstack:loss,mlp", "sdpa"),
     ),
     _beside_regional(
         "native-loss",
@@ -255,7 +264,7 @@ TRAIN_DEFAULT_TEXT = (
     "bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
     "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
     "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep); for gpt2-124m plus "
-    "gptstack.cuda_ops' loss (its preset's train.cuda_ops: the native-loss rung)"
+    "gptstack.cuda_ops' loss and MLP (its preset's train.cuda_ops: the native-mlp rung)"
 )
 
 
