@@ -172,6 +172,14 @@ def test_extension_checks_its_arguments():
         _C.linear_gelu_backward(h, x, w, h, 0, 0)
 
 
+def test_no_cublaslt_choice_is_made_on_a_cpu(gen):
+    # the CPU path never reaches cuBLASLt, so it records no product
+    before = _C.cublaslt_choices()
+    x = torch.randn(4, 8, generator=gen, requires_grad=True)
+    ops.mlp_gelu(x, *_params(gen, 8, 32, torch.float32)).sum().backward()
+    assert _C.cublaslt_choices() == before
+
+
 def test_epilogues_unavailable_says_why_or_nothing():
     why = ops.epilogues_unavailable()
     assert isinstance(why, str)
@@ -226,6 +234,26 @@ def test_cuda_epilogue_gelu_is_the_tanh_form(gen):
     tanh_err = (y - F.gelu(u, approximate="tanh"))[where].abs().mean()
     erf_err = (y - F.gelu(u))[where].abs().mean()
     assert tanh_err < 0.3 * erf_err, (tanh_err, erf_err)
+
+
+@pytest.mark.cuda
+def test_cuda_timed_candidates_are_reported_and_agree(gen):
+    # set_cublaslt_autotune: a new product's candidates are timed once, the fastest kept, and
+    # its results are those of the heuristic's choice to bf16 tolerance
+    x = torch.randn(136, 64, generator=gen).bfloat16().cuda()  # a row count no test used
+    params = _params(gen, 64, 256, torch.bfloat16, device="cuda")
+    ref = ops.mlp_gelu(x, *params)
+    _C.set_cublaslt_autotune(8)
+    try:
+        tuned = ops.mlp_gelu(x[:128].contiguous(), *params)
+    finally:
+        _C.set_cublaslt_autotune(0)
+    assert_close(tuned, ref[:128].double(), torch.bfloat16, "timed candidates")
+    forward = [c for c in _C.cublaslt_choices() if c["n"] == 128 and c["epilogue"] == 164]
+    assert len(forward) == 1 and forward[0]["tuned"]
+    times = forward[0]["times_us"]
+    assert len(times) == min(8, forward[0]["candidates"]) and 0 <= forward[0]["rank"] < len(times)
+    assert times[forward[0]["rank"]] == min(times)
 
 
 @pytest.mark.cuda

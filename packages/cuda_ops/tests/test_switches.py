@@ -12,6 +12,7 @@ def test_every_setter_with_a_getter_is_listed_with_its_state():
     assert state["programmatic_launch"] is _C.programmatic_launch()
     assert state["linear_registers_max_k"] == _C.linear_registers_max_k()
     assert state["cpu_path"] == _C.cpu_path()
+    assert state["cublaslt_autotune"] == _C.cublaslt_autotune() == 0  # the heuristic's choice
 
 
 def test_a_switch_is_set_from_text_in_its_own_type():
@@ -22,9 +23,12 @@ def test_a_switch_is_set_from_text_in_its_own_type():
         assert ops.set_switch("cross_entropy_staged", "true") is True
         assert ops.set_switch("linear_registers_max_k", "256") == 256
         assert _C.linear_registers_max_k() == 256
+        assert ops.set_switch("cublaslt_autotune", "8") == 8 and _C.cublaslt_autotune() == 8
+        assert ops.set_switch("cublaslt_autotune", "-3") == -3 and _C.cublaslt_autotune() == 0
     finally:
         _C.set_cross_entropy_staged(True)
         _C.set_linear_registers_max_k(k)
+        _C.set_cublaslt_autotune(0)
 
 
 @pytest.mark.parametrize(
