@@ -69,7 +69,10 @@ def _linear_gelu(x: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor, Tensor
         )
         if done:
             return h, u
-    torch.addmm(b, x, w.t(), out=u) if b is not None else torch.mm(x, w.t(), out=u)
+    if b is not None:
+        torch.addmm(b, x, w.t(), out=u)
+    else:
+        torch.mm(x, w.t(), out=u)
     _C.gelu_forward(dl(h), dl(u), stream_of(x), threads())
     return h, u
 
