@@ -289,7 +289,12 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mutex);
     Handle& h = c.handles[device];
-    if (!h) check(op, "cublasLtCreate", api.create(&h));
+    if (!h) {
+      // creating the handle may allocate device memory, which a graph capture forbids: the
+      // first product of a process inside a capture is left to the caller's other path
+      if (capturing(stream)) return false;
+      check(op, "cublasLtCreate", api.create(&h));
+    }
     handle = h;
     const Key key{device, p.m, p.n, p.k, p.trans_a, p.trans_b, p.lda, p.ldb, p.ldd, epilogue,
                   with_bias, p.bf16, workspace_bytes};
