@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # benchmarks/gpu_train_ab.sh: one GPU call that compares training settings by benchmarks/train_ab.py
 # (this checkout on every side, fresh `gptstack train` processes alternated, ratios per round).
-# By default the gpt2-124m variants of 2026-12-07 (benchmarks/JOURNAL.md), against the preset as it trains
-# now (its train.cuda_ops: the native loss):
-#   VARIANTS="default;torch-loss train.cuda_ops=;fp8-head model.fp8=head"   (';' between them)
+# By default the preset as it trains now (its train.cuda_ops: the native loss and MLP) against
+# the native loss alone and against PyTorch's ops (benchmarks/JOURNAL.md, 2026-12-07):
+#   VARIANTS="default;loss-only train.cuda_ops=gptstack:loss;torch-ops train.cuda_ops="
+# (';' between them)
 # or two sides: AFTER="--after-env TORCHINDUCTOR_ENABLE_PDL=1" (with VARIANTS=""). A kernel
 # switch of gptstack.cuda_ops as a variant (benchmarks/switches/sitecustomize.py), as the loss
 # kernels were compared on 2026-12-07 (ROOT and PYTHONPATH as after sourcing device_env.sh):
@@ -14,8 +15,8 @@
 #   gptstack.cuda_ops in .device/site: packages/cuda_ops/scripts/prebuild_for_device.sh):
 #     GPTSTACK_GIT_COMMIT=<commit> DATA=.device/data PREBUILT=.device/site \
 #       bash benchmarks/gpu_train_ab.sh
-# PRESET (default gpt2-124m), SETS (the overrides of every side; default B=64 x accum 8, 8
-# steps, one evaluation batch), ROUNDS (default 4; the variants run in turn each round). Each
+# PRESET (default gpt2-124m), SETS (the overrides of every side; default the preset's micro-batch
+# on an 80 GB card, 128 x accum 4, 8 steps, one evaluation batch), ROUNDS (default 4; the variants run in turn each round). Each
 # gpt2-124m run takes ~25 s with a warm compile cache (the first of each side ~40 s). Writes $OUT/train-ab.json: copy it to
 # benchmarks/results/train-ab-PRESET-GPU-WHAT-DATE.json.
 set -u -o pipefail
@@ -34,9 +35,9 @@ if ! python3 -c "import gptstack.cuda_ops" 2> /dev/null && [ "${ALLOW_NO_CUDA_OP
     "ALLOW_NO_CUDA_OPS=1 to compare with PyTorch's ops on every side" >&2
   exit 2
 fi
-SETS=${SETS:-"--set train.batch_size=64 --set train.grad_accum=8 --set train.cuda_batch_size=0 --set train.max_steps=8 \
---set train.eval_interval=100000 --set train.eval_batches=1"}
-VARIANTS=${VARIANTS-"default;torch-loss train.cuda_ops=;fp8-head model.fp8=head"}
+SETS=${SETS:-"--set train.batch_size=128 --set train.grad_accum=4 --set train.cuda_batch_size=0 \
+--set train.max_steps=8 --set train.eval_interval=100000 --set train.eval_batches=1"}
+VARIANTS=${VARIANTS-"default;loss-only train.cuda_ops=gptstack:loss;torch-ops train.cuda_ops="}
 AFTER=${AFTER:-}
 COMPARE=()
 if [ -n "${VARIANTS:-}" ]; then
