@@ -80,6 +80,22 @@ __device__ __forceinline__ void warp_merge(float& m, float& s) {
   }
 }
 
+// every thread of the block ends with the block's combined (max, sum); shared_m and shared_s
+// hold 32 floats each and are read after the barrier inside: a caller that writes them again
+// must pass another __syncthreads first
+__device__ __forceinline__ void block_merge(float& m, float& s, float* shared_m, float* shared_s) {
+  warp_merge(m, s);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) {
+    shared_m[warp] = m;
+    shared_s[warp] = s;
+  }
+  __syncthreads();
+  m = lane < warps ? shared_m[lane] : -INFINITY;
+  s = lane < warps ? shared_s[lane] : 0.0f;
+  warp_merge(m, s);
+}
+
 // dz = (softmax - onehot(t)) * scale over this thread's vectors of the row (dr may be zr)
 template <typename T, int W>
 __device__ __forceinline__ void write_dlogits(T* dr, const T* zr, int V, int first, int step,
@@ -117,16 +133,7 @@ __global__ void cross_entropy_online_kernel(float* __restrict__ losses, T* dz, c
 
   float m = -INFINITY, s = 0.0f;
   online_partial<T, W>(zr, V, threadIdx.x * W, blockDim.x * W, m, s);
-  warp_merge(m, s);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  if (lane == 0) {
-    shared_m[warp] = m;
-    shared_s[warp] = s;
-  }
-  __syncthreads();
-  m = lane < warps ? shared_m[lane] : -INFINITY;
-  s = lane < warps ? shared_s[lane] : 0.0f;
-  warp_merge(m, s);
+  block_merge(m, s, shared_m, shared_s);
   const float lse = m + __logf(s);
   if (threadIdx.x == 0) losses[row] = valid ? lse - zt : NAN;
   if (!dr) return;
@@ -155,7 +162,6 @@ __global__ void __launch_bounds__(Threads, 1)
   }
   __syncthreads();  // the mbarriers are initialized
   const float scale = dz ? *grad_scale : 0.0f;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int first = threadIdx.x * W, step = Threads * W;
   int i = 0;
   for (int64_t row = blockIdx.x; row < n; row += stride, ++i) {
@@ -179,15 +185,7 @@ __global__ void __launch_bounds__(Threads, 1)
     } else {
       float m = -INFINITY, s = 0.0f;
       online_partial<T, W>(zr, V, first, step, m, s);
-      warp_merge(m, s);
-      if (lane == 0) {
-        shared_m[warp] = m;
-        shared_s[warp] = s;
-      }
-      __syncthreads();
-      m = lane < Threads / 32 ? shared_m[lane] : -INFINITY;
-      s = lane < Threads / 32 ? shared_s[lane] : 0.0f;
-      warp_merge(m, s);
+      block_merge(m, s, shared_m, shared_s);
       const float lse = m + __logf(s);
       const bool valid = t >= 0 && t < V;
       if (threadIdx.x == 0) losses[row] = valid ? lse - to_f32(zr[t]) : NAN;

@@ -45,7 +45,6 @@ struct Heuristic {  // cublasLtMatmulHeuristicResult_t
 };
 constexpr int kComputeF32 = 68;     // CUBLAS_COMPUTE_32F
 constexpr int kRealF32 = 0;         // CUDA_R_32F
-constexpr int kRealF16 = 2;         // CUDA_R_16F
 constexpr int kRealBF16 = 14;       // CUDA_R_16BF
 constexpr int kOpN = 0, kOpT = 1;   // CUBLAS_OP_N / _T
 enum DescAttr : int {               // cublasLtMatmulDescAttributes_t
@@ -142,7 +141,7 @@ struct Descriptors {
 };
 
 using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t,
-                       int, bool, bool, size_t>;
+                       int, bool, size_t>;
 constexpr int kMaxCandidates = 8;  // heuristic results kept per product
 
 // The algorithm of one product: the heuristic's candidates (best estimate first) and, once
@@ -166,6 +165,14 @@ std::atomic<int> g_autotune{0};
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The product `p` with the algorithm `algo`; its status (0: launched)
+Status run_matmul(const Api& api, Handle handle, const Descriptors& ds, const LtMatmul& p,
+                  const Algo& algo, void* workspace, size_t workspace_bytes, uintptr_t stream) {
+  const float alpha = 1.0f, beta = 0.0f;  // D = op(A) op(B), C (= D) unread
+  return api.matmul(handle, ds.desc, &alpha, p.a, ds.a, p.b, ds.b, &beta, p.d, ds.d, p.d, ds.d,
+                    &algo, workspace, workspace_bytes, reinterpret_cast<void*>(stream));
+}
+
 bool capturing(uintptr_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   return cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status) != cudaSuccess ||
@@ -174,11 +181,10 @@ bool capturing(uintptr_t stream) {
 
 // Times the first `n` candidates of `choice` (the product's outputs are written each time;
 // its inputs only read) and keeps the fastest: the heuristic's first guess is not always it.
-void time_candidates(const char* op, const Api& api, Handle handle, const Descriptors& ds,
-                     const LtMatmul& p, void* workspace, size_t workspace_bytes, uintptr_t stream,
-                     int n, Choice& choice) {
+void time_candidates(const Api& api, Handle handle, const Descriptors& ds, const LtMatmul& p,
+                     void* workspace, size_t workspace_bytes, uintptr_t stream, int n,
+                     Choice& choice) {
   constexpr int kWarmup = 2, kRepeats = 5;
-  const float alpha = 1.0f, beta = 0.0f;
   auto s = reinterpret_cast<cudaStream_t>(stream);
   cudaEvent_t start, stop;
   if (cudaEventCreate(&start) != cudaSuccess) return;
@@ -192,8 +198,7 @@ void time_candidates(const char* op, const Api& api, Handle handle, const Descri
     const Heuristic& h = choice.candidates[i];
     if (h.workspace_size > workspace_bytes) continue;
     auto run = [&] {
-      return api.matmul(handle, ds.desc, &alpha, p.a, ds.a, p.b, ds.b, &beta, p.d, ds.d, p.d,
-                        ds.d, &h.algo, workspace, workspace_bytes, s);
+      return run_matmul(api, handle, ds, p, h.algo, workspace, workspace_bytes, stream);
     };
     bool ok = true;
     for (int w = 0; w < kWarmup && ok; ++w) ok = run() == 0;
@@ -210,7 +215,6 @@ void time_candidates(const char* op, const Api& api, Handle handle, const Descri
   const auto best = std::min_element(choice.times_us.begin(), choice.times_us.end());
   if (std::isfinite(*best)) choice.rank = static_cast<int>(best - choice.times_us.begin());
   choice.tuned = true;
-  (void)op;
 }
 
 }  // namespace
@@ -254,7 +258,7 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess)
     throw std::runtime_error(std::string("gptstack.cuda_ops.") + op + ": no current CUDA device");
-  const int type = p.bf16 ? kRealBF16 : kRealF16;
+  const int type = kRealBF16;
   Descriptors ds(api);
   check(op, "cublasLtMatmulDescCreate", api.desc_create(&ds.desc, kComputeF32, kRealF32));
   const int32_t ta = p.trans_a ? kOpT : kOpN, tb = p.trans_b ? kOpT : kOpN;
@@ -297,7 +301,7 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
     }
     handle = h;
     const Key key{device, p.m, p.n, p.k, p.trans_a, p.trans_b, p.lda, p.ldb, p.ldd, epilogue,
-                  with_bias, p.bf16, workspace_bytes};
+                  with_bias, workspace_bytes};
     auto found = c.choices.find(key);
     if (found == c.choices.end()) {
       Pref pref = nullptr;
@@ -321,13 +325,11 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
     if (choice.candidates.empty()) return false;
     const int tune = g_autotune.load(std::memory_order_relaxed);
     if (!choice.tuned && tune > 1 && choice.candidates.size() > 1 && !capturing(stream))
-      time_candidates(op, api, handle, ds, p, workspace, workspace_bytes, stream, tune, choice);
+      time_candidates(api, handle, ds, p, workspace, workspace_bytes, stream, tune, choice);
     algo = choice.candidates[choice.rank].algo;
   }
-  const float alpha = 1.0f, beta = 0.0f;
   check(op, "cublasLtMatmul",
-        api.matmul(handle, ds.desc, &alpha, p.a, ds.a, p.b, ds.b, &beta, p.d, ds.d, p.d, ds.d,
-                   &algo, workspace, workspace_bytes, reinterpret_cast<void*>(stream)));
+        run_matmul(api, handle, ds, p, algo, workspace, workspace_bytes, stream));
   return true;
 }
 

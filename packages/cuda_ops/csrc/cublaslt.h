@@ -16,16 +16,14 @@ namespace gs {
 
 // cublasLtEpilogue_t values used here
 enum class LtEpilogue : int32_t {
-  bias = 4,             // D = A B + bias
   gelu_aux = 160,       // D = gelu(A B), aux = A B
   gelu_aux_bias = 164,  // D = gelu(A B + bias), aux = A B + bias
   dgelu = 192,          // D = (A B) * gelu'(aux)
 };
 
 // One column-major product D (m x n, leading dimension ldd) = op(A) (m x k) op(B) (k x n),
-// all of one 16-bit float type, float32 accumulation, with an epilogue. `bias`: m elements of
-// the same type (bias epilogues); `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*)
-// or reads (dgelu).
+// all bfloat16, float32 accumulation, with an epilogue. `bias`: m elements (gelu_aux_bias);
+// `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*) or reads (dgelu).
 struct LtMatmul {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
@@ -35,10 +33,9 @@ struct LtMatmul {
   int64_t ldb = 0;
   void* d = nullptr;
   int64_t ldd = 0;
-  LtEpilogue epilogue = LtEpilogue::bias;
+  LtEpilogue epilogue = LtEpilogue::gelu_aux;
   void* bias = nullptr;
   void* aux = nullptr;
-  bool bf16 = true;  // else float16
 };
 
 // Why cuBLASLt cannot be used in this process ("" when it can): not built with CUDA, or the

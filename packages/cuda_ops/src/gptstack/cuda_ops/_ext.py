@@ -35,10 +35,16 @@ def threads() -> int:
     return torch.get_num_threads()
 
 
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels accumulate and keep statistics in for inputs of `dtype` (csrc/dtype.h
+    acc_t): float64 for float64, float32 for float32 and bfloat16."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def dl(t: torch.Tensor | None):
     """t as the extension takes it: a DLPack capsule of t, made contiguous if it is not (the
     capsule keeps that copy alive); None stays None (an optional argument)."""
     return None if t is None else to_dlpack(t.contiguous())
 
 
-__all__ = ["_C", "dl", "stream_of", "threads"]
+__all__ = ["_C", "acc_dtype", "dl", "stream_of", "threads"]

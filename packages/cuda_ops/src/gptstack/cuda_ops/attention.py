@@ -35,7 +35,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack
 
 from ._checks import CPU_FLOATS, CUDA_BUILT, CUDA_FLOATS, _names, direct
-from ._ext import _C, stream_of, threads
+from ._ext import _C, acc_dtype, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 OP = "causal_attention"
@@ -123,15 +123,11 @@ def _dl(t: Tensor | None):
     return None if t is None else to_dlpack(t.detach())
 
 
-def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _attention_impl(
     q: Tensor, k: Tensor, v: Tensor, dropout_p: float, seed: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     y = _new_rows(q)
-    lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q.dtype), device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=acc_dtype(q.dtype), device=q.device)
     _C.attention_forward(
         _dl(y),
         _dl(lse),
@@ -152,7 +148,7 @@ _attention = torch.library.custom_op("gptstack::causal_attention", mutates_args=
 
 @_attention.register_fake
 def _attention_fake(q, k, v, dropout_p, seed):
-    return _new_rows(q), q.new_empty(q.shape[:3], dtype=_lse_dtype(q.dtype))
+    return _new_rows(q), q.new_empty(q.shape[:3], dtype=acc_dtype(q.dtype))
 
 
 @torch.library.custom_op("gptstack::causal_attention_backward", mutates_args=())

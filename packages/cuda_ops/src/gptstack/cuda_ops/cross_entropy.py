@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ._checks import float_tensor, like
-from ._ext import _C, dl, stream_of, threads
+from ._ext import _C, acc_dtype, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 IGNORE_INDEX = -1  # gptstack.model's padding target (GPT.forward: "-1 = ignore")
@@ -40,10 +40,6 @@ def default_chunk_rows(N: int, V: int, itemsize: int) -> int:
     return max(1, min(N, rows))
 
 
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _grad_scale(targets: Tensor, ignore_index: int, dtype: torch.dtype) -> Tensor:
     """1 / (number of targets that are not ignore_index), as a (1,) device tensor: no sync.
     0 valid targets give inf, so the loss is NaN as in torch."""
@@ -53,7 +49,7 @@ def _grad_scale(targets: Tensor, ignore_index: int, dtype: torch.dtype) -> Tenso
 # --- cross_entropy on logits -------------------------------------------------------------------
 @torch.library.custom_op("gptstack::cross_entropy", mutates_args=())
 def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
-    acc = _acc_dtype(logits.dtype)
+    acc = acc_dtype(logits.dtype)
     losses = torch.empty(logits.shape[0], dtype=acc, device=logits.device)
     _C.cross_entropy(
         dl(losses), None, dl(logits), dl(targets), None, ignore_index, stream_of(logits),
@@ -64,14 +60,14 @@ def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor
 
 @_cross_entropy.register_fake
 def _cross_entropy_fake(logits, targets, ignore_index):
-    return torch.empty((), dtype=_acc_dtype(logits.dtype), device=logits.device)
+    return torch.empty((), dtype=acc_dtype(logits.dtype), device=logits.device)
 
 
 @torch.library.custom_op("gptstack::cross_entropy_backward", mutates_args=())
 def _cross_entropy_backward(
     dloss: Tensor, logits: Tensor, targets: Tensor, ignore_index: int
 ) -> Tensor:
-    acc = _acc_dtype(logits.dtype)
+    acc = acc_dtype(logits.dtype)
     scale = _grad_scale(targets, ignore_index, acc) * dloss.to(acc)
     losses = torch.empty(logits.shape[0], dtype=acc, device=logits.device)
     dlogits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
@@ -115,7 +111,7 @@ def _linear_cross_entropy(
     """(loss, dh, dweight) for dloss = 1; dh, dweight empty without compute_grad."""
     h, targets = h.contiguous(), targets.contiguous()
     N = h.shape[0]
-    acc = _acc_dtype(matmul_dtype)
+    acc = acc_dtype(matmul_dtype)
     scale = _grad_scale(targets, ignore_index, acc)
     losses = torch.empty(N, dtype=acc, device=h.device)
     with torch.autocast(h.device.type, enabled=False):
@@ -152,7 +148,7 @@ def _linear_cross_entropy(
 def _linear_cross_entropy_fake(
     h, weight, targets, ignore_index, chunk_rows, compute_grad, matmul_dtype
 ):
-    loss = torch.empty((), dtype=_acc_dtype(matmul_dtype), device=h.device)
+    loss = torch.empty((), dtype=acc_dtype(matmul_dtype), device=h.device)
     dh = torch.empty(h.shape if compute_grad else 0, dtype=h.dtype, device=h.device)
     dw = torch.empty(weight.shape if compute_grad else 0, dtype=weight.dtype, device=h.device)
     return loss, dh, dw

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ._checks import direct, float_tensor, like
-from ._ext import _C, dl, stream_of, threads
+from ._ext import _C, acc_dtype, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
 
 # GPT-2's LayerNorm epsilon (openai/gpt-2 src/model.py `norm`), also gptstack.model's
@@ -26,14 +26,10 @@ DEFAULT_EPS = 1e-5
 CUDA_MAX_C = 48 * 1024 // 8
 
 
-def _stat_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
 def _outputs(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Empty out (like x), mean and rstd (one per row)."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    stats = [torch.empty(x.shape[:-1], dtype=_stat_dtype(x), device=x.device) for _ in range(2)]
+    stats = [torch.empty(x.shape[:-1], dtype=acc_dtype(x.dtype), device=x.device) for _ in range(2)]
     return out, stats[0], stats[1]
 
 

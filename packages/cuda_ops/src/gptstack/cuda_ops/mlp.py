@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import direct, float_tensor, like
-from ._ext import _C, dl, stream_of, threads
+from ._ext import _C, acc_dtype, dl, stream_of, threads
 from .errors import OpInputError
 
 # cuBLASLt's workspace for one call: what it may use for split-K and stream-K kernels on Hopper
@@ -42,19 +42,17 @@ def epilogues_unavailable() -> str:
     return str(_C.cublaslt_unavailable())
 
 
-def _lt_ok(t: Tensor) -> bool:
-    """Whether cuBLASLt's epilogues may take operands like t (the call itself checks the rest:
-    widths a multiple of 8, 16-byte aligned pointers)."""
-    return t.device.type == "cuda" and t.dtype == torch.bfloat16
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Sums over rows accumulate in float32 (as cuBLASLt's epilogue does), float64 in float64."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _workspace(like_tensor: Tensor) -> Tensor:
-    return torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=like_tensor.device)
+def _epilogue(call, *arrays: Tensor | None) -> bool:
+    """`call` (an _C.linear_gelu_* binding) on the arrays, a fresh workspace and the first
+    array's stream, where cuBLASLt's epilogues may take them (CUDA bfloat16; the binding checks
+    the rest: widths a multiple of 8, 16-byte aligned pointers). False: nothing was launched,
+    the caller computes it apart."""
+    like = arrays[0]
+    assert like is not None
+    if like.device.type != "cuda" or like.dtype != torch.bfloat16:
+        return False
+    ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=like.device)
+    return call(*map(dl, arrays), ws.data_ptr(), WORKSPACE_BYTES, stream_of(like))
 
 
 def _linear_gelu(x: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -62,13 +60,8 @@ def _linear_gelu(x: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor, Tensor
     N, F_ = x.shape[0], w.shape[0]
     h = torch.empty((N, F_), dtype=x.dtype, device=x.device)
     u = torch.empty((N, F_), dtype=x.dtype, device=x.device)
-    if _lt_ok(x):
-        ws = _workspace(x)
-        done = _C.linear_gelu_forward(
-            dl(h), dl(u), dl(x), dl(w), dl(b), ws.data_ptr(), WORKSPACE_BYTES, stream_of(x)
-        )
-        if done:
-            return h, u
+    if _epilogue(_C.linear_gelu_forward, h, u, x, w, b):
+        return h, u
     if b is not None:
         torch.addmm(b, x, w.t(), out=u)
     else:
@@ -107,16 +100,12 @@ def _mlp_gelu_input_grad(
     g = g.to(u.dtype).contiguous()
     du = torch.empty(u.shape, dtype=u.dtype, device=u.device)
     db = torch.empty(u.shape[1] if fc_bias else 0, dtype=u.dtype, device=u.device)
-    ws = _workspace(u) if _lt_ok(u) else None
-    done = ws is not None and _C.linear_gelu_backward(
-        dl(du), dl(g), dl(proj_w), dl(u), ws.data_ptr(), WORKSPACE_BYTES, stream_of(u)
-    )
-    if not done:
+    if not _epilogue(_C.linear_gelu_backward, du, g, proj_w, u):
         with torch.autocast(u.device.type, enabled=False):
             dh = g @ proj_w
         _C.gelu_backward(dl(du), dl(dh), dl(u), stream_of(u), threads())
     if fc_bias:
-        db.copy_(du.sum(dim=0, dtype=_acc_dtype(du.dtype)))
+        db.copy_(du.sum(dim=0, dtype=acc_dtype(du.dtype)))
     return du, db
 
 
@@ -137,7 +126,7 @@ def _backward(ctx, gy: Tensor, _gh, _gu):
     x, fc_w, proj_w, h, u = ctx.saved_tensors
     gy = gy.to(h.dtype)
     d_proj_w = gy.t() @ h
-    d_proj_b = gy.sum(dim=0, dtype=_acc_dtype(h.dtype)).to(h.dtype) if ctx.proj_bias else None
+    d_proj_b = gy.sum(dim=0, dtype=acc_dtype(h.dtype)).to(h.dtype) if ctx.proj_bias else None
     du, d_fc_b = _mlp_gelu_input_grad(gy, proj_w, u, ctx.fc_bias)
     d_fc_w = du.t() @ x
     dx = du @ fc_w
