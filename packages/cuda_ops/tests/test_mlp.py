@@ -265,9 +265,11 @@ g = torch.Generator(device="cuda").manual_seed(0)
 x = torch.randn(64, 64, device="cuda", generator=g).bfloat16()
 p = [torch.randn(*s, device="cuda", generator=g).bfloat16() * 0.1
      for s in ((256, 64), (256,), (64, 256), (64,))]
+torch.mm(x, x.t())  # PyTorch's own cuBLAS handle, as any warmed-up step has it
 s = torch.cuda.Stream()
 s.wait_stream(torch.cuda.current_stream())
 graph = torch.cuda.CUDAGraph()
+assert not ops._C.cublaslt_choices()
 with torch.cuda.stream(s), torch.cuda.graph(graph):
     y = ops.mlp_gelu(x, *p)  # the process's first product: no cuBLASLt handle yet
 graph.replay()

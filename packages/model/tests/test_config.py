@@ -18,6 +18,7 @@ def test_round_trip_through_dict():
         "attention": "manual",
         "ops": "torch",
         "fp8": "none",
+        "residual": "fp32",
     }
     assert GPTConfig.from_dict(d) == cfg
     assert cfg.head_size == 16
@@ -35,6 +36,7 @@ def test_round_trip_through_dict():
         ("dropout", -0.1),
         ("bias", "yes"),
         ("attention", "flash"),
+        ("residual", "float16"),
     ],
 )
 def test_bad_field_names_field_and_value(field, value):
@@ -106,3 +108,9 @@ def test_cuda_kernels_unavailable_names_why_for_training_and_decoding(monkeypatc
     assert older in cuda_kernels_unavailable() and older in unsupported_reason(model, gpu)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert cuda_kernels_unavailable() is None
+
+
+def test_bf16_residual_and_the_native_layernorm_exclude_each_other():
+    with pytest.raises(ModelConfigError, match=r"residual='bf16'.*'layernorm'"):
+        GPTConfig(**GOOD, residual="bf16", ops="gptstack:layernorm")
+    assert GPTConfig(**GOOD, residual="bf16", ops="gptstack:loss,mlp").residual == "bf16"

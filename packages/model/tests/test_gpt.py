@@ -125,6 +125,29 @@ def test_manual_and_sdpa_agree(make_gpt, random_tokens, rel_err, bias):
     assert rel_err(sdpa, manual) < FP32_REL_TOL
 
 
+def test_bf16_residual_stream_under_autocast(make_gpt, random_tokens, rel_err):
+    """residual='bf16': under bf16 autocast the blocks add into a bf16 stream; the loss and the
+    gradients stay within bf16 rounding of the fp32 stream's, and without autocast nothing
+    changes (x keeps the parameters' dtype, the same bits)."""
+    ref = make_gpt(11, scramble=0.1).train()
+    model = make_gpt(11, scramble=0.1, residual="bf16").train()
+    idx = random_tokens(11, 3, ref.config.block_size, ref.config.vocab_size)
+    seen = []
+    model.h[0].register_forward_pre_hook(lambda _module, args: seen.append(args[0].dtype))
+    losses, grads = [], []
+    for m in (ref, model):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, loss = m(idx, idx)
+        loss.backward()
+        losses.append(loss.detach().float())
+        grads.append(m.wte.weight.grad.clone())
+    assert seen == [torch.bfloat16]
+    assert abs(losses[1] - losses[0]) / losses[0] < 2e-2
+    assert rel_err(grads[1], grads[0]) < 5e-2
+    seen.clear()
+    assert torch.equal(model(idx, idx)[1], ref(idx, idx)[1]) and seen == [torch.float32]
+
+
 def test_init_statistics(make_gpt):
     """GPT-2 init: std 0.02, residual projections 0.02/sqrt(2L), zero biases, unit LN gains."""
     model = make_gpt(5, n_layer=4, n_embd=64)

@@ -29,6 +29,11 @@ NATIVE_OPS = ("layernorm", "gelu", "mlp", "loss")
 # Which training matmuls run in 8-bit floats (fp8.py; evaluation and sampling never do): "none",
 # "head" (the tied LM head: a third of gpt2-124m's matmul FLOPs), "all" (every Linear).
 FP8_CHOICES = ("none", "head", "all")
+# The residual stream's dtype where training autocasts to bfloat16: "fp32" (the embeddings' and
+# nanoGPT's: each block's bf16 output added into fp32) or "bf16" (llm.c's: x cast once after the
+# embeddings, half the bytes in every residual add and LayerNorm read, forward and backward).
+# Without autocast (float32 training, evaluation, sampling) x stays in the parameters' dtype.
+RESIDUAL_CHOICES = ("fp32", "bf16")
 
 
 @dataclass
@@ -59,6 +64,8 @@ class GPTConfig:
     # Training matmuls in FP8 (one of FP8_CHOICES; widths and vocab_size multiples of 16;
     # a GPU of compute capability 8.9+ or a CPU). "none" until it wins with the same loss curve.
     fp8: str = "none"
+    # The residual stream's dtype under bf16 autocast: one of RESIDUAL_CHOICES.
+    residual: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -101,6 +108,17 @@ class GPTConfig:
         if self.native_op_names:
             native_ops()  # fails here, with the fix, rather than at the first forward
         self._check_fp8()
+        if self.residual not in RESIDUAL_CHOICES:
+            raise ModelConfigError(
+                f"GPTConfig.residual is {self.residual!r}; choose one of {list(RESIDUAL_CHOICES)}"
+            )
+        if self.residual == "bf16" and "layernorm" in self.native_op_names:
+            # the native LayerNorm takes x and its gain in one dtype; the gains stay float32
+            raise ModelConfigError(
+                f"GPTConfig.residual='bf16' keeps x in bfloat16 and ops={self.ops!r} runs "
+                f"gptstack's LayerNorm, which needs x in its float32 weights' dtype: choose one "
+                f"(residual='fp32', or ops without 'layernorm', e.g. 'gptstack:loss,mlp')"
+            )
 
     def _check_fp8(self) -> None:
         if self.fp8 not in FP8_CHOICES:

@@ -239,6 +239,8 @@ class GPT(nn.Module):
             raise ModelError("last_only=True is for inference; a loss needs every position")
         positions = torch.arange(T, device=idx.device) + pos  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(positions))  # (B, T, C) + (T, C) -> (B, T, C)
+        if self.config.residual == "bf16" and torch.is_autocast_enabled(x.device.type):
+            x = x.to(torch.get_autocast_dtype(x.device.type))  # config.py: RESIDUAL_CHOICES
         for block in self.h:
             x = block(x, kv_cache, pos)
         return self.head(x, targets, last_only=last_only)

@@ -75,6 +75,7 @@ class Rung:
     fp8: str = "none"  # GPTConfig.fp8: which training matmuls run in FP8
     average: bool = False  # a WeightAverage (train.ema_decay) updated inside the step
     teacher: bool = False  # the loss of gptstack.model.Distillation with the preset's teacher
+    residual: str = "fp32"  # GPTConfig.residual: the residual stream's dtype under autocast
 
 
 def _beside_regional(key: str, name: str, about: str, **adds: Any) -> Rung:
@@ -208,6 +209,21 @@ RUNGS: tuple[Rung, ...] = (
         "the MLP with its GELU inside its matmuls (cuBLASLt's GELU_AUX_BIAS and DGELU "
         "epilogues); LayerNorm and attention stay PyTorch's",
         native=("gptstack:loss,mlp", "sdpa"),
+    ),
+    Rung(
+        "bf16-residual",
+        "+ bf16 residual stream",
+        "native-mlp",
+        "bf16",
+        True,
+        "regional",
+        True,
+        True,
+        "as native-mlp, with model.residual='bf16' (gpt2-124m's preset): x cast to bf16 after "
+        "the embeddings, every residual add and LayerNorm read in half the bytes (llm.c's "
+        "precision)",
+        native=("gptstack:loss,mlp", "sdpa"),
+        residual="bf16",
     ),
     _beside_regional(
         "native-loss",
@@ -343,10 +359,12 @@ class RungStep:
 
 
 def rung_config(rung: Rung, config: Any) -> Any:
-    """The GPTConfig a rung trains: the preset's, with the rung's ops, attention and fp8.
-    Raises ModelConfigError where the preset's sizes do not allow them."""
+    """The GPTConfig a rung trains: the preset's, with the rung's ops, attention, fp8 and
+    residual stream. Raises ModelConfigError where the preset's sizes do not allow them."""
     ops, attention = rung.native or (config.ops, config.attention)
-    return dataclasses.replace(config, ops=ops, attention=attention, fp8=rung.fp8)
+    return dataclasses.replace(
+        config, ops=ops, attention=attention, fp8=rung.fp8, residual=rung.residual
+    )
 
 
 def _ancestor_measured(rung: Rung, measured: set[str]) -> str | None:
