@@ -340,11 +340,6 @@ def test_cuda_ops_replace_the_models_on_a_gpu_where_its_kernels_run(small_corpus
     assert train_mod.run_model_config(fp8_all, 512, "cuda").ops == "torch"
     why = train_mod.cuda_ops_skipped(fp8_all.train, train_mod.model_config(fp8_all, 512))
     assert "model.fp8='all'" in why
-    # a bf16 residual stream and the native LayerNorm exclude each other (GPTConfig): skipped
-    bf16 = smoke_cfg(small_corpus, "train.cuda_ops=gptstack", "model.residual=bf16")
-    assert train_mod.run_model_config(bf16, 512, "cuda").ops == "torch"
-    why = train_mod.cuda_ops_skipped(bf16.train, train_mod.model_config(bf16, 512))
-    assert "model.residual='bf16'" in why
 
 
 def test_cuda_ops_are_not_looked_at_on_a_cpu(tmp_path, small_corpus, monkeypatch):

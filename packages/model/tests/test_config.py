@@ -108,9 +108,3 @@ def test_cuda_kernels_unavailable_names_why_for_training_and_decoding(monkeypatc
     assert older in cuda_kernels_unavailable() and older in unsupported_reason(model, gpu)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert cuda_kernels_unavailable() is None
-
-
-def test_bf16_residual_and_the_native_layernorm_exclude_each_other():
-    with pytest.raises(ModelConfigError, match=r"residual='bf16'.*'layernorm'"):
-        GPTConfig(**GOOD, residual="bf16", ops="gptstack:layernorm")
-    assert GPTConfig(**GOOD, residual="bf16", ops="gptstack:loss,mlp").residual == "bf16"

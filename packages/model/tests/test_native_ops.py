@@ -146,6 +146,27 @@ def test_loss_logits_and_gradients_match_torch_ops(
     assert set(native_calls) == _functions_called(names), native_calls
 
 
+def test_bf16_residual_stream_with_every_native_op_under_cpu_autocast(
+    make_gpt, random_tokens, rel_err, native_calls
+):
+    """residual="bf16": x is bf16 while the LayerNorm gains stay fp32, so the native LayerNorm
+    gets them cast to x's dtype (gpt.norm_params). Loss and every gradient match PyTorch's ops
+    on the same stream to bf16 tolerance, every native op runs, and the gradients stay fp32."""
+    ref, native = _pair(make_gpt, residual="bf16", dropout=0.0)
+    V = ref.config.vocab_size
+    idx, targets = random_tokens(8, 3, 16, V), random_tokens(9, 3, 16, V)
+    losses = []
+    for m in (ref, native):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(idx, targets)[1]
+        loss.backward()
+        losses.append(loss.float().item())
+    assert abs(losses[1] - losses[0]) < 2e-3 * abs(losses[0])
+    for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad.dtype == torch.float32 and rel_err(p.grad, q.grad) < 5e-2, name
+    assert set(native_calls) == _functions_called(native.config.native_op_names), native_calls
+
+
 @pytest.mark.parametrize("mode", ["naive", "kv", "static"])
 def test_decoders_give_the_same_tokens(make_gpt, random_tokens, mode):
     ref, native = _pair(make_gpt)

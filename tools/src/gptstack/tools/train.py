@@ -194,8 +194,6 @@ def cuda_ops_skipped(train: TrainSection, mcfg: GPTConfig) -> str | None:
         return f"model.fp8={mcfg.fp8!r} computes the LM head, which the native loss replaces"
     if mcfg.fp8 == "all" and "mlp" in parse_ops(train.cuda_ops):
         return "model.fp8='all' computes the MLP's matmuls, which the native MLP replaces"
-    if mcfg.residual == "bf16" and "layernorm" in parse_ops(train.cuda_ops):
-        return "model.residual='bf16' keeps x in bf16, which the native LayerNorm does not take"
     return cuda_kernels_unavailable()
 
 

@@ -112,13 +112,6 @@ class GPTConfig:
             raise ModelConfigError(
                 f"GPTConfig.residual is {self.residual!r}; choose one of {list(RESIDUAL_CHOICES)}"
             )
-        if self.residual == "bf16" and "layernorm" in self.native_op_names:
-            # the native LayerNorm takes x and its gain in one dtype; the gains stay float32
-            raise ModelConfigError(
-                f"GPTConfig.residual='bf16' keeps x in bfloat16 and ops={self.ops!r} runs "
-                f"gptstack's LayerNorm, which needs x in its float32 weights' dtype: choose one "
-                f"(residual='fp32', or ops without 'layernorm', e.g. 'gptstack:loss,mlp')"
-            )
 
     def _check_fp8(self) -> None:
         if self.fp8 not in FP8_CHOICES:

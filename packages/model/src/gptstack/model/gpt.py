@@ -71,6 +71,15 @@ class NativeOps:
         )
 
 
+def norm_params(ln: nn.LayerNorm, x: Tensor) -> tuple[Tensor, Tensor | None]:
+    """ln's gain and bias in x's dtype, for the native LayerNorm (one dtype for all three): with
+    config.residual="bf16" x is bf16 while the parameters stay fp32, and they are cast as
+    autocast casts a Linear's weight (the gradients flow back through the cast)."""
+    if ln.weight.dtype == x.dtype:
+        return ln.weight, ln.bias
+    return ln.weight.to(x.dtype), None if ln.bias is None else ln.bias.to(x.dtype)
+
+
 def block_linear(config: GPTConfig, n_in: int, n_out: int) -> nn.Linear:
     """A block's Linear: FP8 training matmuls where config.fp8 is "all" (fp8.py)."""
     linear = Fp8Linear if config.fp8 == "all" else nn.Linear
@@ -157,10 +166,8 @@ class Block(nn.Module):
             return x
         # native LayerNorm: the same block, with x + attn(...) and ln_2 in one pass
         n = self.native
-        y = self.attn(
-            n.layernorm(x, self.ln_1.weight, self.ln_1.bias, LAYER_NORM_EPS), kv_cache, pos
-        )
-        x, h = n.add_layernorm(x, y, self.ln_2.weight, self.ln_2.bias, LAYER_NORM_EPS)
+        y = self.attn(n.layernorm(x, *norm_params(self.ln_1, x), LAYER_NORM_EPS), kv_cache, pos)
+        x, h = n.add_layernorm(x, y, *norm_params(self.ln_2, x), LAYER_NORM_EPS)
         return x + self.mlp(h)
 
 
@@ -257,7 +264,7 @@ class GPT(nn.Module):
         if native.layernorm is None:
             x = self.ln_f(x)
         else:
-            x = native.layernorm(x, self.ln_f.weight, self.ln_f.bias, LAYER_NORM_EPS)
+            x = native.layernorm(x, *norm_params(self.ln_f, x), LAYER_NORM_EPS)
         if targets is not None and native.linear_cross_entropy is not None:
             # LM head + loss in chunks of rows (cuda_ops README)
             return None, native.linear_cross_entropy(x, self.lm_head.weight, targets)
