@@ -283,6 +283,7 @@ def test_cpu_bf16_kernels_replace_the_models_on_a_bf16_cpu(tmp_path, small_corpu
         "train.eval_interval=2",
         "train.device=cpu",
         "train.dtype=bf16",
+        "model.residual=bf16",  # the native LayerNorm on a bf16 stream too
     )
 
     def kernels(device_type, dtype, cpu_path="avx2_fma", run=cfg):
@@ -306,9 +307,10 @@ def test_cpu_bf16_kernels_replace_the_models_on_a_bf16_cpu(tmp_path, small_corpu
     monkeypatch.setattr(train_mod, "_cuda_ops_cpu_path", lambda: "avx2_fma")
     lines = []
     train(cfg, tmp_path / "run", progress=False, log=lines.append)
-    assert "kernels: ops gptstack, attention manual on CPU" in lines[0], lines[0]
+    assert "kernels: ops gptstack, attention manual, residual stream bf16 on CPU" in lines[0]
     meta = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     assert (meta["model"]["ops"], meta["model"]["attention"]) == ("gptstack", "manual")
+    assert meta["model"]["residual"] == "bf16"
     with pytest.raises(Exception, match="cpu_bf16_attention"):
         smoke_cfg(small_corpus, "train.cpu_bf16_attention=fast")
 

@@ -473,6 +473,8 @@ def train(
         if (mcfg.ops, mcfg.attention) != ("torch", "sdpa")
         else ""
     )
+    if mcfg.residual == "bf16" and runtime.dtype == "bf16":  # without autocast x keeps fp32
+        kernels += ", residual stream bf16"
     log(
         f"run {cfg.name}: {model.num_params() / 1e6:.2f}M parameters, vocab {mcfg.vocab_size}, "
         f"{tokens_per_step:,} tokens/step, {max_steps:,} steps, dropout {mcfg.dropout:g}"
