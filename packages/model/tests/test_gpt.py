@@ -146,6 +146,13 @@ def test_bf16_residual_stream_under_autocast(make_gpt, random_tokens, rel_err):
     assert rel_err(grads[1], grads[0]) < 5e-2
     seen.clear()
     assert torch.equal(model(idx, idx)[1], ref(idx, idx)[1]) and seen == [torch.float32]
+    with torch.autocast("cpu", dtype=torch.float16):  # "bf16" means bf16, not any autocast
+        model(idx, idx)
+    assert seen == [torch.float32, torch.float32]
+    # the autocast test traces into one graph (train.compile=full compiles the whole model)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(compiled(idx, idx)[1], model(idx, idx)[1])
 
 
 def test_init_statistics(make_gpt):

@@ -71,6 +71,13 @@ class NativeOps:
         )
 
 
+def _autocasts_to_bf16(device_type: str) -> bool:
+    return (
+        torch.is_autocast_enabled(device_type)
+        and torch.get_autocast_dtype(device_type) == torch.bfloat16
+    )
+
+
 def norm_params(ln: nn.LayerNorm, x: Tensor) -> tuple[Tensor, Tensor | None]:
     """ln's gain and bias in x's dtype, for the native LayerNorm (one dtype for all three): with
     config.residual="bf16" x is bf16 while the parameters stay fp32, and they are cast as
@@ -246,8 +253,8 @@ class GPT(nn.Module):
             raise ModelError("last_only=True is for inference; a loss needs every position")
         positions = torch.arange(T, device=idx.device) + pos  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(positions))  # (B, T, C) + (T, C) -> (B, T, C)
-        if self.config.residual == "bf16" and torch.is_autocast_enabled(x.device.type):
-            x = x.to(torch.get_autocast_dtype(x.device.type))  # config.py: RESIDUAL_CHOICES
+        if self.config.residual == "bf16" and _autocasts_to_bf16(x.device.type):
+            x = x.to(torch.bfloat16)  # config.py: RESIDUAL_CHOICES
         for block in self.h:
             x = block(x, kv_cache, pos)
         return self.head(x, targets, last_only=last_only)
