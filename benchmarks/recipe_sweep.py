@@ -53,6 +53,16 @@ ESP32_WINNER = {
 # Since round 6 the esp32 preset learns from a teacher (preset esp32-teacher); the grids from
 # before, the teachers themselves and the comparisons without one set this to train alone.
 NO_TEACHER = {"train.distill_from": ""}
+# gpt2-124m's 300-step comparisons of 2026-12-07 (benchmarks/gpu_curves.sh), 200 steps
+GPT2_CURVE = {
+    "train.batch_size": 16,
+    "train.grad_accum": 4,
+    "train.cuda_batch_size": 0,
+    "train.max_steps": 200,
+    "train.warmup_steps": 30,
+    "train.eval_interval": 50,
+    "train.eval_batches": 8,
+}
 
 # Round 6's best teacher, the recipe of preset esp32-teacher: the esp32 model 1.5x wider.
 WIDE_TEACHER = {
@@ -393,6 +403,22 @@ GRIDS: dict[str, dict] = {
             "train.lr_decay=linear instead of the preset's cosine, on the preset's seeds (cosine:"
             " esp32-round3, esp32-seeds): worse."
         ),
+    },
+    # gpt2-124m's numerics that change the curve as well as the speed, over seeds (one seed each
+    # left them open; benchmarks/JOURNAL.md, 2026-12-07): 200 steps of 16 x 4 (~50 s a run on
+    # an H100, --jobs 1), an evaluation every 50 steps, before the small corpus overfits
+    "gpt2-residual": {
+        "preset": "gpt2-124m",
+        "fixed": GPT2_CURVE,
+        "axes": {"model.residual": ["fp32", "bf16"]},
+        "seeds": [1337, 1, 2, 3],
+    },
+    "gpt2-fp8-head": {
+        "preset": "gpt2-124m",
+        # the FP8 head replaces the native loss's own head matmul: PyTorch's loss on both sides
+        "fixed": {**GPT2_CURVE, "train.cuda_ops": ""},
+        "axes": {"model.fp8": ["none", "head"]},
+        "seeds": [1337, 1, 2, 3],
     },
     "seconds": {  # a CPU check of the script itself
         "preset": "smoke",
