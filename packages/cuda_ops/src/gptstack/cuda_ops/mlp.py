@@ -99,14 +99,13 @@ def _mlp_gelu_input_grad(
     du summed over rows (empty without a bias)."""
     g = g.to(u.dtype).contiguous()
     du = torch.empty(u.shape, dtype=u.dtype, device=u.device)
-    db = torch.empty(u.shape[1] if fc_bias else 0, dtype=u.dtype, device=u.device)
     if not _epilogue(_C.linear_gelu_backward, du, g, proj_w, u):
         with torch.autocast(u.device.type, enabled=False):
             dh = g @ proj_w
         _C.gelu_backward(dl(du), dl(dh), dl(u), stream_of(u), threads())
-    if fc_bias:
-        db.copy_(du.sum(dim=0, dtype=acc_dtype(du.dtype)))
-    return du, db
+    if not fc_bias:
+        return du, u.new_empty(0)
+    return du, du.sum(dim=0, dtype=acc_dtype(du.dtype)).to(du.dtype)
 
 
 @_mlp_gelu_input_grad.register_fake

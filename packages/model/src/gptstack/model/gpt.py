@@ -9,7 +9,8 @@ epilogues, and ln_f's output -> loss without the full logits; `ops="gptstack:los
 comma-separated subset of layernorm, gelu, mlp, loss)
 for those alone; `ops="torch"` (default) is the reference they are tested against.
 With `fp8="head"` or `"all"` the LM head's (or every Linear's) training matmuls run in FP8
-(fp8.py; evaluation and sampling in the model's own precision).
+(fp8.py; evaluation and sampling in the model's own precision). With `residual="bf16"` the
+residual stream x is bf16 wherever bf16 autocast is on (config.py's RESIDUAL_CHOICES).
 
 Parameter names are a contract shared with the int8 artifact and the C engine (README.md):
 `wte.weight`, `wpe.weight`, `h.{i}.ln_1.*`, `h.{i}.attn.c_attn.*`, `h.{i}.attn.c_proj.*`,

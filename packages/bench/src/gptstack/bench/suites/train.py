@@ -78,10 +78,12 @@ class Rung:
     residual: str = "fp32"  # GPTConfig.residual: the residual stream's dtype under autocast
 
 
-def _beside_regional(key: str, name: str, about: str, **adds: Any) -> Rung:
+def _beside_regional(
+    key: str, name: str, about: str, parent: str = "regional", **adds: Any
+) -> Rung:
     """A rung that is the regional whole-step graph (what `gptstack train` runs on CUDA) plus
-    one thing (`adds`: native, fp8, average or teacher)."""
-    return Rung(key, name, "regional", "bf16", True, "regional", True, True, about, **adds)
+    one thing (`adds`: native, fp8, average, teacher or residual), compared with `parent`."""
+    return Rung(key, name, parent, "bf16", True, "regional", True, True, about, **adds)
 
 
 RUNGS: tuple[Rung, ...] = (
@@ -210,18 +212,13 @@ RUNGS: tuple[Rung, ...] = (
         "epilogues); LayerNorm and attention stay PyTorch's",
         native=("gptstack:loss,mlp", "sdpa"),
     ),
-    Rung(
+    _beside_regional(
         "bf16-residual",
         "+ bf16 residual stream",
-        "native-mlp",
-        "bf16",
-        True,
-        "regional",
-        True,
-        True,
         "as native-mlp, with model.residual='bf16' (gpt2-124m's preset): x cast to bf16 after "
         "the embeddings, every residual add and LayerNorm read in half the bytes (llm.c's "
         "precision)",
+        parent="native-mlp",
         native=("gptstack:loss,mlp", "sdpa"),
         residual="bf16",
     ),
@@ -280,7 +277,8 @@ TRAIN_DEFAULT_TEXT = (
     "bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
     "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
     "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep); for gpt2-124m plus "
-    "gptstack.cuda_ops' loss and MLP (its preset's train.cuda_ops: the native-mlp rung)"
+    "gptstack.cuda_ops' loss and MLP and the bf16 residual stream (its preset's "
+    "train.cuda_ops and model.residual: the bf16-residual rung)"
 )
 
 
