@@ -40,11 +40,14 @@ def build_step(
     from gptstack.tools.schedule import cuda_micro_batch
     from gptstack.tools.train import fits_gpu
 
-    train = load_preset(name).train
+    preset = load_preset(name)
+    train = preset.train
     shape = preset_shape(name, batch_size)
     torch.manual_seed(0)
     ops = ops or train.cuda_ops or shape.config().ops
-    model = GPT(dataclasses.replace(shape.config(), ops=ops)).to(device)
+    # the preset's residual stream dtype too (gpt2-124m's is bf16): ModelShape does not carry it
+    config = dataclasses.replace(shape.config(), ops=ops, residual=preset.model.residual)
+    model = GPT(config).to(device)
     if batch_size is None and train.cuda_batch_size:  # train's choice: halved where it won't fit
         rows, _ = cuda_micro_batch(train, fits_gpu(model.config, model.num_params(), device))
         shape = preset_shape(name, rows)
