@@ -30,7 +30,7 @@ def test_ops_is_validated_and_round_trips(tiny_config):
     assert tiny_config().ops == "torch"
     cfg = tiny_config(ops="gptstack")
     assert GPTConfig.from_dict(cfg.to_dict()) == cfg
-    assert cfg.native_op_names == {"layernorm", "gelu", "mlp", "loss"}
+    assert cfg.native_op_names == {"layernorm", "gelu", "mlp", "loss", "qkv"}
     assert tiny_config().native_op_names == set()
     cfg = tiny_config(ops="gptstack:loss,gelu")
     assert cfg.native_op_names == {"loss", "gelu"}
@@ -83,6 +83,7 @@ NATIVE_FUNCTIONS = {
     "gelu": ("gelu_tanh",),
     "mlp": ("gelu_tanh",),  # on a CPU; on a GPU mlp_gelu (the CUDA test below)
     "loss": ("linear_cross_entropy",),
+    "qkv": ("qkv_heads",),  # in training (with autograd); evaluation and decoding split plainly
 }
 
 
@@ -119,6 +120,7 @@ def native_calls_fixture(monkeypatch) -> Counter:
         "gptstack:mlp",
         "gptstack:layernorm",
         "gptstack:layernorm,loss",
+        "gptstack:qkv",
     ],
 )
 @pytest.mark.parametrize("bias", [True, False])
@@ -237,3 +239,22 @@ def test_cuda_mlp_op_runs_the_fused_mlp_and_matches_torch(
     assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
     for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
         assert rel_err(p.grad, q.grad) < 2e-2, name
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_qkv_op_joins_the_attention_gradients_and_matches_torch(
+    make_gpt, random_tokens, rel_err, native_calls
+):
+    """ops "gptstack:qkv" on a GPU under bf16 autocast: one qkv_heads call a block, the
+    attention's input gradients joined by the CUDA kernel, torch's loss and every gradient
+    (c_attn's bias from the kernel's column sums) to bf16 tolerance."""
+    ref, native = _pair(make_gpt, ops="gptstack:qkv", block_size=32)
+    ref, native = ref.cuda(), native.cuda()
+    V = ref.config.vocab_size
+    idx, targets = random_tokens(10, 4, 32, V).cuda(), random_tokens(11, 4, 32, V).cuda()
+    losses = _bf16_training_losses((ref, native), idx, targets)
+    assert native_calls["qkv_heads"] == native.config.n_layer
+    assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
+    for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
+        assert p.grad.dtype == torch.float32 and rel_err(p.grad, q.grad) < 2e-2, name

@@ -28,6 +28,7 @@ from .errors import CudaOpsError, NotBuiltError, OpInputError, OpTypeError
 from .gelu import gelu_tanh
 from .layernorm import add_layernorm, layernorm
 from .mlp import epilogues_unavailable, mlp_gelu
+from .qkv import qkv_grad, qkv_heads
 from .sampling import sample_tokens, sampler_state
 from .switches import set_switch, switches
 
@@ -69,6 +70,8 @@ __all__ = [
     "layernorm",
     "linear_cross_entropy",
     "mlp_gelu",
+    "qkv_grad",
+    "qkv_heads",
     "sample_tokens",
     "sampler_state",
     "set_cpu_path",

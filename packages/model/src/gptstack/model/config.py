@@ -24,8 +24,10 @@ OPS_CHOICES = ("torch", "gptstack")
 # "mlp": on a GPU the whole MLP with its GELU (and the GELU's gradient) inside the matmuls'
 # cuBLASLt epilogues, on a CPU the native GELU (measured: the fused op's CPU path, the same
 # matmuls and kernel, made an esp32-sized bf16 step 9 % slower); "loss": ln_f's output -> LM
-# head -> loss in chunks of rows, without the whole logits.
-NATIVE_OPS = ("layernorm", "gelu", "mlp", "loss")
+# head -> loss in chunks of rows, without the whole logits; "qkv": in training, the attention's
+# dq, dk, dv joined into c_attn's output gradient and summed into its bias gradient in one pass
+# (PyTorch: a concatenation, then a sum that reads them again).
+NATIVE_OPS = ("layernorm", "gelu", "mlp", "loss", "qkv")
 # Which training matmuls run in 8-bit floats (fp8.py; evaluation and sampling never do): "none",
 # "head" (the tied LM head: a third of gpt2-124m's matmul FLOPs), "all" (every Linear).
 FP8_CHOICES = ("none", "head", "all")

@@ -54,12 +54,13 @@ class NativeOps:
     gelu_tanh: Callable[[Tensor], Tensor] | None
     mlp_gelu: Callable[..., Tensor] | None
     linear_cross_entropy: Callable[..., Tensor] | None
+    qkv_heads: Callable[..., tuple[Tensor, Tensor, Tensor]] | None
 
     @classmethod
     def of(cls, config: GPTConfig) -> NativeOps:
         names = config.native_op_names
         if not names:
-            return cls(None, None, None, None, None)
+            return cls(None, None, None, None, None, None)
         m = native_ops()
         ln, mlp = "layernorm" in names, "mlp" in names
         return cls(
@@ -69,6 +70,7 @@ class NativeOps:
             m.gelu_tanh if "gelu" in names or mlp else None,
             m.mlp_gelu if mlp else None,
             m.linear_cross_entropy if "loss" in names else None,
+            m.qkv_heads if "qkv" in names else None,
         )
 
 
@@ -106,12 +108,22 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.backend = config.attention
         self.layer_idx = layer_idx
+        qkv_heads = NativeOps.of(config).qkv_heads
+        # the native qkv backward (cuda_ops qkv.py) replaces nn.Linear's bias gradient, not FP8's
+        self.qkv_heads = qkv_heads if type(self.c_attn) is nn.Linear else None
 
     def forward(self, x: Tensor, kv_cache: AnyKVCache | None = None, pos: Position = 0) -> Tensor:
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         # q, k, v: (B, T, C) each, c_attn's three consecutive C-blocks; head h owns [h*hs, (h+1)*hs)
-        q, k, v = self.c_attn(x).split(C, dim=2)
+        if self.qkv_heads is not None and kv_cache is None and torch.is_grad_enabled():
+            # the same values; the backward joins dq, dk, dv and sums c_attn's bias gradient in
+            # one pass (the bias is added detached: its gradient comes from qkv_heads)
+            bias = self.c_attn.bias
+            qkv = F.linear(x, self.c_attn.weight, None if bias is None else bias.detach())
+            q, k, v = self.qkv_heads(qkv, bias)
+        else:
+            q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
