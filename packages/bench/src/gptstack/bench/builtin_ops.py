@@ -144,6 +144,27 @@ def _mlp_inputs(s: OpSize, device, dtype, g):
     )
 
 
+def qkv_split(qkv, bias):
+    C = qkv.shape[-1] // 3
+    return (qkv + bias).split(C, dim=-1)
+
+
+def _qkv_split_split(qkv, bias, dq, dk, dv):
+    return qkv_split, (qkv, bias), (), (dq, dk, dv)
+
+
+qkv_split_fwd_bwd = differentiate(_qkv_split_split)
+
+
+def _qkv_split_inputs(s: OpSize, device, dtype, g):
+    N, C = s.B * s.T, s.C
+    return (
+        _randn((N, 3 * C), device, dtype, g),  # c_attn's product before its bias
+        0.02 * _randn((3 * C,), device, dtype, g),
+        *(_randn((N, C), device, dtype, g) for _ in range(3)),  # the attention's dq, dk, dv
+    )
+
+
 IGNORE_INDEX = -1  # as gptstack.model: a target of -1 has no loss
 # OpSize carries no vocabulary size; until it does, the loss ops take V from the preset's name
 # (vocabularies as `gptstack train` pads them: char 65, esp32 BPE 512, GPT-2 50257 -> 50304).
@@ -278,6 +299,18 @@ def register_all() -> None:
         about="the MLP, F.linear(gelu_tanh(F.linear(x, c_fc)), c_proj) on (B·T, C) with a 4C "
         "hidden width, forward and backward (returns dx, the four parameter gradients, y); "
         "FLOPs of its six matmuls (48·B·T·C²), bound by them",
+        replace=True,
+    )
+    register_op(
+        "qkv_split_fwd_bwd",
+        qkv_split_fwd_bwd,
+        backprop=_qkv_split_split,
+        make_inputs=_qkv_split_inputs,
+        bytes_moved=lambda i: 4 * _nbytes(i[0]),
+        flops=lambda i: 2 * i[0].numel(),
+        about="c_attn's output (B·T, 3C) plus its bias, split into q, k, v, forward and "
+        "backward from the attention's dq, dk, dv (returns dqkv, dbias, q, k, v): reads and "
+        "writes (B·T, 3C) each way, the bias gradient a column sum of dqkv",
         replace=True,
     )
     register_op(

@@ -16,12 +16,17 @@ from .cross_entropy import IGNORE_INDEX, cross_entropy, linear_cross_entropy
 from .gelu import gelu_tanh
 from .layernorm import DEFAULT_EPS, add_layernorm, layernorm
 from .mlp import mlp_gelu
+from .qkv import qkv_heads
 
 NAME = "cuda_ops"
 
 
 def _layernorm(x, weight, bias):
     return layernorm(x, weight, bias, DEFAULT_EPS)
+
+
+def _qkv_split(qkv, bias):
+    return qkv_heads(qkv + bias.detach(), bias)  # as the model: the bias's gradient from here
 
 
 def bench_candidates() -> dict[str, dict[str, Callable[..., torch.Tensor]]]:
@@ -33,6 +38,7 @@ def bench_candidates() -> dict[str, dict[str, Callable[..., torch.Tensor]]]:
         "add_layernorm_fwd_bwd": {NAME: add_layernorm},
         "gelu_tanh_fwd_bwd": {NAME: gelu_tanh},
         "mlp_fwd_bwd": {f"{NAME} (epilogues)": mlp_gelu},
+        "qkv_split_fwd_bwd": {f"{NAME} (one pass)": _qkv_split},
         "cross_entropy_fwd_bwd": {NAME: lambda z, t: cross_entropy(z, t, IGNORE_INDEX)},
         "linear_cross_entropy_fwd_bwd": {
             f"{NAME} (chunked)": lambda h, w, t: linear_cross_entropy(h, w, t, IGNORE_INDEX)
