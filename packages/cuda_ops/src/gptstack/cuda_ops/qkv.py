@@ -31,9 +31,11 @@ from ._checks import direct, float_tensor, like
 from ._ext import _C, acc_dtype, dl, stream_of, threads
 from .errors import OpInputError
 
-# Chunks of rows the column sums are split into (gridDim.y of the copy kernel): enough blocks
-# to fill a GPU (9 x 256 at gpt2-124m's width), few enough partials to add up in a few us.
-MAX_CHUNKS = 256
+# Chunks of rows the column sums are split into (gridDim.y of the copy kernel): 64 blocks of
+# 32 column vectors each (9 x 64 at gpt2-124m's width). On an H100 64 chunks took 0.85-1.0x the
+# time of 256 at 16 k-131 k rows of 384 and 768 (scripts/qkv_grad_bench.py,
+# benchmarks/profiles/qkv-grad-parts-h100-20261207-8e37a84.json): fewer, longer blocks.
+MAX_CHUNKS = 64
 MIN_CHUNK_ROWS = 64
 
 
