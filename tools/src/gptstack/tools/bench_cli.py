@@ -167,7 +167,7 @@ def add_bench_parser(sub) -> None:
         type=_csv,
         help="comma-separated rung keys (default: all of fp32,tf32,bf16,fused,graph-eager,"
         "compile,reduce-overhead,graph,regional,native,native-ops,native-mlp,bf16-residual,"
-        "native-loss,fp8-head,"
+        "native-qkv,native-loss,fp8-head,"
         "fp8,native-attention,ema,distill)",
     )
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default: block_size)")

@@ -223,6 +223,16 @@ RUNGS: tuple[Rung, ...] = (
         residual="bf16",
     ),
     _beside_regional(
+        "native-qkv",
+        "+ one-pass qkv gradient",
+        "as bf16-residual, with ops 'qkv' too (gpt2-124m's train.cuda_ops): the attention's "
+        "dq, dk, dv joined into c_attn's output gradient and summed into its bias gradient in "
+        "one pass (gptstack.cuda_ops.qkv_heads) instead of a concatenation and a second read",
+        parent="bf16-residual",
+        native=("gptstack:loss,mlp,qkv", "sdpa"),
+        residual="bf16",
+    ),
+    _beside_regional(
         "native-loss",
         "+ gptstack.cuda_ops loss",
         "ops='gptstack:loss' alone (ln_f's output -> LM head -> loss in chunks of rows, the "
@@ -277,8 +287,8 @@ TRAIN_DEFAULT_TEXT = (
     "bf16 autocast + TF32 allowed + regional torch.compile (each block and the "
     "head) + the whole step (clip 1.0, fused capturable AdamW) as one CUDA "
     "graph (tools/runtime.py, tools/train.py, gptstack.model.TrainStep); for gpt2-124m plus "
-    "gptstack.cuda_ops' loss and MLP and the bf16 residual stream (its preset's "
-    "train.cuda_ops and model.residual: the bf16-residual rung)"
+    "gptstack.cuda_ops' loss, MLP and one-pass qkv gradient and the bf16 residual stream "
+    "(its preset's train.cuda_ops and model.residual: the native-qkv rung)"
 )
 
 
