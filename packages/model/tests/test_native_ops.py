@@ -169,6 +169,20 @@ def test_bf16_residual_stream_with_every_native_op_under_cpu_autocast(
     assert set(native_calls) == _functions_called(native.config.native_op_names), native_calls
 
 
+def test_qkv_op_leaves_fp8_linears_and_no_grad_passes_alone(make_gpt, random_tokens, native_calls):
+    """ops naming qkv: c_attn's bias gradient comes from qkv_heads only for an nn.Linear c_attn
+    (an Fp8Linear keeps its own backward), and forwards without autograd split plainly."""
+    native = make_gpt(3, ops="gptstack:qkv", dropout=0.0)
+    idx = random_tokens(12, 2, 8, native.config.vocab_size)
+    with torch.no_grad():
+        native(idx, idx)
+    assert native_calls["qkv_heads"] == 0
+    native(idx, idx)[1].backward()
+    assert native_calls["qkv_heads"] == native.config.n_layer
+    fp8 = make_gpt(3, ops="gptstack:qkv", fp8="all", vocab_size=48, dropout=0.0)
+    assert all(block.attn.qkv_heads is None for block in fp8.h)
+
+
 @pytest.mark.parametrize("mode", ["naive", "kv", "static"])
 def test_decoders_give_the_same_tokens(make_gpt, random_tokens, mode):
     ref, native = _pair(make_gpt)
