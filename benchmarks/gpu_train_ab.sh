@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # benchmarks/gpu_train_ab.sh: one GPU call that compares training settings by benchmarks/train_ab.py
 # (this checkout on every side, fresh `gptstack train` processes alternated, ratios per round).
-# By default the preset as it trains now (its train.cuda_ops: the native loss and MLP; its bf16
-# residual stream) against the fp32 stream and against PyTorch's ops on the fp32 stream
-# (benchmarks/JOURNAL.md, 2026-12-07):
-#   VARIANTS="default;fp32-residual model.residual=fp32;torch-ops train.cuda_ops= model.residual=fp32"
+# By default the preset as it trains now (its train.cuda_ops: the native loss, MLP and one-pass
+# qkv gradient; its bf16 residual stream) against it without the qkv op, against the fp32
+# stream and against PyTorch's ops on the fp32 stream (benchmarks/JOURNAL.md, 2026-12-07):
+#   VARIANTS="default;no-qkv train.cuda_ops=gptstack:loss,mlp;fp32-residual model.residual=fp32;
+#     torch-ops train.cuda_ops= model.residual=fp32"
 # (';' between them)
 # or two sides: AFTER="--after-env TORCHINDUCTOR_ENABLE_PDL=1" (with VARIANTS=""). A kernel
 # switch of gptstack.cuda_ops as a variant (benchmarks/switches/sitecustomize.py), as the loss
@@ -38,7 +39,7 @@ if ! python3 -c "import gptstack.cuda_ops" 2> /dev/null && [ "${ALLOW_NO_CUDA_OP
 fi
 SETS=${SETS:-"--set train.batch_size=128 --set train.grad_accum=4 --set train.cuda_batch_size=0 \
 --set train.max_steps=8 --set train.eval_interval=100000 --set train.eval_batches=1"}
-VARIANTS=${VARIANTS-"default;fp32-residual model.residual=fp32;torch-ops train.cuda_ops= model.residual=fp32"}
+VARIANTS=${VARIANTS-"default;no-qkv train.cuda_ops=gptstack:loss,mlp;fp32-residual model.residual=fp32;torch-ops train.cuda_ops= model.residual=fp32"}
 AFTER=${AFTER:-}
 COMPARE=()
 if [ -n "${VARIANTS:-}" ]; then
