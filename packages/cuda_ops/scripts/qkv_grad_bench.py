@@ -10,7 +10,6 @@ replays, and the bandwidth of the pass's minimum traffic (read dq, dk, dv; write
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -79,19 +78,11 @@ def main() -> None:
     ap.add_argument("--c", type=int, nargs="+", default=[768, 384])
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json")
     args = ap.parse_args()
     results = {f"{N}x{C}": parts(N, C, args.calls, args.rounds) for C in args.c for N in args.rows}
-    record = {
-        "kind": "qkv-grad-parts",
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "calls": args.calls,
-        "rounds": args.rounds,
-        "results": results,
-    }
     if args.json:
-        args.json.write_text(json.dumps(record, indent=1))
+        window_linear_bench.write_record(args.json, "qkv-grad-parts", args, results=results)
 
 
 if __name__ == "__main__":
