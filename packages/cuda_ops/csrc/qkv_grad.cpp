@@ -61,7 +61,8 @@ void qkv_grad(nb::ndarray<> dqkv, nb::ndarray<> dbias, nb::ndarray<> partials, n
   if (P.ndim() != 2 || P.size(1) != 3 * C || (N > 0 && P.size(0) < 1))
     fail(op, "partials must be (chunks >= 1, 3C = " + std::to_string(3 * C) + "), got " +
                  shape_str(P.shape));
-  check_arg(op, Q, "partials", P, acc, P.shape);
+  check_dtype(op, "partials", P, {acc});
+  check_same_device(op, Q, "partials", P);
   const int64_t chunks = P.size(0);
   if (chunks > 65535) fail(op, "at most 65535 chunks of rows, got " + std::to_string(chunks));
   if (Q.cuda) {

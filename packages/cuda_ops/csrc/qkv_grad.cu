@@ -4,8 +4,8 @@
 // straddles dq/dk/dv when C % W == 0) by 8 lanes of rows, over one chunk of rows: each thread
 // copies its vector of every 8th row (two rows in flight) and adds it into W float sums; the 8
 // lanes' sums meet in shared memory and the chunk's row of `partials` is written once. Columns
-// across the grid's x, chunks across its y: gpt2-124m's (65536, 3 x 768) in bfloat16 is 9 x 256
-// blocks, every read and write 512 contiguous bytes a warp.
+// across the grid's x, chunks across its y (the caller's count: qkv.py's MAX_CHUNKS): gpt2-124m's
+// (65536, 3 x 768) in bfloat16 is 9 x 64 blocks, every read and write 512 contiguous bytes a warp.
 // qkv_grad_sum_kernel: dbias[col] = the chunks' partials added in order (32 columns by 32 lanes
 // of chunks a block, each lane's run of chunks in order, the lanes then in order: fixed bits).
 // Rows with C % W != 0 or unaligned pointers take the same kernels with W = 1.
@@ -114,8 +114,8 @@ void launch(T* dqkv, float* dbias, float* partials, const T* dq, const T* dk, co
       qkv_grad_copy_kernel<T, 1><<<grid, block, 0, stream>>>(dqkv, partials, dq, dk, dv, N, C,
                                                              rows);
     check_launch("qkv_grad", shape);
-  } else {
-    cudaMemsetAsync(partials, 0, sizeof(float) * chunks * C3, stream);
+  } else if (cudaMemsetAsync(partials, 0, sizeof(float) * chunks * C3, stream) != cudaSuccess) {
+    check_launch("qkv_grad (zero rows)", shape);  // throws with the error the memset left
   }
   qkv_grad_sum_kernel<<<unsigned(ceil_div(C3, kCols)), dim3(kCols, kSumLanes), 0, stream>>>(
       dbias, partials, C3, chunks);

@@ -92,7 +92,7 @@ def test_qkv_heads_gradients_are_linear_split_gradients(bias, gen):
 
 
 def test_qkv_heads_with_an_unused_block(gen):
-    """v unused: its gradient is None, which counts as zeros."""
+    """v unused: autograd hands the backward zeros for it, so its block of dqkv is zero."""
     qkv = torch.randn(4, 9, generator=gen, dtype=torch.float64, requires_grad=True)
     b = torch.randn(9, generator=gen, dtype=torch.float64, requires_grad=True)
     q, k, _ = ops.qkv_heads(qkv, b)

@@ -84,31 +84,17 @@ def qkv_grad(dq: Tensor, dk: Tensor, dv: Tensor) -> tuple[Tensor, Tensor]:
 class _QKVHeads(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        C = qkv.shape[-1] // 3
-        ctx.shape, ctx.has_bias = qkv.shape, bias is not None
+        ctx.shape = qkv.shape
         ctx.bias_dtype = None if bias is None else bias.dtype
-        q, k, v = qkv.split(C, dim=-1)
-        return q, k, v
+        return qkv.split(qkv.shape[-1] // 3, dim=-1)
 
     @staticmethod
-    def backward(ctx, dq: Tensor | None, dk: Tensor | None, dv: Tensor | None):
-        shape = ctx.shape
-        C = shape[-1] // 3
-        grads = [g for g in (dq, dk, dv) if g is not None]
-        like_grad = grads[0]
-        rows = [
-            (
-                torch.zeros(shape[:-1] + (C,), dtype=like_grad.dtype, device=like_grad.device)
-                if g is None
-                else g
-            )
-            .reshape(-1, C)
-            .contiguous()
-            for g in (dq, dk, dv)
-        ]
-        dqkv, dbias = qkv_grad(*rows)
-        dbias = dbias.to(ctx.bias_dtype) if ctx.has_bias else None
-        return dqkv.view(shape), dbias
+    def backward(ctx, dq: Tensor, dk: Tensor, dv: Tensor):
+        # autograd materializes an unused output's gradient as zeros (materialize_grads)
+        C = ctx.shape[-1] // 3
+        dqkv, dbias = qkv_grad(*(g.reshape(-1, C).contiguous() for g in (dq, dk, dv)))
+        dbias = None if ctx.bias_dtype is None else dbias.to(ctx.bias_dtype)
+        return dqkv.view(ctx.shape), dbias
 
 
 def qkv_heads(qkv: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
