@@ -17,9 +17,10 @@
 #   gptstack.cuda_ops in .device/site: packages/cuda_ops/scripts/prebuild_for_device.sh):
 #     GPTSTACK_GIT_COMMIT=<commit> DATA=.device/data PREBUILT=.device/site \
 #       bash benchmarks/gpu_train_ab.sh
-# PRESET (default gpt2-124m), SETS (the overrides of every side; default the preset's micro-batch
-# on an 80 GB card, 128 x accum 4, 8 steps, one evaluation batch), ROUNDS (default 4; the variants run in turn each round). Each
-# gpt2-124m run takes ~25 s with a warm compile cache (the first of each side ~40 s). Writes $OUT/train-ab.json: copy it to
+# PRESET (default gpt2-124m), SETS (the overrides of every side; default the preset's
+# micro-batch on an 80 GB card, 128 x accum 4, 8 steps, one evaluation batch), ROUNDS (default
+# 4; the variants run in turn each round). Each gpt2-124m run takes ~25 s with a warm compile
+# cache (the first of each side ~40 s). Writes $OUT/train-ab.json: copy it to
 # benchmarks/results/train-ab-PRESET-GPU-WHAT-DATE.json.
 set -u -o pipefail
 cd "$(dirname "$0")/.."

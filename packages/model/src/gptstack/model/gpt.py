@@ -6,7 +6,7 @@
 With `GPTConfig(ops="gptstack")` the same modules (same parameters) call gptstack.cuda_ops for
 LayerNorm, the residual add before ln_2 fused with it, the MLP with its GELU in the matmuls'
 epilogues, and ln_f's output -> loss without the full logits; `ops="gptstack:loss"` (or any
-comma-separated subset of layernorm, gelu, mlp, loss)
+comma-separated subset of layernorm, gelu, mlp, loss, qkv)
 for those alone; `ops="torch"` (default) is the reference they are tested against.
 With `fp8="head"` or `"all"` the LM head's (or every Linear's) training matmuls run in FP8
 (fp8.py; evaluation and sampling in the model's own precision). With `residual="bf16"` the
