@@ -141,7 +141,7 @@ struct Descriptors {
 };
 
 using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t,
-                       int, bool, size_t>;
+                       int, bool, bool, size_t>;
 constexpr int kMaxCandidates = 8;  // heuristic results kept per product
 
 // The algorithm of one product: the heuristic's candidates (best estimate first) and, once
@@ -168,8 +168,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // The product `p` with the algorithm `algo`; its status (0: launched)
 Status run_matmul(const Api& api, Handle handle, const Descriptors& ds, const LtMatmul& p,
                   const Algo& algo, void* workspace, size_t workspace_bytes, uintptr_t stream) {
-  const float alpha = 1.0f, beta = 0.0f;  // D = op(A) op(B), C (= D) unread
-  return api.matmul(handle, ds.desc, &alpha, p.a, ds.a, p.b, ds.b, &beta, p.d, ds.d, p.d, ds.d,
+  // D = op(A) op(B) (+ C, laid out as D); without p.c, C (= D) is unread
+  const float alpha = 1.0f, beta = p.c ? 1.0f : 0.0f;
+  const void* c = p.c ? p.c : p.d;
+  return api.matmul(handle, ds.desc, &alpha, p.a, ds.a, p.b, ds.b, &beta, c, ds.d, p.d, ds.d,
                     &algo, workspace, workspace_bytes, reinterpret_cast<void*>(stream));
 }
 
@@ -246,11 +248,13 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
   const Loaded& lib = loaded();
   if (!lib.missing.empty()) return false;
   const bool with_bias = p.bias != nullptr, with_aux = p.aux != nullptr;
+  const bool with_c = p.c != nullptr;
   // 16-byte operands and leading dimensions a multiple of 8 elements: what the tensor-core
   // kernels with these epilogues take (cublasLt.h, EPILOGUE_AUX_LD); anything else goes back
   // to the caller's other path
   for (const void* ptr : {p.a, p.b, static_cast<const void*>(p.d), static_cast<const void*>(p.bias),
-                          static_cast<const void*>(p.aux), static_cast<const void*>(workspace)})
+                          static_cast<const void*>(p.aux), p.c,
+                          static_cast<const void*>(workspace)})
     if (ptr && !aligned16(ptr)) return false;
   if (p.lda % 8 || p.ldb % 8 || p.ldd % 8 || p.m == 0 || p.n == 0 || p.k == 0) return false;
 
@@ -301,7 +305,7 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
     }
     handle = h;
     const Key key{device, p.m, p.n, p.k, p.trans_a, p.trans_b, p.lda, p.ldb, p.ldd, epilogue,
-                  with_bias, workspace_bytes};
+                  with_bias, with_c, workspace_bytes};
     auto found = c.choices.find(key);
     if (found == c.choices.end()) {
       Pref pref = nullptr;

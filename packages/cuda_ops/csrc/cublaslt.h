@@ -16,14 +16,18 @@ namespace gs {
 
 // cublasLtEpilogue_t values used here
 enum class LtEpilogue : int32_t {
+  none = 1,             // D = A B (+ C)
+  bias = 4,             // D = A B + bias (+ C)
   gelu_aux = 160,       // D = gelu(A B), aux = A B
   gelu_aux_bias = 164,  // D = gelu(A B + bias), aux = A B + bias
   dgelu = 192,          // D = (A B) * gelu'(aux)
 };
 
 // One column-major product D (m x n, leading dimension ldd) = op(A) (m x k) op(B) (k x n),
-// all bfloat16, float32 accumulation, with an epilogue. `bias`: m elements (gelu_aux_bias);
-// `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*) or reads (dgelu).
+// all bfloat16, float32 accumulation, with an epilogue. `bias`: m elements (bias,
+// gelu_aux_bias); `aux` the m x n GELU input (ld = ldd) it writes (gelu_aux*) or reads (dgelu);
+// `c`: an m x n addend laid out as D (beta = 1: D = op(A) op(B) + bias + C, rounded once), or
+// none.
 struct LtMatmul {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
@@ -36,6 +40,7 @@ struct LtMatmul {
   LtEpilogue epilogue = LtEpilogue::gelu_aux;
   void* bias = nullptr;
   void* aux = nullptr;
+  const void* c = nullptr;
 };
 
 // Why cuBLASLt cannot be used in this process ("" when it can): not built with CUDA, or the

@@ -2,6 +2,8 @@
 //
 //   forward   u = x W^T + b, h = gelu_tanh(u)   one matmul writing h and u (GELU_AUX_BIAS)
 //   backward  du = (g W2) * gelu_tanh'(u)       one matmul (DGELU)
+//   c_proj    y = h W2^T + b2 + r               one matmul adding the residual stream r as
+//                                               it stores (beta = 1, C = r: one rounding)
 // where W (F, C) is c_fc's weight and W2 (C, F) c_proj's, x and g (N, C), u, h, du (N, F).
 // Row-major tensors are column-major transposes, so each product is computed as its transpose:
 // u^T (F x N) = W (F x C) x^T (C x N), du^T = W2^T (F x C) g^T (C x N), with the bias along D's
@@ -16,6 +18,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <optional>
 
 #include "common.h"
@@ -27,6 +30,10 @@ namespace gs {
 namespace {
 
 using OptArray = std::optional<nb::ndarray<>>;
+
+// The switch `residual_epilogue` (tests, benchmarks/switches): off, linear_residual launches
+// nothing and the caller adds the residual apart, as before the epilogue took it.
+std::atomic<bool> g_residual_epilogue{true};
 
 bool linear_gelu_forward(nb::ndarray<> h, nb::ndarray<> aux, nb::ndarray<> x, nb::ndarray<> w,
                          OptArray bias, uintptr_t workspace, size_t workspace_bytes,
@@ -85,6 +92,40 @@ bool linear_gelu_backward(nb::ndarray<> du, nb::ndarray<> g, nb::ndarray<> w2, n
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
 }
 
+bool linear_residual(nb::ndarray<> out, nb::ndarray<> h, nb::ndarray<> w, OptArray bias,
+                     nb::ndarray<> residual, uintptr_t workspace, size_t workspace_bytes,
+                     uintptr_t stream) {
+  const char* op = "linear_residual";
+  Tensor H = view(op, "h", h), W = view(op, "weight", w);
+  check_dtype(op, "h", H, {DType::bf16});
+  if (H.ndim() != 2 || W.ndim() != 2 || W.size(1) != H.size(1))
+    fail(op, "h must be (N, F) and weight (C, F), got " + shape_str(H.shape) + " and " +
+                 shape_str(W.shape));
+  const int64_t N = H.size(0), F = H.size(1), C = W.size(0);
+  check_arg(op, H, "weight", W, DType::bf16, {C, F});
+  Tensor O = view(op, "out", out), R = view(op, "residual", residual), B;
+  check_arg(op, H, "out", O, DType::bf16, {N, C});
+  check_arg(op, H, "residual", R, DType::bf16, {N, C});
+  if (bias) {
+    B = view(op, "bias", *bias);
+    check_arg(op, H, "bias", B, DType::bf16, {C});
+  }
+  if (O.data == R.data) fail(op, "out must not be the residual's memory");
+  if (!H.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and the add apart)");
+  if (!g_residual_epilogue.load(std::memory_order_relaxed)) return false;
+  CudaScope scope(op, H);
+  LtMatmul p;
+  p.m = C, p.n = N, p.k = F;
+  p.trans_a = true;
+  p.a = W.data, p.lda = F;
+  p.b = H.data, p.ldb = F;
+  p.d = O.data, p.ldd = C;
+  p.c = R.data;
+  p.epilogue = bias ? LtEpilogue::bias : LtEpilogue::none;
+  p.bias = bias ? B.data : nullptr;
+  return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
+}
+
 }  // namespace
 
 void register_linear_gelu(nb::module_& m) {
@@ -98,6 +139,16 @@ void register_linear_gelu(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "du = (g @ weight2) * gelu_tanh'(aux) in one cuBLASLt matmul (CUDA, bfloat16). False, "
         "with nothing launched, where cuBLASLt cannot.");
+  m.def("linear_residual", &linear_residual, "out"_a, "h"_a, "weight"_a, "bias"_a.none(),
+        "residual"_a, "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "out = h @ weight.T + bias + residual in one cuBLASLt matmul, rounded once (CUDA, "
+        "bfloat16). False, with nothing launched, where cuBLASLt cannot.");
+  m.def(
+      "set_residual_epilogue", [](bool on) { g_residual_epilogue = on; }, "on"_a,
+      "Whether linear_residual adds the residual in c_proj's matmul (default) or launches "
+      "nothing, leaving the add to the caller (tests and benchmarks).");
+  m.def("residual_epilogue", [] { return g_residual_epilogue.load(); });
   m.def("set_cublaslt_autotune", &set_cublaslt_autotune, "candidates"_a,
         "Time this many of cuBLASLt's candidate algorithms (up to 8) at each product's first "
         "call and keep the fastest; 0 (default): the heuristic's first.");

@@ -1,6 +1,7 @@
-"""The MLP's two matmuls that carry the GELU, each way, side by side in one process: what
-training runs with PyTorch's ops (cuBLAS's matmul, then a GELU kernel; the bias gradient a
-reduction) against one cuBLASLt matmul with the GELU in its epilogue (csrc/linear_gelu.cpp),
+"""The MLP's matmuls that carry the GELU or the residual add, each way, side by side in one
+process: what training runs with PyTorch's ops (cuBLAS's matmul, then a GELU kernel; the bias
+gradient a reduction; c_proj's output then added to the residual stream) against one cuBLASLt
+matmul with the GELU or the residual in its epilogue (csrc/linear_gelu.cpp),
 with the heuristic's first algorithm and with the fastest of its candidates timed
 (`_C.set_cublaslt_autotune`). Each part is CALLS calls captured in one CUDA graph; median
 microseconds a call over ROUNDS replays.
@@ -39,7 +40,8 @@ def parts(N: int, C: int) -> dict:
         return (scale * torch.randn(*shape, generator=g, device="cuda")).bfloat16()
 
     x, w, b = rnd(N, C), rnd(F, C, scale=0.02), rnd(F, scale=0.02)
-    w2, gy = rnd(C, F, scale=0.02), rnd(N, C)
+    w2, b2, gy = rnd(C, F, scale=0.02), rnd(C, scale=0.02), rnd(N, C)
+    y, s = torch.empty_like(x), torch.empty_like(x)
     u, h, du, dh = (torch.empty(N, F, dtype=torch.bfloat16, device="cuda") for _ in range(4))
     db = torch.empty(F, dtype=torch.bfloat16, device="cuda")
     ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
@@ -61,16 +63,27 @@ def parts(N: int, C: int) -> dict:
         assert _C.linear_gelu_backward(du, gy, w2, u, ws.data_ptr(), WORKSPACE_BYTES, stream())
         db.copy_(du.sum(0, dtype=torch.float32))
 
+    def proj_torch():  # c_proj with cuBLAS's bias epilogue, then the residual add
+        torch.addmm(b2, h, w2.t(), out=y)
+        torch.add(x, y, out=s)
+
+    def proj_lt():  # the residual as cuBLASLt's C operand
+        assert _C.linear_residual(s, h, w2, b2, x, ws.data_ptr(), WORKSPACE_BYTES, stream())
+
     out = {"rows": N, "C": C}
+    h.normal_()
     calls, rounds = 20, 15
     out["fc_matmul_only_us"] = graph_us(lambda: torch.addmm(b, x, w.t(), out=u), calls, rounds)
     out["fc_torch_us"] = graph_us(fc_torch, calls, rounds)
     out["dgrad_matmul_only_us"] = graph_us(lambda: torch.mm(gy, w2, out=dh), calls, rounds)
     out["dgrad_torch_us"] = graph_us(dgrad_torch, calls, rounds)
+    out["proj_matmul_only_us"] = graph_us(lambda: torch.addmm(b2, h, w2.t(), out=y), calls, rounds)
+    out["proj_torch_us"] = graph_us(proj_torch, calls, rounds)
     for tune in (0, 8):
         _C.set_cublaslt_autotune(tune)
         out[f"fc_lt_autotune{tune}_us"] = graph_us(fc_lt, calls, rounds)
         out[f"dgrad_lt_autotune{tune}_us"] = graph_us(dgrad_lt, calls, rounds)
+        out[f"proj_lt_autotune{tune}_us"] = graph_us(proj_lt, calls, rounds)
     _C.set_cublaslt_autotune(0)
     return out
 

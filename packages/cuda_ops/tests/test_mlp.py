@@ -122,6 +122,76 @@ def test_no_grad_calls_run_directly_and_agree(gen):
     assert_close(y, _reference(x.double(), *[p.double() for p in params]), torch.float32, "no_grad")
 
 
+def _with_residual(x, fc_w, fc_b, proj_w, proj_b, r):
+    return ops.mlp_gelu(x, fc_w, fc_b, proj_w, proj_b, residual=r)
+
+
+def _reference_with_residual(x, fc_w, fc_b, proj_w, proj_b, r):
+    return r + _reference(x, fc_w, fc_b, proj_w, proj_b)
+
+
+def _check_residual_against_reference(x, params, r, dy, dtype, what):
+    """mlp_gelu(..., residual=r) and its gradients (r's included) against r + the reference
+    in float64."""
+    y, grads = _grads(_with_residual, x, [*params, r], dy)
+    as64 = [None if p is None else p.double() for p in [*params, r]]
+    y_ref, grads_ref = _grads(_reference_with_residual, x.double(), as64, dy.double())
+    assert y.dtype == dtype
+    assert_close(y, y_ref, dtype, f"{what} forward")
+    names = ["x", "fc_w", "fc_b", "proj_w", "proj_b", "residual"]
+    names = [n for n, p in zip(names, [x, *params, r]) if p is not None]
+    for name, g, g_ref in zip(names, grads, grads_ref, strict=True):
+        assert g.dtype == dtype, name
+        assert_close(g, g_ref, dtype, f"{what} d{name}")
+    assert torch.equal(grads[-1], dy)  # y = residual + ...: its gradient is y's, as is
+
+
+@pytest.mark.parametrize("shape, F_", SHAPES[:3])
+@pytest.mark.parametrize("bias", [True, False])
+def test_residual_is_added_on_cpu(shape, F_, bias, gen):
+    x, r, dy = (torch.randn(shape, generator=gen) for _ in range(3))
+    params = _params(gen, shape[-1], F_, torch.float32, bias)
+    _check_residual_against_reference(x, params, r, dy, torch.float32, f"cpu residual {shape}")
+
+
+def test_residual_gradcheck_opcheck_and_compile(gen):
+    x = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    r = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    params = [p.requires_grad_() for p in _params(gen, 6, 20, torch.float64)]
+    assert torch.autograd.gradcheck(_with_residual, (x, *params, r))
+    x32, r32 = torch.randn(6, 8, generator=gen), torch.randn(6, 8, generator=gen)
+    fc_w, fc_b, proj_w, proj_b = _params(gen, 8, 24, torch.float32)
+    torch.library.opcheck(mlp._mlp_gelu, (x32, fc_w, fc_b, proj_w, proj_b, r32))
+    torch.library.opcheck(mlp._mlp_gelu, (x32, fc_w, None, proj_w, None, r32))
+
+    def f(x, r):
+        return (_with_residual(x, fc_w, fc_b, proj_w, proj_b, r) ** 2).sum()
+
+    x32.requires_grad_(), r32.requires_grad_()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    grads = torch.autograd.grad(compiled(x32, r32), (x32, r32))
+    grads_ref = torch.autograd.grad(f(x32, r32), (x32, r32))
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        assert_close(g, g_ref, torch.float32, "compiled mlp_gelu with a residual")
+
+
+def test_residual_under_autocast_must_be_in_the_matmul_dtype(gen):
+    x = torch.randn(2, 5, 16, generator=gen)
+    params = _params(gen, 16, 64, torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(TypeError, match="residual is float32 but the matmuls run in bfloat16"):
+            ops.mlp_gelu(x, *params, residual=x)
+        r = torch.randn(2, 5, 16, generator=gen).bfloat16()
+        y = ops.mlp_gelu(x, *params, residual=r)
+    assert y.dtype == torch.bfloat16
+    assert_close(
+        y,
+        r.double() + _reference(x.double(), *[p.double() for p in params]),
+        torch.bfloat16,
+        "autocast residual",
+    )
+
+
 @pytest.mark.parametrize(
     "bad, error, words",
     [
@@ -150,6 +220,16 @@ def test_no_grad_calls_run_directly_and_agree(gen):
         ),
         (lambda x, p: ops.mlp_gelu(x, *p[:3], p[3][:3]), ValueError, r"proj_bias has shape \(3,\)"),
         (lambda x, p: ops.mlp_gelu(x, p[0][0], *p[1:]), ValueError, "2-D"),
+        (
+            lambda x, p: ops.mlp_gelu(x, *p, residual=x[:2]),
+            ValueError,
+            r"residual has shape \(2, 8\); expected \(3, 8\)",
+        ),
+        (
+            lambda x, p: ops.mlp_gelu(x, *p, residual=x.double()),
+            TypeError,
+            "residual is float64 but the matmuls run in float32",
+        ),
     ],
 )
 def test_bad_inputs_raise_clear_errors(bad, error, words, gen):
@@ -170,6 +250,13 @@ def test_extension_checks_its_arguments():
         _C.linear_gelu_forward(h, h, x, w, None, 0, 0)
     with pytest.raises(ValueError, match=r"weight2 \(C, F\)"):
         _C.linear_gelu_backward(h, x, w, h, 0, 0)
+    out, w2 = torch.empty(4, 8, dtype=torch.bfloat16), torch.ones(8, 32, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"residual has shape \(4, 7\)"):
+        _C.linear_residual(out, h, w2, None, x[:, :7].contiguous(), 0, 0)
+    with pytest.raises(ValueError, match="must not be the residual's memory"):
+        _C.linear_residual(x, h, w2, None, x, 0, 0)
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        _C.linear_residual(out, h, w2, None, x, 0, 0)
 
 
 def test_no_cublaslt_choice_is_made_on_a_cpu(gen):
@@ -308,3 +395,64 @@ def test_cuda_graph_replay(gen):
     torch.cuda.synchronize()
     ref = _reference(x.double(), *[p.double() for p in params])
     assert_close(y, ref, torch.bfloat16, "graph replay")
+
+
+class _ResidualEpilogueCounted:
+    """_C with linear_residual's launches counted: proves c_proj's epilogue added the residual."""
+
+    def __init__(self):
+        self.launched = 0
+
+    def __getattr__(self, name):
+        real = getattr(_C, name)
+        if name != "linear_residual":
+            return real
+
+        def call(*args):
+            done = real(*args)
+            self.launched += bool(done)
+            return done
+
+        return call
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rows, C", [(1, 64), (300, 64), (1024 + 8, 768)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cuda_residual_epilogue_matches_torch(rows, C, bias, gen, monkeypatch):
+    counted = _ResidualEpilogueCounted()
+    monkeypatch.setattr(mlp, "_C", counted)
+    x, r, dy = (torch.randn(rows, C, generator=gen).bfloat16().cuda() for _ in range(3))
+    params = _params(gen, C, 4 * C, torch.bfloat16, bias, device="cuda")
+    _check_residual_against_reference(x, params, r, dy, torch.bfloat16, f"cuda {rows}x{C}")
+    assert counted.launched == 1
+
+
+@pytest.mark.cuda
+def test_cuda_residual_is_rounded_once(gen):
+    # the epilogue rounds h W^T + b + r to bf16 once; adding a rounded product to r rounds
+    # twice: against float64 the epilogue is never further off, and closer on average
+    x, r = (torch.randn(4096, 64, generator=gen).bfloat16().cuda() for _ in range(2))
+    params = _params(gen, 64, 256, torch.bfloat16, device="cuda")
+    exact = r.double() + _reference(*(t.double() for t in (x, *params)))
+    fused = ops.mlp_gelu(x, *params, residual=r).double()
+    apart = (r + ops.mlp_gelu(x, *params)).double()
+    assert (fused - exact).abs().mean() < (apart - exact).abs().mean()
+
+
+@pytest.mark.cuda
+def test_cuda_residual_switch_off_adds_apart(gen):
+    x, r = (torch.randn(256, 64, generator=gen).bfloat16().cuda() for _ in range(2))
+    params = _params(gen, 64, 256, torch.bfloat16, device="cuda")
+    h = torch.empty(256, 256, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty_like(r)
+    assert _C.residual_epilogue()
+    _C.set_residual_epilogue(False)
+    try:
+        ws = torch.empty(mlp.WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+        args = (out, h, params[2], params[3], r, ws.data_ptr(), mlp.WORKSPACE_BYTES)
+        assert _C.linear_residual(*args) is False
+        y = ops.mlp_gelu(x, *params, residual=r)
+    finally:
+        _C.set_residual_epilogue(True)
+    assert torch.equal(y, r + ops.mlp_gelu(x, *params))

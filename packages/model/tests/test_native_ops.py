@@ -243,16 +243,46 @@ def test_cuda_mlp_op_runs_the_fused_mlp_and_matches_torch(
 
     calls = []
     real = cuda_ops.mlp_gelu
-    monkeypatch.setattr(cuda_ops, "mlp_gelu", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(cuda_ops, "mlp_gelu", lambda *a, **k: calls.append(k) or real(*a, **k))
     ref, native = _pair(make_gpt, ops="gptstack:mlp", block_size=32)
     ref, native = ref.cuda(), native.cuda()
     V = ref.config.vocab_size
     idx, targets = random_tokens(8, 4, 32, V).cuda(), random_tokens(9, 4, 32, V).cuda()
     losses = _bf16_training_losses((ref, native), idx, targets)
     assert len(calls) == native.config.n_layer and "gelu_tanh" not in native_calls
+    assert not any(calls)  # an fp32 stream under bf16 autocast: the residual is added apart
     assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
     for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
         assert rel_err(p.grad, q.grad) < 2e-2, name
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_mlp_op_on_a_bf16_stream_adds_the_residual_in_c_proj(
+    make_gpt, random_tokens, rel_err, monkeypatch
+):
+    """ops "gptstack:mlp" with residual="bf16": each block's second residual add is c_proj's
+    epilogue (mlp_gelu's residual), with torch's loss and gradients to bf16 tolerance; with
+    dropout in training the add stays apart (dropout applies before it)."""
+    import gptstack.cuda_ops as cuda_ops
+
+    calls = []
+    real = cuda_ops.mlp_gelu
+    monkeypatch.setattr(cuda_ops, "mlp_gelu", lambda *a, **k: calls.append(k) or real(*a, **k))
+    ref, native = _pair(make_gpt, ops="gptstack:mlp", block_size=32, residual="bf16")
+    ref, native = ref.cuda(), native.cuda()
+    V = ref.config.vocab_size
+    idx, targets = random_tokens(12, 4, 32, V).cuda(), random_tokens(13, 4, 32, V).cuda()
+    losses = _bf16_training_losses((ref, native), idx, targets)
+    assert len(calls) == native.config.n_layer and all("residual" in k for k in calls)
+    assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
+    for (name, p), (_, q) in zip(native.named_parameters(), ref.named_parameters(), strict=True):
+        assert rel_err(p.grad, q.grad) < 2e-2, name
+    calls.clear()
+    dropped = GPT(GPTConfig(**{**native.config.to_dict(), "dropout": 0.1})).cuda().train()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        dropped(idx, targets)
+    assert len(calls) == native.config.n_layer and not any(calls)
 
 
 @pytest.mark.cuda

@@ -2,21 +2,27 @@
 
     y = mlp_gelu(x, fc_weight, fc_bias, proj_weight, proj_bias)
     # = F.linear(gelu_tanh(F.linear(x, fc_weight, fc_bias)), proj_weight, proj_bias)
+    y = mlp_gelu(x, fc_weight, fc_bias, proj_weight, proj_bias, residual=r)
+    # = r + the same: the block's residual add, x = x + mlp(ln_2(x))
 
 On a GPU in bfloat16 the elementwise work of the MLP rides on its matmuls (cuBLASLt epilogues,
 csrc/linear_gelu.cpp): c_fc's matmul adds the bias and writes both u = x W^T + b and
 h = gelu_tanh(u) (GELU_AUX_BIAS); in the backward pass the matmul of the output gradient with
 c_proj's weight multiplies by gelu_tanh'(u) as it stores (DGELU). That removes the GELU forward
 and backward passes over the (N, 4C) activations (gpt2-124m: 7.7 % of a training step's kernel
-time, benchmarks/JOURNAL.md). c_fc's bias gradient stays a column sum of du: cuBLASLt's epilogue
-that also makes it (DGELU_BGRAD) took 2.2x as long as DGELU and the sum on an H100, and the
-bias gradients from the weight-gradient matmuls' BGRADB epilogue were a tie end to end.
+time, benchmarks/JOURNAL.md). With `residual`, c_proj's matmul also adds the block's residual
+stream as it stores (cuBLASLt's C operand, beta = 1: D = h W2^T + b2 + r, rounded once), which
+removes the pass that added the MLP's output to the stream (read both, write the sum). c_fc's
+bias gradient stays a column sum of du: cuBLASLt's epilogue that also makes it (DGELU_BGRAD)
+took 2.2x as long as DGELU and the sum on an H100, and the bias gradients from the
+weight-gradient matmuls' BGRADB epilogue were a tie end to end.
 Elsewhere (the CPU, float32, shapes the epilogues do not take, no cuBLASLt) the same function
 runs as a torch matmul and gelu_tanh's own kernel (gelu.py), which is also the reference the
 tests hold the epilogues to. (gptstack.model calls this op on a GPU only: on a CPU it runs its
 native GELU between PyTorch's matmuls, which is faster there.)
 
-Custom ops: `gptstack::mlp_gelu` (returns y, h and u; autograd saves h and u) and
+Custom ops: `gptstack::mlp_gelu` (returns y, h and u; autograd saves h and u; the residual's
+gradient is y's) and
 `gptstack::mlp_gelu_input_grad` (du and c_fc's bias gradient). The weight gradients are torch
 matmuls in the autograd formula.
 """
@@ -29,7 +35,7 @@ from torch import Tensor
 
 from ._checks import direct, float_tensor, like
 from ._ext import _C, acc_dtype, dl, stream_of, threads
-from .errors import OpInputError
+from .errors import OpInputError, OpTypeError
 
 # cuBLASLt's workspace for one call: what it may use for split-K and stream-K kernels on Hopper
 # (the size PyTorch gives it there). A fresh allocation per call from torch's caching
@@ -70,14 +76,29 @@ def _linear_gelu(x: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor, Tensor
     return h, u
 
 
+def _linear_residual(h: Tensor, w: Tensor, b: Tensor | None, r: Tensor | None) -> Tensor:
+    """h @ w.T + b (+ r) for rows h (N, F); with r (N, C) in one matmul where cuBLASLt can."""
+    if r is None:
+        return F.linear(h, w, b)
+    y = torch.empty(r.shape, dtype=h.dtype, device=h.device)
+    if _epilogue(_C.linear_residual, y, h, w, b, r):
+        return y
+    return r + F.linear(h, w, b)
+
+
 def _mlp_gelu_impl(
-    x: Tensor, fc_w: Tensor, fc_b: Tensor | None, proj_w: Tensor, proj_b: Tensor | None
+    x: Tensor,
+    fc_w: Tensor,
+    fc_b: Tensor | None,
+    proj_w: Tensor,
+    proj_b: Tensor | None,
+    residual: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(y, h, u) for rows x (N, C): u = x fc_w^T + fc_b, h = gelu_tanh(u), y = h proj_w^T +
-    proj_b."""
+    proj_b (+ residual)."""
     with torch.autocast(x.device.type, enabled=False):
         h, u = _linear_gelu(x, fc_w, fc_b)
-        y = F.linear(h, proj_w, proj_b)
+        y = _linear_residual(h, proj_w, proj_b, residual)
     return y, h, u
 
 
@@ -85,7 +106,7 @@ _mlp_gelu = torch.library.custom_op("gptstack::mlp_gelu", mutates_args=())(_mlp_
 
 
 @_mlp_gelu.register_fake
-def _mlp_gelu_fake(x, fc_w, fc_b, proj_w, proj_b):
+def _mlp_gelu_fake(x, fc_w, fc_b, proj_w, proj_b, residual=None):
     N, F_, C = x.shape[0], fc_w.shape[0], proj_w.shape[0]
     hidden = x.new_empty((N, F_))
     return x.new_empty((N, C)), hidden, torch.empty_like(hidden)
@@ -114,10 +135,11 @@ def _mlp_gelu_input_grad_fake(g, proj_w, u, fc_bias):
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, fc_w, fc_b, proj_w, proj_b = inputs
+    x, fc_w, fc_b, proj_w, proj_b, residual = inputs
     _y, h, u = output
     ctx.save_for_backward(x, fc_w, proj_w, h, u)
     ctx.fc_bias, ctx.proj_bias = fc_b is not None, proj_b is not None
+    ctx.residual = residual is not None
     ctx.mark_non_differentiable(h, u)
 
 
@@ -129,7 +151,8 @@ def _backward(ctx, gy: Tensor, _gh, _gu):
     du, d_fc_b = _mlp_gelu_input_grad(gy, proj_w, u, ctx.fc_bias)
     d_fc_w = du.t() @ x
     dx = du @ fc_w
-    return dx, d_fc_w, d_fc_b if ctx.fc_bias else None, d_proj_w, d_proj_b
+    d_residual = gy if ctx.residual else None  # y = residual + ...: its gradient is y's
+    return dx, d_fc_w, d_fc_b if ctx.fc_bias else None, d_proj_w, d_proj_b, d_residual
 
 
 _mlp_gelu.register_autograd(_backward, setup_context=_setup_context)
@@ -141,14 +164,17 @@ def mlp_gelu(
     fc_bias: Tensor | None,
     proj_weight: Tensor,
     proj_bias: Tensor | None,
+    residual: Tensor | None = None,
 ) -> Tensor:
-    """c_proj(gelu_tanh(c_fc(x))) for x (..., C), differentiable in every argument.
+    """c_proj(gelu_tanh(c_fc(x))) for x (..., C), plus `residual` where given, differentiable
+    in every argument.
 
     fc_weight (F, C) and fc_bias (F,) or None are c_fc's; proj_weight (C, F) and proj_bias
     (C,) or None c_proj's (nn.Linear's layout). Under torch.autocast the matmuls run in the
     autocast dtype (the parameters are cast as nn.Linear would); otherwise all arguments share
-    x's dtype. Returns (..., C) in the matmul dtype. Raises OpTypeError / OpInputError for
-    wrong dtypes, devices or shapes.
+    x's dtype. residual: x's shape, in the matmul dtype (the sum is rounded once, to it).
+    Returns (..., C) in the matmul dtype. Raises OpTypeError / OpInputError for wrong dtypes,
+    devices or shapes.
     """
     op = "mlp_gelu"
     float_tensor(op, "x", x)
@@ -171,12 +197,21 @@ def mlp_gelu(
         if t is not None:
             like(op, "x", x, name, t, shape=(n,), dtype=not autocast)
     params = (fc_weight, fc_bias, proj_weight, proj_bias)
+    dtype = torch.get_autocast_dtype(x.device.type) if autocast else x.dtype
+    if residual is not None:
+        like(op, "x", x, "residual", residual, shape=x.shape, dtype=False)
+        if residual.dtype != dtype:
+            have, want = (str(d).removeprefix("torch.") for d in (residual.dtype, dtype))
+            raise OpTypeError(
+                f"{op}: residual is {have} but the matmuls run in {want}; pass it in {want} "
+                f"(the sum is rounded once, to that dtype) or add it apart"
+            )
+        residual = residual.reshape(-1, C)
     if autocast:
-        dtype = torch.get_autocast_dtype(x.device.type)
         x = x.to(dtype)
         params = tuple(None if p is None else p.to(dtype) for p in params)
     fc_w, fc_b, proj_w, proj_b = params
     assert fc_w is not None and proj_w is not None
-    run = _mlp_gelu_impl if direct(x, *params) else _mlp_gelu
-    y, _h, _u = run(x.reshape(-1, C), fc_w, fc_b, proj_w, proj_b)
+    run = _mlp_gelu_impl if direct(x, *params, residual) else _mlp_gelu
+    y, _h, _u = run(x.reshape(-1, C), fc_w, fc_b, proj_w, proj_b, residual)
     return y.reshape(*x.shape[:-1], C)

@@ -158,14 +158,22 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.native = NativeOps.of(config)
 
-    def forward(self, x: Tensor) -> Tensor:
-        if self.native.mlp_gelu is not None and x.is_cuda:  # GELU inside the matmuls' epilogues
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        """residual + the MLP of x (the block's second residual add)."""
+        mlp_gelu = self.native.mlp_gelu
+        if mlp_gelu is not None and x.is_cuda:  # GELU inside the matmuls' epilogues
             fc, proj = self.c_fc, self.c_proj
-            return self.dropout(self.native.mlp_gelu(x, fc.weight, fc.bias, proj.weight, proj.bias))
+            params = (fc.weight, fc.bias, proj.weight, proj.bias)
+            if self.dropout.p == 0 or not self.training:
+                cuda = torch.is_autocast_enabled("cuda")
+                matmul_dtype = torch.get_autocast_dtype("cuda") if cuda else x.dtype
+                if residual.dtype == matmul_dtype:  # c_proj adds it as it stores (bf16 stream)
+                    return mlp_gelu(x, *params, residual=residual)
+            return residual + self.dropout(mlp_gelu(x, *params))
         h = self.c_fc(x)  # (B, T, 4C)
         gelu = self.native.gelu_tanh
         h = self.gelu(h) if gelu is None else gelu(h)
-        return self.dropout(self.c_proj(h))
+        return residual + self.dropout(self.c_proj(h))
 
 
 class Block(nn.Module):
@@ -182,13 +190,12 @@ class Block(nn.Module):
     def forward(self, x: Tensor, kv_cache: AnyKVCache | None = None, pos: Position = 0) -> Tensor:
         if self.native.layernorm is None:
             x = x + self.attn(self.ln_1(x), kv_cache, pos)
-            x = x + self.mlp(self.ln_2(x))
-            return x
+            return self.mlp(self.ln_2(x), x)
         # native LayerNorm: the same block, with x + attn(...) and ln_2 in one pass
         n = self.native
         y = self.attn(n.layernorm(x, *norm_params(self.ln_1, x), LAYER_NORM_EPS), kv_cache, pos)
         x, h = n.add_layernorm(x, y, *norm_params(self.ln_2, x), LAYER_NORM_EPS)
-        return x + self.mlp(h)
+        return self.mlp(h, x)
 
 
 class GPT(nn.Module):
