@@ -8,7 +8,8 @@
 #     GPTSTACK_GIT_COMMIT=<commit> DATA=.device/data PREBUILT=.device/site \
 #       VARIANTS="default;fp8-head model.fp8=head" bash benchmarks/gpu_curves.sh
 # VARIANTS: ';' between variants, each a name then KEY=VALUE overrides (benchmarks/train_ab.py's
-# --variant form, overrides only); PRESET (default gpt2-124m); SETS (every run's overrides;
+# --variant form: a NAME=VALUE in capitals is that run's environment, e.g. a kernel switch
+# through benchmarks/switches/sitecustomize.py as gpu_train_ab.sh shows); PRESET (default gpt2-124m); SETS (every run's overrides;
 # default 300 steps of B=16 x 4 with an evaluation every 50: ~80 s a gpt2-124m run on an H100);
 # RUN_S (each run's time limit, default 150). Writes $OUT/curves/NAME/{metrics.jsonl,
 # summary.json} and $OUT/curves.png (`gptstack plot`): copy them to
@@ -32,10 +33,12 @@ RUNS=()
 for v in "${LIST[@]}"; do
   read -ra WORDS <<< "$v"
   name=${WORDS[0]}
-  overrides=()
-  for kv in "${WORDS[@]:1}"; do overrides+=(--set "$kv"); done
+  overrides=() envs=()
+  for kv in "${WORDS[@]:1}"; do  # NAME=VALUE in capitals: that run's environment
+    if [[ $kv =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$kv"); else overrides+=(--set "$kv"); fi
+  done
   # shellcheck disable=SC2086  # SETS is a list of flags
-  timeout "${RUN_S:-150}" python3 -m gptstack.tools.cli train --preset "$PRESET" $SETS \
+  env "${envs[@]}" timeout "${RUN_S:-150}" python3 -m gptstack.tools.cli train --preset "$PRESET" $SETS \
     "${overrides[@]}" --no-progress --overwrite --out "/tmp/curves/$name" \
     > "/tmp/curves-$name.log" 2>&1
   echo "$name: exit $? $(grep -E 'finished step|best val|error' "/tmp/curves-$name.log" | tr '\n' ' ')"

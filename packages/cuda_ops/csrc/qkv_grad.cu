@@ -6,7 +6,8 @@
 // 2.2-2.5 TB/s on an H100, the copy ~3.0) and adds it into W float sums; the 8
 // lanes' sums meet in shared memory and the chunk's row of `partials` is written once. Columns
 // across the grid's x, chunks across its y (the caller's count: qkv.py's MAX_CHUNKS): gpt2-124m's
-// (65536, 3 x 768) in bfloat16 is 9 x 64 blocks, every read and write 512 contiguous bytes a warp.
+// (65536, 3 x 768) in bfloat16 is 9 x 1024 blocks, every read and write 512 contiguous bytes a
+// warp.
 // qkv_grad_sum_kernel: dbias[col] = the chunks' partials added in order (32 columns by 32 lanes
 // of chunks a block, each lane's run of chunks in order, the lanes then in order: fixed bits).
 // Rows with C % W != 0 or unaligned pointers take the same kernels with W = 1.

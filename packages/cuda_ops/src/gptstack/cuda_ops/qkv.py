@@ -31,11 +31,13 @@ from ._checks import direct, float_tensor, like
 from ._ext import _C, acc_dtype, dl, stream_of, threads
 from .errors import OpInputError
 
-# Chunks of rows the column sums are split into (gridDim.y of the copy kernel): 64 blocks of
-# 32 column vectors each (9 x 64 at gpt2-124m's width). On an H100 64 chunks took 0.85-1.0x the
-# time of 256 at 16 k-131 k rows of 384 and 768 (scripts/qkv_grad_bench.py,
-# benchmarks/profiles/qkv-grad-parts-h100-20261207-8e37a84.json): fewer, longer blocks.
-MAX_CHUNKS = 64
+# Chunks of rows the column sums are split into (gridDim.y of the copy kernel, each block 32
+# column vectors: 9 x chunks blocks at gpt2-124m's width). With four rows in flight a thread, on
+# an H100 1,024 chunks took 0.87-0.93x the time of 64 at 16 k-131 k rows of 768 (2.45-2.65 TB/s;
+# 64 were 1.01-1.05x faster at 384: scripts/qkv_grad_bench.py,
+# benchmarks/profiles/qkv-grad-parts-h100-20261207-cdc6b81.json); gpt2-124m is the preset
+# that trains with it. Each chunk adds a row of 3C float partials (9.4 MB at 1,024 x 2,304).
+MAX_CHUNKS = 1024
 MIN_CHUNK_ROWS = 64
 
 
