@@ -35,34 +35,53 @@ using OptArray = std::optional<nb::ndarray<>>;
 // nothing and the caller adds the residual apart, as before the epilogue took it.
 std::atomic<bool> g_residual_epilogue{true};
 
+// y = x weight^T (+ bias) for x (N, K), weight (M, K), bias (M,): the arguments checked (bf16,
+// one device), and the product as cuBLASLt sees it, y^T (M x N) = weight (M x K) x^T (K x N),
+// with the bias along D's rows. The caller sets D and the epilogue.
+struct Linear {
+  Tensor x, w, b;
+  int64_t n = 0, k = 0, m = 0;
+  LtMatmul product(void* d) const {
+    LtMatmul p;
+    p.m = m, p.n = n, p.k = k;
+    p.trans_a = true;
+    p.a = w.data, p.lda = k;
+    p.b = x.data, p.ldb = k;
+    p.d = d, p.ldd = m;
+    p.bias = b.data;
+    return p;
+  }
+};
+
+Linear linear_args(const char* op, const char* x_name, const nb::ndarray<>& x,
+                   const nb::ndarray<>& w, const OptArray& bias) {
+  Linear l;
+  l.x = view(op, x_name, x), l.w = view(op, "weight", w);
+  check_dtype(op, x_name, l.x, {DType::bf16});
+  if (l.x.ndim() != 2 || l.w.ndim() != 2 || l.w.size(1) != l.x.size(1))
+    fail(op, std::string(x_name) + " must be (N, K) and weight (M, K), got " +
+                 shape_str(l.x.shape) + " and " + shape_str(l.w.shape));
+  l.n = l.x.size(0), l.k = l.x.size(1), l.m = l.w.size(0);
+  check_arg(op, l.x, "weight", l.w, DType::bf16, {l.m, l.k});
+  if (bias) {
+    l.b = view(op, "bias", *bias);
+    check_arg(op, l.x, "bias", l.b, DType::bf16, {l.m});
+  }
+  return l;
+}
+
 bool linear_gelu_forward(nb::ndarray<> h, nb::ndarray<> aux, nb::ndarray<> x, nb::ndarray<> w,
                          OptArray bias, uintptr_t workspace, size_t workspace_bytes,
                          uintptr_t stream) {
   const char* op = "linear_gelu_forward";
-  Tensor X = view(op, "x", x), W = view(op, "weight", w);
-  check_dtype(op, "x", X, {DType::bf16});
-  if (X.ndim() != 2 || W.ndim() != 2 || W.size(1) != X.size(1))
-    fail(op, "x must be (N, C) and weight (F, C), got " + shape_str(X.shape) + " and " +
-                 shape_str(W.shape));
-  const int64_t N = X.size(0), C = X.size(1), F = W.size(0);
-  check_arg(op, X, "weight", W, DType::bf16, {F, C});
-  Tensor H = view(op, "h", h), U = view(op, "aux", aux), B;
-  check_arg(op, X, "h", H, DType::bf16, {N, F});
-  check_arg(op, X, "aux", U, DType::bf16, {N, F});
-  if (bias) {
-    B = view(op, "bias", *bias);
-    check_arg(op, X, "bias", B, DType::bf16, {F});
-  }
-  if (!X.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and GELU apart)");
-  CudaScope scope(op, X);
-  LtMatmul p;
-  p.m = F, p.n = N, p.k = C;
-  p.trans_a = true;
-  p.a = W.data, p.lda = C;
-  p.b = X.data, p.ldb = C;
-  p.d = H.data, p.ldd = F;
+  const Linear l = linear_args(op, "x", x, w, bias);
+  Tensor H = view(op, "h", h), U = view(op, "aux", aux);
+  check_arg(op, l.x, "h", H, DType::bf16, {l.n, l.m});
+  check_arg(op, l.x, "aux", U, DType::bf16, {l.n, l.m});
+  if (!l.x.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and GELU apart)");
+  CudaScope scope(op, l.x);
+  LtMatmul p = l.product(H.data);
   p.epilogue = bias ? LtEpilogue::gelu_aux_bias : LtEpilogue::gelu_aux;
-  p.bias = bias ? B.data : nullptr;
   p.aux = U.data;
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
 }
@@ -96,33 +115,17 @@ bool linear_residual(nb::ndarray<> out, nb::ndarray<> h, nb::ndarray<> w, OptArr
                      nb::ndarray<> residual, uintptr_t workspace, size_t workspace_bytes,
                      uintptr_t stream) {
   const char* op = "linear_residual";
-  Tensor H = view(op, "h", h), W = view(op, "weight", w);
-  check_dtype(op, "h", H, {DType::bf16});
-  if (H.ndim() != 2 || W.ndim() != 2 || W.size(1) != H.size(1))
-    fail(op, "h must be (N, F) and weight (C, F), got " + shape_str(H.shape) + " and " +
-                 shape_str(W.shape));
-  const int64_t N = H.size(0), F = H.size(1), C = W.size(0);
-  check_arg(op, H, "weight", W, DType::bf16, {C, F});
-  Tensor O = view(op, "out", out), R = view(op, "residual", residual), B;
-  check_arg(op, H, "out", O, DType::bf16, {N, C});
-  check_arg(op, H, "residual", R, DType::bf16, {N, C});
-  if (bias) {
-    B = view(op, "bias", *bias);
-    check_arg(op, H, "bias", B, DType::bf16, {C});
-  }
+  const Linear l = linear_args(op, "h", h, w, bias);
+  Tensor O = view(op, "out", out), R = view(op, "residual", residual);
+  check_arg(op, l.x, "out", O, DType::bf16, {l.n, l.m});
+  check_arg(op, l.x, "residual", R, DType::bf16, {l.n, l.m});
   if (O.data == R.data) fail(op, "out must not be the residual's memory");
-  if (!H.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and the add apart)");
+  if (!l.x.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and the add apart)");
   if (!g_residual_epilogue.load(std::memory_order_relaxed)) return false;
-  CudaScope scope(op, H);
-  LtMatmul p;
-  p.m = C, p.n = N, p.k = F;
-  p.trans_a = true;
-  p.a = W.data, p.lda = F;
-  p.b = H.data, p.ldb = F;
-  p.d = O.data, p.ldd = C;
-  p.c = R.data;
+  CudaScope scope(op, l.x);
+  LtMatmul p = l.product(O.data);
   p.epilogue = bias ? LtEpilogue::bias : LtEpilogue::none;
-  p.bias = bias ? B.data : nullptr;
+  p.c = R.data;
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
 }
 
