@@ -217,7 +217,7 @@ RUNGS: tuple[Rung, ...] = (
         "+ bf16 residual stream",
         "as native-mlp, with model.residual='bf16' (gpt2-124m's preset): x cast to bf16 after "
         "the embeddings, every residual add and LayerNorm read in half the bytes (llm.c's "
-        "precision)",
+        "precision), and each block's MLP adding the stream inside its c_proj matmul",
         parent="native-mlp",
         native=("gptstack:loss,mlp", "sdpa"),
         residual="bf16",
