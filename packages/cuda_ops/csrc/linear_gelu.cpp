@@ -51,6 +51,12 @@ struct Linear {
     p.bias = b.data;
     return p;
   }
+  // An (N, M) bf16 array beside y (its output, or one laid out as it), checked
+  Tensor like_y(const char* op, const char* name, const nb::ndarray<>& a) const {
+    Tensor t = view(op, name, a);
+    check_arg(op, x, name, t, DType::bf16, {n, m});
+    return t;
+  }
 };
 
 Linear linear_args(const char* op, const char* x_name, const nb::ndarray<>& x,
@@ -75,9 +81,7 @@ bool linear_gelu_forward(nb::ndarray<> h, nb::ndarray<> aux, nb::ndarray<> x, nb
                          uintptr_t stream) {
   const char* op = "linear_gelu_forward";
   const Linear l = linear_args(op, "x", x, w, bias);
-  Tensor H = view(op, "h", h), U = view(op, "aux", aux);
-  check_arg(op, l.x, "h", H, DType::bf16, {l.n, l.m});
-  check_arg(op, l.x, "aux", U, DType::bf16, {l.n, l.m});
+  const Tensor H = l.like_y(op, "h", h), U = l.like_y(op, "aux", aux);
   if (!l.x.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and GELU apart)");
   CudaScope scope(op, l.x);
   LtMatmul p = l.product(H.data);
@@ -116,9 +120,7 @@ bool linear_residual(nb::ndarray<> out, nb::ndarray<> h, nb::ndarray<> w, OptArr
                      uintptr_t stream) {
   const char* op = "linear_residual";
   const Linear l = linear_args(op, "h", h, w, bias);
-  Tensor O = view(op, "out", out), R = view(op, "residual", residual);
-  check_arg(op, l.x, "out", O, DType::bf16, {l.n, l.m});
-  check_arg(op, l.x, "residual", R, DType::bf16, {l.n, l.m});
+  const Tensor O = l.like_y(op, "out", out), R = l.like_y(op, "residual", residual);
   if (O.data == R.data) fail(op, "out must not be the residual's memory");
   if (!l.x.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and the add apart)");
   if (!g_residual_epilogue.load(std::memory_order_relaxed)) return false;
