@@ -34,7 +34,7 @@ from .errors import OpInputError
 # Chunks of rows the column sums are split into (gridDim.y of the copy kernel, each block 32
 # column vectors: 9 x chunks blocks at gpt2-124m's width). With four rows in flight a thread, on
 # an H100 1,024 chunks took 0.87-0.93x the time of 64 at 16 k-131 k rows of 768 (2.45-2.65 TB/s;
-# 64 were 1.01-1.05x faster at 384: scripts/qkv_grad_bench.py,
+# 64 were 1.02-1.08x faster at 384: scripts/qkv_grad_bench.py,
 # benchmarks/profiles/qkv-grad-parts-h100-20261207-cdc6b81.json); gpt2-124m is the preset
 # that trains with it. Each chunk adds a row of 3C float partials (9.4 MB at 1,024 x 2,304).
 MAX_CHUNKS = 1024
