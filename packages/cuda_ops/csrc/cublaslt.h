@@ -53,11 +53,14 @@ std::string cublaslt_unavailable();
 bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t workspace_bytes,
                uintptr_t stream);
 
-// How many of the heuristic's candidates (up to 8) the first call of each product times before
+// How many of the heuristic's candidates (up to 16) the first call of each product times before
 // keeping the fastest (outside a CUDA graph capture; a capture takes the first): 0 or 1 takes
 // the heuristic's first guess untimed (the default).
 void set_cublaslt_autotune(int candidates);
 int cublaslt_autotune();
+// Forgets every product's choice: the next call of each chooses again (benchmarks compare the
+// heuristic's choice with the timed one of the same product).
+void reset_cublaslt_choices();
 
 // What was chosen for each product so far (benchmarks and tests).
 struct LtChoiceReport {

@@ -131,6 +131,48 @@ bool linear_residual(nb::ndarray<> out, nb::ndarray<> h, nb::ndarray<> w, OptArr
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
 }
 
+// d = op(a) op(b) (+ bias) (+ c) for row-major a, b, d (op: transposed where asked), one
+// cuBLASLt product: the plain matmuls of benchmarks beside the fused ones above, with the same
+// algorithm choice (heuristic or autotuned). As row-major arrays are column-major transposes,
+// d^T (cols x rows) = op(b)^T op(a)^T: b's memory is cuBLASLt's A and a's its B.
+bool matmul(nb::ndarray<> d, nb::ndarray<> a, nb::ndarray<> b, bool trans_a, bool trans_b,
+            OptArray bias, std::optional<nb::ndarray<>> c, uintptr_t workspace,
+            size_t workspace_bytes, uintptr_t stream) {
+  const char* op = "matmul";
+  const Tensor A = view(op, "a", a), B = view(op, "b", b);
+  check_dtype(op, "a", A, {DType::bf16});
+  if (A.ndim() != 2 || B.ndim() != 2) fail(op, "a and b must be 2-D");
+  const int64_t rows = A.size(trans_a ? 1 : 0), k = A.size(trans_a ? 0 : 1);
+  const int64_t cols = B.size(trans_b ? 0 : 1);
+  if (B.size(trans_b ? 1 : 0) != k)
+    fail(op, "op(a) is " + shape_str({rows, k}) + " and op(b) " +
+                 shape_str({B.size(trans_b ? 1 : 0), cols}) + ": inner sizes differ");
+  check_arg(op, A, "b", B, DType::bf16, B.shape);
+  const Tensor D = view(op, "d", d);
+  check_arg(op, A, "d", D, DType::bf16, {rows, cols});
+  LtMatmul p;
+  p.m = cols, p.n = rows, p.k = k;
+  p.trans_a = trans_b, p.a = B.data, p.lda = B.size(1);
+  p.trans_b = trans_a, p.b = A.data, p.ldb = A.size(1);
+  p.d = D.data, p.ldd = cols;
+  p.epilogue = LtEpilogue::none;
+  if (bias) {
+    const Tensor bias_t = view(op, "bias", *bias);
+    check_arg(op, A, "bias", bias_t, DType::bf16, {cols});
+    p.bias = bias_t.data;
+    p.epilogue = LtEpilogue::bias;
+  }
+  if (c) {
+    const Tensor C = view(op, "c", *c);
+    check_arg(op, A, "c", C, DType::bf16, {rows, cols});
+    if (C.data == D.data) fail(op, "d must not be c's memory");
+    p.c = C.data;
+  }
+  if (!A.cuda) fail(op, "takes CUDA tensors");
+  CudaScope scope(op, A);
+  return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
+}
+
 }  // namespace
 
 void register_linear_gelu(nb::module_& m) {
@@ -149,15 +191,23 @@ void register_linear_gelu(nb::module_& m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "out = h @ weight.T + bias + residual in one cuBLASLt matmul, rounded once (CUDA, "
         "bfloat16). False, with nothing launched, where cuBLASLt cannot.");
+  m.def("matmul", &matmul, "d"_a, "a"_a, "b"_a, "trans_a"_a, "trans_b"_a, "bias"_a.none(),
+        "c"_a.none(), "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "d = op(a) @ op(b) (+ bias) (+ c) in one cuBLASLt matmul, row-major bfloat16 arrays "
+        "(op: transposed where trans_a / trans_b). False, with nothing launched, where "
+        "cuBLASLt cannot.");
   m.def(
       "set_residual_epilogue", [](bool on) { g_residual_epilogue = on; }, "on"_a,
       "Whether linear_residual adds the residual in c_proj's matmul (default) or launches "
       "nothing, leaving the add to the caller (tests and benchmarks).");
   m.def("residual_epilogue", [] { return g_residual_epilogue.load(); });
   m.def("set_cublaslt_autotune", &set_cublaslt_autotune, "candidates"_a,
-        "Time this many of cuBLASLt's candidate algorithms (up to 8) at each product's first "
+        "Time this many of cuBLASLt's candidate algorithms (up to 16) at each product's first "
         "call and keep the fastest; 0 (default): the heuristic's first.");
   m.def("cublaslt_autotune", &cublaslt_autotune);
+  m.def("reset_cublaslt_choices", &reset_cublaslt_choices,
+        "Forget every product's algorithm choice (the next call of each chooses again).");
   m.def(
       "cublaslt_choices",
       [] {

@@ -257,6 +257,17 @@ def test_extension_checks_its_arguments():
         _C.linear_residual(x, h, w2, None, x, 0, 0)
     with pytest.raises(ValueError, match="CUDA tensors"):
         _C.linear_residual(out, h, w2, None, x, 0, 0)
+    # matmul: d = op(a) op(b) (+ bias) (+ c)
+    with pytest.raises(ValueError, match="inner sizes differ"):
+        _C.matmul(h, x, w, False, False, None, None, 0, 0)
+    with pytest.raises(ValueError, match=r"d has shape \(4, 8\)"):
+        _C.matmul(x, x, w, False, True, None, None, 0, 0)  # op(b) = w.T: d must be (4, 32)
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        _C.matmul(h, x, w, False, True, None, None, 0, 0)
+    with pytest.raises(ValueError, match=r"bias has shape \(7,\)"):
+        _C.matmul(out, x, w2[:, :8].contiguous(), False, False, x[0, :7], None, 0, 0)
+    with pytest.raises(ValueError, match="must not be c's memory"):
+        _C.matmul(out, x, w2[:, :8].contiguous(), False, False, None, out, 0, 0)
 
 
 def test_no_cublaslt_choice_is_made_on_a_cpu(gen):
@@ -343,7 +354,31 @@ def test_cuda_timed_candidates_are_reported_and_agree(gen):
     assert len(forward) == 1 and forward[0]["tuned"]
     times = forward[0]["times_us"]
     assert len(times) == min(8, forward[0]["candidates"]) and 0 <= forward[0]["rank"] < len(times)
-    assert times[forward[0]["rank"]] == min(times)
+    # the fastest, or the heuristic's first where none is 2 % faster than it (cublaslt.cpp)
+    rank = forward[0]["rank"]
+    assert times[rank] == min(times) or (rank == 0 and min(times) >= 0.98 * times[0]), times
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("bias, add", [(False, False), (True, False), (True, True)])
+def test_cuda_matmul_matches_torch(trans_a, trans_b, bias, add, gen):
+    rows, k, cols = 136, 96, 200  # no size a tile multiple
+    a = torch.randn(*((k, rows) if trans_a else (rows, k)), generator=gen).bfloat16().cuda()
+    b = torch.randn(*((cols, k) if trans_b else (k, cols)), generator=gen).bfloat16().cuda()
+    bias_t = torch.randn(cols, generator=gen).bfloat16().cuda() if bias else None
+    c = torch.randn(rows, cols, generator=gen).bfloat16().cuda() if add else None
+    d = torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda")
+    ws = torch.empty(mlp.WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    assert _C.matmul(d, a, b, trans_a, trans_b, bias_t, c, ws.data_ptr(), ws.numel(), stream)
+    ref = (a.t() if trans_a else a).double() @ (b.t() if trans_b else b).double()
+    if bias:
+        ref = ref + bias_t.double()
+    if add:
+        ref = ref + c.double()
+    assert_close(d, ref, torch.bfloat16, f"matmul trans_a={trans_a} trans_b={trans_b}")
 
 
 FIRST_CALL_CAPTURED = """

@@ -1,0 +1,167 @@
+"""Every matmul of gpt2-124m's training step, three ways, side by side in one process: PyTorch's
+(cuBLAS's heuristic), one cuBLASLt product with the heuristic's first algorithm
+(`_C.matmul`, csrc/linear_gelu.cpp) and with the fastest of its candidates timed
+(`_C.set_cublaslt_autotune`, csrc/cublaslt.cpp). The answer to "where would timing cuBLASLt's
+candidates pay, and does the tuner pick the kernel that is faster in a graph?".
+
+Each way of each product is CALLS calls captured in one CUDA graph (the tuned one captured
+after its first call outside the capture timed the candidates); the graphs are replayed in
+turn, ROUNDS rounds, and each gets the median microseconds a call. Ratios are the heuristic's
+time over the other's (> 1: faster than cuBLASLt's first choice).
+
+    python3 packages/cuda_ops/scripts/matmul_autotune_bench.py [--rows 131072] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from gptstack.cuda_ops import _C
+from gptstack.cuda_ops.mlp import WORKSPACE_BYTES
+
+C, HEADS_V, HEAD_ROWS = 768, 50304, 2432  # gpt2-124m; the loss's chunk of rows (about)
+
+
+def products(n: int) -> list[tuple[str, tuple, bool, tuple, bool, bool]]:
+    """(name, a's stored shape, trans_a, b's stored shape, trans_b, bias) of one micro-step's
+    products at n rows: d = op(a) op(b) (+ bias), as the model computes them."""
+    F = 4 * C
+    out = []
+    for name, k_in, k_out, bias in (
+        ("c_attn", C, 3 * C, True),
+        ("attn.c_proj", C, C, True),
+        ("c_fc", C, F, True),
+        ("mlp.c_proj", F, C, True),
+    ):
+        out.append((f"{name} forward", (n, k_in), False, (k_out, k_in), True, bias))
+        out.append((f"{name} dx", (n, k_out), False, (k_out, k_in), False, False))
+        out.append((f"{name} dW", (n, k_out), True, (n, k_in), False, False))
+    h = HEAD_ROWS
+    out.append(("lm_head chunk logits", (h, C), False, (HEADS_V, C), True, False))
+    out.append(("lm_head chunk dh", (h, HEADS_V), False, (HEADS_V, C), False, False))
+    out.append(("lm_head chunk dW", (h, HEADS_V), True, (h, C), False, False))
+    return out
+
+
+def capture(fn, calls: int) -> torch.cuda.CUDAGraph:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()  # outside the capture: cuBLAS workspaces, cuBLASLt's choice (timed if asked)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+def measure(product, calls: int, rounds: int, tune: int) -> dict:
+    name, a_shape, trans_a, b_shape, trans_b, bias = product
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(*a_shape, generator=g, device="cuda").bfloat16()
+    b = (0.02 * torch.randn(*b_shape, generator=g, device="cuda")).bfloat16()
+    bias_t = torch.randn(b_shape[0] if trans_b else b_shape[1], device="cuda").bfloat16()
+    bias_t = bias_t if bias else None
+    rows = a_shape[1] if trans_a else a_shape[0]
+    cols = b_shape[0] if trans_b else b_shape[1]
+    d = torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda")
+    ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    op_a = a.t() if trans_a else a
+    op_b = b.t() if trans_b else b
+
+    def torch_mm():
+        if bias:
+            torch.addmm(bias_t, op_a, op_b, out=d)
+        else:
+            torch.mm(op_a, op_b, out=d)
+
+    def lt():
+        stream = torch.cuda.current_stream().cuda_stream
+        assert _C.matmul(
+            d, a, b, trans_a, trans_b, bias_t, None, ws.data_ptr(), ws.numel(), stream
+        ), name
+
+    graphs = {"torch": capture(torch_mm, calls)}
+    _C.set_cublaslt_autotune(0)
+    graphs["lt heuristic"] = capture(lt, calls)  # the product's choice made untimed
+    _C.set_cublaslt_autotune(tune)
+    _C.reset_cublaslt_choices()
+    graphs["lt tuned"] = capture(lt, calls)  # the same product's choice made again, timed
+    _C.set_cublaslt_autotune(0)
+    times = {k: [] for k in graphs}
+    for _ in range(rounds):
+        for k, graph in graphs.items():
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times[k].append(1e3 * start.elapsed_time(end) / calls)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    choice = [
+        c
+        for c in _C.cublaslt_choices()
+        if (c["m"], c["n"], c["k"]) == (cols, rows, a_shape[0] if trans_a else a_shape[1])
+    ]
+    flops = 2 * rows * cols * (a_shape[0] if trans_a else a_shape[1])
+    return {
+        "name": name,
+        "rows": rows,
+        "cols": cols,
+        "bias": bias,
+        "us": median,
+        "tflops": {k: flops / v / 1e6 for k, v in median.items()},
+        "tuned_vs_heuristic": median["lt heuristic"] / median["lt tuned"],
+        "tuned_vs_torch": median["torch"] / median["lt tuned"],
+        "choice": choice[-1] if choice else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=131072, help="tokens a micro-step (128 x 1024)")
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--tune", type=int, default=8)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    results = []
+    for p in products(args.rows):
+        r = measure(p, args.calls, args.rounds, args.tune)
+        results.append(r)
+        c = r["choice"] or {}
+        us = r["us"]
+        print(
+            f"{r['name']:22s} torch {us['torch']:8.1f}  lt {us['lt heuristic']:8.1f}  "
+            f"tuned {us['lt tuned']:8.1f} us  (tuned/heuristic {r['tuned_vs_heuristic']:.3f}x,"
+            f" vs torch {r['tuned_vs_torch']:.3f}x; rank {c.get('rank')} of "
+            f"{c.get('candidates')})",
+            flush=True,
+        )
+    total = {k: sum(r["us"][k] for r in results) for k in results[0]["us"]}
+    print("sum of one of each: " + ", ".join(f"{k} {v:.1f} us" for k, v in total.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "rows": args.rows,
+                    "tune": args.tune,
+                    "products": results,
+                    "sum_us": total,
+                },
+                f,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    main()
