@@ -359,7 +359,7 @@ bool lt_matmul(const char* op, const LtMatmul& p, void* workspace, size_t worksp
     }
     Choice& choice = found->second;
     if (choice.candidates.empty()) return false;
-    const int tune = p.tune >= 0 ? p.tune : g_autotune.load(std::memory_order_relaxed);
+    const int tune = g_autotune.load(std::memory_order_relaxed);
     if (!choice.tuned && tune > 1 && choice.candidates.size() > 1 && !capturing(stream))
       time_candidates(api, handle, ds, p, workspace, workspace_bytes, stream, tune, choice);
     algo = choice.candidates[choice.rank].algo;

@@ -41,7 +41,6 @@ struct LtMatmul {
   void* bias = nullptr;
   void* aux = nullptr;
   const void* c = nullptr;
-  int tune = -1;  // candidates timed at the product's first call; -1: set_cublaslt_autotune's
 };
 
 // Why cuBLASLt cannot be used in this process ("" when it can): not built with CUDA, or the

@@ -18,7 +18,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <algorithm>
 #include <atomic>
 #include <optional>
 
@@ -35,10 +34,6 @@ using OptArray = std::optional<nb::ndarray<>>;
 // The switch `residual_epilogue` (tests, benchmarks/switches): off, linear_residual launches
 // nothing and the caller adds the residual apart, as before the epilogue took it.
 std::atomic<bool> g_residual_epilogue{true};
-
-// The switch `loss_matmul_tune`: whether (N > 0) the chunked loss's three products go through
-// cuBLASLt with N candidates timed (cross_entropy.py), for the A/B against PyTorch's matmuls.
-std::atomic<int> g_loss_matmul_tune{0};
 
 // y = x weight^T (+ bias) for x (N, K), weight (M, K), bias (M,): the arguments checked (bf16,
 // one device), and the product as cuBLASLt sees it, y^T (M x N) = weight (M x K) x^T (K x N),
@@ -142,7 +137,7 @@ bool linear_residual(nb::ndarray<> out, nb::ndarray<> h, nb::ndarray<> w, OptArr
 // d^T (cols x rows) = op(b)^T op(a)^T: b's memory is cuBLASLt's A and a's its B.
 bool matmul(nb::ndarray<> d, nb::ndarray<> a, nb::ndarray<> b, bool trans_a, bool trans_b,
             OptArray bias, std::optional<nb::ndarray<>> c, uintptr_t workspace,
-            size_t workspace_bytes, uintptr_t stream, int tune) {
+            size_t workspace_bytes, uintptr_t stream) {
   const char* op = "matmul";
   const Tensor A = view(op, "a", a), B = view(op, "b", b);
   check_dtype(op, "a", A, {DType::bf16});
@@ -161,7 +156,6 @@ bool matmul(nb::ndarray<> d, nb::ndarray<> a, nb::ndarray<> b, bool trans_a, boo
   p.trans_b = trans_a, p.b = A.data, p.ldb = A.size(1);
   p.d = D.data, p.ldd = cols;
   p.epilogue = LtEpilogue::none;
-  p.tune = tune;
   if (bias) {
     const Tensor bias_t = view(op, "bias", *bias);
     check_arg(op, A, "bias", bias_t, DType::bf16, {cols});
@@ -171,7 +165,8 @@ bool matmul(nb::ndarray<> d, nb::ndarray<> a, nb::ndarray<> b, bool trans_a, boo
   if (c) {
     const Tensor C = view(op, "c", *c);
     check_arg(op, A, "c", C, DType::bf16, {rows, cols});
-    p.c = C.data;  // may be d's own memory: d += op(a) op(b), as cuBLASLt allows
+    if (C.data == D.data) fail(op, "d must not be c's memory");
+    p.c = C.data;
   }
   if (!A.cuda) fail(op, "takes CUDA tensors");
   CudaScope scope(op, A);
@@ -197,18 +192,11 @@ void register_linear_gelu(nb::module_& m) {
         "out = h @ weight.T + bias + residual in one cuBLASLt matmul, rounded once (CUDA, "
         "bfloat16). False, with nothing launched, where cuBLASLt cannot.");
   m.def("matmul", &matmul, "d"_a, "a"_a, "b"_a, "trans_a"_a, "trans_b"_a, "bias"_a.none(),
-        "c"_a.none(), "workspace"_a, "workspace_bytes"_a, "stream"_a = 0, "tune"_a = -1,
+        "c"_a.none(), "workspace"_a, "workspace_bytes"_a, "stream"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),
         "d = op(a) @ op(b) (+ bias) (+ c) in one cuBLASLt matmul, row-major bfloat16 arrays "
-        "(op: transposed where trans_a / trans_b; c may be d: d += ...). tune: candidates "
-        "timed at the product's first call (-1: set_cublaslt_autotune's count). False, with "
-        "nothing launched, where cuBLASLt cannot.");
-  m.def(
-      "set_loss_matmul_tune", [](int tune) { g_loss_matmul_tune = std::max(0, tune); },
-      "tune"_a,
-      "0 (default): linear_cross_entropy's chunk products are PyTorch's matmuls; N > 0: "
-      "cuBLASLt's, N of its candidates timed at each product's first call (1: its first).");
-  m.def("loss_matmul_tune", [] { return g_loss_matmul_tune.load(); });
+        "(op: transposed where trans_a / trans_b). False, with nothing launched, where "
+        "cuBLASLt cannot.");
   m.def(
       "set_residual_epilogue", [](bool on) { g_residual_epilogue = on; }, "on"_a,
       "Whether linear_residual adds the residual in c_proj's matmul (default) or launches "

@@ -357,31 +357,6 @@ def test_cuda_linear_cross_entropy_matches_torch(dtype, gen):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("tune", [1, 4])
-def test_cuda_linear_cross_entropy_through_cublaslt(tune, gen):
-    # the switch loss_matmul_tune: the chunk products by cuBLASLt (timed candidates or its
-    # first), the same loss and gradients to bf16 tolerance, and its products recorded
-    rows = 1024 + 8 * tune  # shapes of this test only: each product is chosen afresh
-    h = torch.randn(rows, 768, generator=gen).bfloat16().cuda().requires_grad_()
-    w = (0.05 * torch.randn(50304, 768, generator=gen)).bfloat16().cuda().requires_grad_()
-    t = _targets(rows, 50304, gen, "cuda")
-    _C.set_loss_matmul_tune(tune)
-    try:
-        loss = ops.linear_cross_entropy(h, w, t, chunk_rows=256)
-        dh, dw = torch.autograd.grad(loss, (h, w))
-    finally:
-        _C.set_loss_matmul_tune(0)
-    ref, ref_dh, ref_dw = _ref_linear(h, w, t)
-    for got, r, name in ((loss, ref, "loss"), (dh, ref_dh, "dh"), (dw, ref_dw, "dweight")):
-        assert_close(got, r, torch.bfloat16, f"cublaslt linear ce {name} tune={tune}")
-    products = {(c["m"], c["n"], c["k"]): c for c in _C.cublaslt_choices()}
-    last = rows - 4 * 256  # the last chunk's rows: 8 * tune
-    for mnk in ((50304, last, 768), (768, last, 50304), (768, 50304, last)):
-        assert mnk in products, (mnk, sorted(products))
-        assert products[mnk]["tuned"] == (tune > 1 and products[mnk]["candidates"] > 1)
-
-
-@pytest.mark.cuda
 def test_cuda_linear_cross_entropy_autocast_peak_memory(gen):
     # gpt2-124m's head on 4 x 1024 rows: the torch loss holds bf16 logits and float32 copies
     # of them (>= 3 x 400 MiB); the fused op holds one 256 MiB chunk and dweight

@@ -266,6 +266,8 @@ def test_extension_checks_its_arguments():
         _C.matmul(h, x, w, False, True, None, None, 0, 0)
     with pytest.raises(ValueError, match=r"bias has shape \(7,\)"):
         _C.matmul(out, x, w2[:, :8].contiguous(), False, False, x[0, :7], None, 0, 0)
+    with pytest.raises(ValueError, match="must not be c's memory"):
+        _C.matmul(out, x, w2[:, :8].contiguous(), False, False, None, out, 0, 0)
 
 
 def test_no_cublaslt_choice_is_made_on_a_cpu(gen):

@@ -13,7 +13,6 @@ def test_every_setter_with_a_getter_is_listed_with_its_state():
     assert state["linear_registers_max_k"] == _C.linear_registers_max_k()
     assert state["cpu_path"] == _C.cpu_path()
     assert state["cublaslt_autotune"] == _C.cublaslt_autotune() == 0  # the heuristic's choice
-    assert state["loss_matmul_tune"] == _C.loss_matmul_tune() == 0  # PyTorch's matmuls
 
 
 def test_a_switch_is_set_from_text_in_its_own_type():

@@ -12,10 +12,6 @@ temporary is one chunk of logits instead of (B*T) x V floats three or four times
 their float32 copy, log-softmax, its gradient: 16 x 1024 x 50304 elements each for gpt2-124m).
 Why not a custom C++ op with cuBLAS inside: it would add a cuBLAS link and workspace handling
 for no gain over torch's own matmul, which already runs on the caller's stream and graph pool.
-The switch `loss_matmul_tune` (`_C.set_loss_matmul_tune(N)`, off by default) sends the three
-products through cuBLASLt instead (`_C.matmul`, csrc/linear_gelu.cpp), N of its candidate
-algorithms timed at each product's first call: alone, the chunk's logits product is 1.21x
-faster so on an H100 (scripts/matmul_autotune_bench.py), which is what it measures end to end.
 
 Custom ops: `gptstack::cross_entropy` (+ `cross_entropy_backward`) and
 `gptstack::linear_cross_entropy`. Kernels: csrc/cross_entropy.{cpp,cu}.
@@ -29,7 +25,6 @@ from torch import Tensor
 from ._checks import float_tensor, like
 from ._ext import _C, acc_dtype, dl, stream_of, threads
 from .errors import OpInputError, OpTypeError
-from .mlp import WORKSPACE_BYTES
 
 IGNORE_INDEX = -1  # gptstack.model's padding target (GPT.forward: "-1 = ignore")
 # Logits of one chunk, in bytes: 256 MiB is 2,560 rows of gpt2-124m's V = 50304 in bfloat16
@@ -103,31 +98,6 @@ _cross_entropy.register_autograd(_ce_backward, setup_context=_ce_setup)
 
 
 # --- linear_cross_entropy: LM head + loss, chunked ---------------------------------------------
-class _LtProducts:
-    """The chunk products by cuBLASLt where the switch `loss_matmul_tune` asks for it (CUDA,
-    bfloat16): lt(d, a, b, trans_a, trans_b, add=None) computes d = op(a) op(b) (+ add) and
-    says whether it did (False: nothing launched, the caller runs torch's matmul)."""
-
-    def __init__(self, like: Tensor, matmul_dtype: torch.dtype):
-        on = like.device.type == "cuda" and matmul_dtype == torch.bfloat16
-        self.tune = _C.loss_matmul_tune() if on else 0
-        self.stream = stream_of(like) if self.tune else 0
-        self.ws = (
-            torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=like.device)
-            if self.tune
-            else None
-        )
-
-    def __call__(self, d, a, b, trans_a: bool, trans_b: bool, add: Tensor | None = None) -> bool:
-        if not self.tune:
-            return False
-        c = None if add is None else dl(add)
-        return _C.matmul(
-            dl(d), dl(a), dl(b), trans_a, trans_b, None, c, self.ws.data_ptr(), WORKSPACE_BYTES,
-            self.stream, self.tune,
-        )  # fmt: skip
-
-
 @torch.library.custom_op("gptstack::linear_cross_entropy", mutates_args=())
 def _linear_cross_entropy(
     h: Tensor,
@@ -150,13 +120,10 @@ def _linear_cross_entropy(
         # dweight accumulates over the chunks in the matmul dtype with beta = 1 (cuBLAS adds into
         # C in float32 and rounds once per chunk: ~sqrt(chunks) bf16 roundings, no extra pass)
         dw = torch.zeros(weight.shape if compute_grad else 0, dtype=matmul_dtype, device=h.device)
-        lt = _LtProducts(h, matmul_dtype)
         for start in range(0, N, chunk_rows):
             end = min(N, start + chunk_rows)
             hc = h[start:end].to(matmul_dtype)  # (n, C)
-            logits = torch.empty(end - start, w.shape[0], dtype=matmul_dtype, device=h.device)
-            if not lt(logits, hc, w, False, True):
-                torch.mm(hc, w.t(), out=logits)  # (n, V): the only chunk-sized temporary
+            logits = hc @ w.t()  # (n, V): the only chunk-sized temporary
             _C.cross_entropy(
                 losses[start:end],
                 logits if compute_grad else None,
@@ -169,12 +136,10 @@ def _linear_cross_entropy(
             )
             if compute_grad:  # logits now hold dlogits
                 if dh.dtype == matmul_dtype:
-                    if not lt(dh[start:end], logits, w, False, False):
-                        torch.mm(logits, w, out=dh[start:end])
+                    torch.mm(logits, w, out=dh[start:end])
                 else:
                     dh[start:end].copy_(logits @ w)
-                if not lt(dw, logits, hc, True, False, add=dw):
-                    dw.addmm_(logits.t(), hc)
+                dw.addmm_(logits.t(), hc)
     loss = losses.sum() * scale[0]
     return loss, dh, dw.to(weight.dtype)
 
