@@ -188,7 +188,10 @@ bool capturing(uintptr_t stream) {
 // paid for the clocks ramping up and the choice could be a slower kernel (on an H100 at
 // gpt2-124m's c_fc, the "fastest" of 8 ran 654 us a call in a graph against the first's 643;
 // benchmarks/JOURNAL.md, 2026-12-07). Another candidate replaces the first only when it is
-// kMargin faster than it.
+// kMargin faster than it. Each candidate runs the product ~17 times on its real operands, so
+// its C must never be its D (an accumulating d += a b would add itself in each time: the
+// callers refuse that aliasing; a loss that accumulated dweight so went wrong in the CUDA
+// tests of cafecff, since reverted).
 void time_candidates(const Api& api, Handle handle, const Descriptors& ds, const LtMatmul& p,
                      void* workspace, size_t workspace_bytes, uintptr_t stream, int n,
                      Choice& choice) {
