@@ -21,7 +21,8 @@ change to it is not what this compares); "after" is this checkout as installed. 
 --after-set / --after-env both sides are this checkout (no git needed: it runs on a machine
 that has only a copy of the tree), and the after side adds those overrides and environment
 variables to its command. Each run is a fresh process
-of the CLI, timed from outside (wall, and its minor page faults from getrusage), and its
+of the CLI, timed from outside (wall, its minor page faults from getrusage, and on a GPU the
+median SM clock, power and clock-lowering reasons nvidia-smi sampled while it ran), and its
 summary.json (the training-run record: loop wall, tokens/s, val loss, environment) is kept
 whole. The JSON has every run, the medians of each side and the medians of the per-round
 ratios (after / before for tokens/s, before / after for times: > 1 is faster).
@@ -39,6 +40,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from gptstack.bench.telemetry import GpuTelemetry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,6 +65,19 @@ def pairs_of(items: list[str], flag: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items)
 
 
+def telemetry_text(t: dict | None) -> str:
+    """A run's GPU telemetry as the end of its line: ", SM 1,755 MHz (min 1,410), 690 W, ..."."""
+    if not t or "sm_clock_mhz" not in t:
+        return ""
+    clock = t["sm_clock_mhz"]
+    text = f", SM {clock['median']:,.0f} MHz (min {clock['min']:,.0f})"
+    if "power_w" in t:
+        text += f", {t['power_w']['median']:.0f} W"
+    for name, share in t.get("clock_reasons_share", {}).items():
+        text += f", {name} {100 * share:.0f} %"
+    return text
+
+
 def run_once(
     side: str, sources: str | None, settings: list[str], extra_env: dict, args, run_dir: Path
 ) -> dict:
@@ -73,7 +89,8 @@ def run_once(
            *overrides, "--no-progress", "--out", str(run_dir)]  # fmt: skip
     faults0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    with GpuTelemetry() as gpu:  # the SM clock and power while it ran (None on a CPU)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults0
     if proc.returncode != 0:
@@ -90,13 +107,14 @@ def run_once(
         "tokens_per_s_median": summary["tokens_per_s_median"],
         "best_val_loss": summary["best_val_loss"],
         "peak_memory_bytes": summary.get("peak_memory_bytes"),
+        "gpu_telemetry": gpu.summary(),
         "header": header,
         "summary": summary,
     }
     print(
         f"{side:6s} process {wall:6.1f} s, loop {row['loop_wall_s']:6.1f} s, "
         f"{row['tokens_per_s_median']:9,.0f} tokens/s, {faults:9,d} page faults, "
-        f"best val {row['best_val_loss']:.4f}",
+        f"best val {row['best_val_loss']:.4f}{telemetry_text(row['gpu_telemetry'])}",
         flush=True,
     )
     return row
@@ -238,6 +256,13 @@ def main() -> None:
         for side in side_names
         if any(r["side"] == side for r in ok)
     }
+    for side, m in medians.items():  # the median of the runs' median SM clocks, where sampled
+        clocks = [
+            r["gpu_telemetry"]["sm_clock_mhz"]["median"]
+            for r in ok
+            if r["side"] == side and (r.get("gpu_telemetry") or {}).get("sm_clock_mhz")
+        ]
+        m["sm_clock_mhz"] = statistics.median(clocks) if clocks else None
     ratios = ratios_to_first(runs, side_names)
     record = {
         "kind": "train-ab",
@@ -269,6 +294,7 @@ def main() -> None:
         print(
             f"{side:6s} median: process {m['process_wall_s']:.1f} s, loop {m['loop_wall_s']:.1f}"
             f" s, {m['tokens_per_s_median']:,.0f} tokens/s"
+            + (f", SM {m['sm_clock_mhz']:,.0f} MHz" if m["sm_clock_mhz"] else "")
         )
     for name, r in ratios.items():
         per_round = ", ".join(f"{x:.3f}" for x in r["tokens_per_s"]["per_round"])
