@@ -243,7 +243,7 @@ void register_attention(nb::module_& m) {
         "Causal attention: y = softmax(q k^T / sqrt(hs), j <= i) v (dropout p on the weights), "
         "lse = its log-normalizer. q, k, v, y: (B, nh, T, hs) with unit hs stride; lse: "
         "(B, nh, T). seed: one int64 on q's device, needed when dropout_p > 0. warps: CUDA "
-        "bf16 CTA size, 4 or 8 (0: by shape).");
+        "bf16 CTA size, 4 or 8 (0: the default, 4).");
   m.def("attention_backward", &attention_backward, "dq"_a, "dk"_a, "dv"_a, "dy"_a, "q"_a, "k"_a,
         "v"_a, "y"_a, "lse"_a, "seed"_a.none(), "dropout_p"_a = 0.0,
         "dq_accum"_a.none() = nb::none(), "warps"_a = 0, "stream"_a = 0, "num_threads"_a = 0,

@@ -38,14 +38,13 @@ template <typename E> View4<uint16_t> bits(View4<E> v) {
   return {reinterpret_cast<uint16_t*>(v.p), v.sb, v.sh, v.st};
 }
 
-// The forward's CTA size when the caller leaves it open (0): 8 warps (128 queries share each
-// K/V tile, halving their L2 traffic) once T is long enough to give every SM several CTAs, 4
-// below, so that short sequences still fill the GPU. Not yet measured on the H200:
-// scripts/attention_bench.py times both sizes (and both backward sizes) at the preset shapes.
-int default_forward_warps(int requested, const Dims& d) {
-  if (requested == 4 || requested == 8) return requested;
-  return d.T >= 512 ? 8 : 4;
-}
+// The forward's CTA size when the caller leaves it open (0): 4 warps at every T. 8 warps (128
+// queries sharing each K/V tile, half the tiles' L2 traffic) had been the choice from T = 512
+// on, but scripts/attention_bench.py found them slower at every preset shape on the H200, in
+// CUDA graphs side by side: gpt2-124m's T = 1024 165.5 us with 4 against 199.6 with 8,
+// shakespeare-char 33.7 against 43.3, esp32 5.6 against 7.1 (2026-12-02,
+// benchmarks/results/attention-bench-h200-20261202-063743.json).
+int default_forward_warps(int requested, const Dims&) { return requested == 8 ? 8 : 4; }
 
 // The split-keys forward (SplitConfig) runs only when asked for (warps == kSplitKeys). For two
 // commits of 2026-12-06 it was the launcher's choice for dropout-free calls with fewer CTAs

@@ -53,7 +53,7 @@ ATOMIC_DQ_MIN_T = 512
 BACKWARD_MODES = ("auto", "stages", "atomic")
 
 # The variant the bf16 CUDA kernels run: CTA size (warps) of forward and backward (0: the
-# launcher picks by shape) and the backward mode. Changed only through cuda_variant().
+# launcher's default, 4) and the backward mode. Changed only through cuda_variant().
 _variant = {"forward_warps": 0, "backward_warps": 0, "backward": "auto"}
 # forward_warps="split": 16 queries a CTA with the keys split over its 4 warps (no dropout;
 # csrc/attention_forward.cuh, SplitConfig); opt-in, no faster end to end (attention_cuda.cu)
@@ -64,17 +64,17 @@ SPLIT_KEYS = 1  # the extension's kSplitKeys
 def cuda_variant(
     forward_warps: int | str = 0, backward_warps: int = 0, backward: str = "auto"
 ) -> Iterator[None]:
-    """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: by shape; the
+    """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: the default, 4; the
     forward also "split": the split-keys kernel) and the backward mode "stages", "atomic" or
     "auto" (by T). For benchmarks and tests. Each kernel reads the variant when it runs, so the
     block must hold the backward too (autograd.grad or .backward() inside it); a backward run
     after the block takes the defaults."""
     if forward_warps not in (0, 4, 8, "split"):
         raise OpInputError(
-            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (by shape), 4, 8 or 'split'"
+            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8 or 'split'"
         )
     if backward_warps not in (0, 4, 8):
-        raise OpInputError(f"{OP}: warps per CTA is {backward_warps}; use 0 (by shape), 4 or 8")
+        raise OpInputError(f"{OP}: warps per CTA is {backward_warps}; use 0 (the default), 4 or 8")
     if backward not in BACKWARD_MODES:
         raise OpInputError(f"{OP}: backward mode {backward!r}; use one of {BACKWARD_MODES}")
     if forward_warps == "split":
