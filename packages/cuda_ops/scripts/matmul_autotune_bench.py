@@ -10,6 +10,15 @@ turn, ROUNDS rounds, and each gets the median microseconds a call. Ratios are th
 time over the other's (> 1: faster than cuBLASLt's first choice).
 
     python3 packages/cuda_ops/scripts/matmul_autotune_bench.py [--rows 131072] [--json F]
+    python3 packages/cuda_ops/scripts/matmul_autotune_bench.py --sequence 12 [--json F]
+
+With --sequence L the products instead run as a micro-step runs them, one after another in one
+graph (L layers of the block's twelve, then the LM head's three for each chunk of rows: ~155
+ms at 131,072 rows), heuristic against tuned, replayed in turn with nvidia-smi's SM clock and
+power sampled during each (gptstack.bench.telemetry). A graph of one product, replayed with
+the GPU idle in between, runs at the boost clock; this one keeps the GPU busy as a training
+step does: whether the tuned algorithms stay faster there tells the power limit's clock apart
+from the step's other kernels as the reason they were no faster end to end (2026-12-07).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import statistics
 
 import torch
 
+from gptstack.bench.telemetry import GpuTelemetry
 from gptstack.cuda_ops import _C
 from gptstack.cuda_ops.mlp import WORKSPACE_BYTES
 
@@ -125,14 +135,93 @@ def measure(product, calls: int, rounds: int, tune: int) -> dict:
     }
 
 
+def operands(product) -> tuple:
+    """(d, a, b, bias) of one product, random, on the GPU."""
+    name, a_shape, trans_a, b_shape, trans_b, bias = product
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(*a_shape, generator=g, device="cuda").bfloat16()
+    b = (0.02 * torch.randn(*b_shape, generator=g, device="cuda")).bfloat16()
+    cols = b_shape[0] if trans_b else b_shape[1]
+    rows = a_shape[1] if trans_a else a_shape[0]
+    bias_t = torch.randn(cols, generator=g, device="cuda").bfloat16() if bias else None
+    return torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda"), a, b, bias_t
+
+
+def sequence(n: int, layers: int, tune: int, rounds: int) -> dict:
+    """A micro-step's products in order, one graph a way: heuristic against tuned (--sequence)."""
+    prods = products(n)
+    block = [p for p in prods if not p[0].startswith("lm_head")]
+    head = [p for p in prods if p[0].startswith("lm_head")]
+    order = [p for _ in range(layers) for p in block] + [
+        p for _ in range(-(-n // HEAD_ROWS)) for p in head
+    ]
+    arrays = {p[0]: operands(p) for p in prods}
+    ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+
+    def step():
+        stream = torch.cuda.current_stream().cuda_stream
+        for name, _, trans_a, _, trans_b, _ in order:
+            d, a, b, bias_t = arrays[name]
+            assert _C.matmul(d, a, b, trans_a, trans_b, bias_t, None, ws.data_ptr(),
+                             ws.numel(), stream), name  # fmt: skip
+
+    graphs = {}
+    for way, t in (("heuristic", 0), ("tuned", tune)):
+        _C.set_cublaslt_autotune(t)
+        _C.reset_cublaslt_choices()
+        graphs[way] = capture(step, 1)  # its warm-up calls make (and time) each choice
+    _C.set_cublaslt_autotune(0)
+    ms = {way: [] for way in graphs}
+    gpu = {way: [] for way in graphs}
+    for _ in range(rounds):
+        for way, graph in graphs.items():
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            with GpuTelemetry(interval_ms=50) as telemetry:
+                start.record()
+                for _ in range(5):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+            ms[way].append(start.elapsed_time(end) / 5)
+            gpu[way].append(telemetry.summary())
+    clocks = {
+        way: [t["sm_clock_mhz"]["median"] for t in gpu[way] if t and "sm_clock_mhz" in t]
+        for way in gpu
+    }
+    return {
+        "layers": layers,
+        "products_a_step": len(order),
+        "ms": {way: statistics.median(v) for way, v in ms.items()},
+        "ms_by_round": ms,
+        "tuned_vs_heuristic": statistics.median(ms["heuristic"]) / statistics.median(ms["tuned"]),
+        "sm_clock_mhz": {w: statistics.median(c) if c else None for w, c in clocks.items()},
+        "telemetry_by_round": gpu,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=131072, help="tokens a micro-step (128 x 1024)")
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--tune", type=int, default=8)
+    ap.add_argument(
+        "--sequence", type=int, default=0, metavar="L", help="a micro-step's products in order"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.sequence:
+        r = sequence(args.rows, args.sequence, args.tune, args.rounds)
+        print(
+            f"{r['products_a_step']} products a step: heuristic {r['ms']['heuristic']:.2f} ms, "
+            f"tuned {r['ms']['tuned']:.2f} ms ({r['tuned_vs_heuristic']:.3f}x); median SM clock "
+            f"{r['sm_clock_mhz']}"
+        )
+        if args.json:
+            with open(args.json, "w") as f:
+                r.update(device=torch.cuda.get_device_name(), rows=args.rows, tune=args.tune)
+                json.dump(r, f, indent=1)
+        return
     results = []
     for p in products(args.rows):
         r = measure(p, args.calls, args.rounds, args.tune)
