@@ -26,12 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
 from gptstack.bench.telemetry import GpuTelemetry
 from gptstack.cuda_ops import _C
 from gptstack.cuda_ops.mlp import WORKSPACE_BYTES
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from window_linear_bench import capture_graph  # noqa: E402
 
 C, HEADS_V, HEAD_ROWS = 768, 50304, 2432  # gpt2-124m; the loss's chunk of rows (about)
 
@@ -57,32 +62,22 @@ def products(n: int) -> list[tuple[str, tuple, bool, tuple, bool, bool]]:
     return out
 
 
-def capture(fn, calls: int) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()  # outside the capture: cuBLAS workspaces, cuBLASLt's choice (timed if asked)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side), torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def measure(product, calls: int, rounds: int, tune: int) -> dict:
+def operands(product) -> tuple:
+    """(d, a, b, bias) of one product, random, on the GPU."""
     name, a_shape, trans_a, b_shape, trans_b, bias = product
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(*a_shape, generator=g, device="cuda").bfloat16()
     b = (0.02 * torch.randn(*b_shape, generator=g, device="cuda")).bfloat16()
-    bias_t = torch.randn(b_shape[0] if trans_b else b_shape[1], device="cuda").bfloat16()
-    bias_t = bias_t if bias else None
-    rows = a_shape[1] if trans_a else a_shape[0]
     cols = b_shape[0] if trans_b else b_shape[1]
-    d = torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda")
+    rows = a_shape[1] if trans_a else a_shape[0]
+    bias_t = torch.randn(cols, generator=g, device="cuda").bfloat16() if bias else None
+    return torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda"), a, b, bias_t
+
+
+def measure(product, calls: int, rounds: int, tune: int) -> dict:
+    name, a_shape, trans_a, _, trans_b, bias = product
+    d, a, b, bias_t = operands(product)
+    rows, cols = d.shape
     ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     op_a = a.t() if trans_a else a
     op_b = b.t() if trans_b else b
@@ -99,12 +94,12 @@ def measure(product, calls: int, rounds: int, tune: int) -> dict:
             d, a, b, trans_a, trans_b, bias_t, None, ws.data_ptr(), ws.numel(), stream
         ), name
 
-    graphs = {"torch": capture(torch_mm, calls)}
+    graphs = {"torch": capture_graph(torch_mm, calls)}
     _C.set_cublaslt_autotune(0)
-    graphs["lt heuristic"] = capture(lt, calls)  # the product's choice made untimed
+    graphs["lt heuristic"] = capture_graph(lt, calls)  # the product's choice made untimed
     _C.set_cublaslt_autotune(tune)
     _C.reset_cublaslt_choices()
-    graphs["lt tuned"] = capture(lt, calls)  # the same product's choice made again, timed
+    graphs["lt tuned"] = capture_graph(lt, calls)  # the same product's choice made again, timed
     _C.set_cublaslt_autotune(0)
     times = {k: [] for k in graphs}
     for _ in range(rounds):
@@ -135,18 +130,6 @@ def measure(product, calls: int, rounds: int, tune: int) -> dict:
     }
 
 
-def operands(product) -> tuple:
-    """(d, a, b, bias) of one product, random, on the GPU."""
-    name, a_shape, trans_a, b_shape, trans_b, bias = product
-    g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(*a_shape, generator=g, device="cuda").bfloat16()
-    b = (0.02 * torch.randn(*b_shape, generator=g, device="cuda")).bfloat16()
-    cols = b_shape[0] if trans_b else b_shape[1]
-    rows = a_shape[1] if trans_a else a_shape[0]
-    bias_t = torch.randn(cols, generator=g, device="cuda").bfloat16() if bias else None
-    return torch.empty(rows, cols, dtype=torch.bfloat16, device="cuda"), a, b, bias_t
-
-
 def sequence(n: int, layers: int, tune: int, rounds: int) -> dict:
     """A micro-step's products in order, one graph a way: heuristic against tuned (--sequence)."""
     prods = products(n)
@@ -169,7 +152,7 @@ def sequence(n: int, layers: int, tune: int, rounds: int) -> dict:
     for way, t in (("heuristic", 0), ("tuned", tune)):
         _C.set_cublaslt_autotune(t)
         _C.reset_cublaslt_choices()
-        graphs[way] = capture(step, 1)  # its warm-up calls make (and time) each choice
+        graphs[way] = capture_graph(step, 1)  # its warm-up calls make (and time) each choice
     _C.set_cublaslt_autotune(0)
     ms = {way: [] for way in graphs}
     gpu = {way: [] for way in graphs}

@@ -26,12 +26,14 @@ import gptstack.cuda_ops as ops
 from gptstack.cuda_ops import _C
 
 
-def graph_us(fn, calls: int, rounds: int) -> list[float]:
+def capture_graph(fn, calls: int) -> torch.cuda.CUDAGraph:
+    """`calls` calls of fn in one CUDA graph, after 3 outside it (LaunchCheck, cuBLAS
+    workspaces, cuBLASLt's algorithm choice, timed where autotuning is on), replayed once."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            fn()  # warm-up outside the capture (LaunchCheck, cuBLAS workspaces)
+            fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(side), torch.cuda.graph(graph):
@@ -39,6 +41,11 @@ def graph_us(fn, calls: int, rounds: int) -> list[float]:
             fn()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def graph_us(fn, calls: int, rounds: int) -> list[float]:
+    graph = capture_graph(fn, calls)
     out = []
     for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
