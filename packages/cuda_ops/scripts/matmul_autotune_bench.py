@@ -11,6 +11,7 @@ time over the other's (> 1: faster than cuBLASLt's first choice).
 
     python3 packages/cuda_ops/scripts/matmul_autotune_bench.py [--rows 131072] [--json F]
     python3 packages/cuda_ops/scripts/matmul_autotune_bench.py --sequence 12 [--json F]
+    python3 packages/cuda_ops/scripts/matmul_autotune_bench.py --plot-from F.json --plot P.png
 
 With --sequence L the products instead run as a micro-step runs them, one after another in one
 graph (L layers of the block's twelve, then the LM head's three for each chunk of rows: ~155
@@ -25,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -182,6 +185,35 @@ def sequence(n: int, layers: int, tune: int, rounds: int) -> dict:
     }
 
 
+def plot(record_path: Path, png: Path) -> None:
+    """A record's products as bars, microseconds a call each way (no GPU needed)."""
+    from gptstack.bench.plots import render_plot
+
+    record = json.loads(record_path.read_text())
+    date = record.get("date") or "-".join(
+        re.search(r"(\d{4})(\d{2})(\d{2})", record_path.name).groups()
+    )
+    rows = [
+        {"section": "matmul", "status": "ok", "name": p["name"], "way": way, "us": us}
+        for p in record["products"]
+        for way, us in p["us"].items()
+    ]
+    data = {"rows": rows, "env": {"device": {"name": record["device"]}, "date": date}}
+    spec = {
+        "kind": "bars",
+        "section": "matmul",
+        "label": "name",
+        "series": "way",
+        "value": "us",
+        "title": f"gpt2-124m's matmuls at {record['rows']:,} rows: PyTorch, cuBLASLt's first "
+        f"choice, its candidates timed (up to {record['tune']}; CUDA graphs)",
+        "ylabel": "µs a call",
+    }
+    if not render_plot(data, spec, png):
+        raise SystemExit(f"{record_path}: no products to plot")
+    print(f"wrote {png}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=131072, help="tokens a micro-step (128 x 1024)")
@@ -192,7 +224,13 @@ def main() -> None:
         "--sequence", type=int, default=0, metavar="L", help="a micro-step's products in order"
     )
     ap.add_argument("--json", default=None)
+    ap.add_argument("--plot-from", type=Path, default=None, help="a record this script wrote")
+    ap.add_argument("--plot", type=Path, default=None, help="the PNG to draw it to")
     args = ap.parse_args()
+    if args.plot_from or args.plot:
+        if not (args.plot_from and args.plot):
+            raise SystemExit("--plot-from and --plot go together: the record and the PNG")
+        return plot(args.plot_from, args.plot)
     if args.sequence:
         r = sequence(args.rows, args.sequence, args.tune, args.rounds)
         print(
@@ -225,6 +263,7 @@ def main() -> None:
             json.dump(
                 {
                     "device": torch.cuda.get_device_name(),
+                    "date": time.strftime("%Y-%m-%d", time.gmtime()),
                     "rows": args.rows,
                     "tune": args.tune,
                     "products": results,
