@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gptstack.bench.telemetry import (
     CLOCK,
     FIELDS,
+    OLD_REASONS,
     POWER,
     REASONS,
     TEMPERATURE,
@@ -69,12 +70,16 @@ def test_summary_of_samples():
 
 FAKE_SMI = """#!/usr/bin/env bash
 # a fake nvidia-smi: one sample, or one every 10 ms with -lms
+# REJECT_REASONS=1: a driver without clocks_event_reasons; 2: without either name
 for a in "$@"; do
-  case "$a" in *clocks_event_reasons*) [ "${REJECT_REASONS:-0}" = 1 ] && exit 2;; esac
+  case "$a" in
+    *clocks_event_reasons*) [ "${REJECT_REASONS:-0}" != 0 ] && exit 2;;
+    *clocks_throttle_reasons*) [ "${REJECT_REASONS:-0}" = 2 ] && exit 2;;
+  esac
 done
 line() {
   case "$*" in
-    *clocks_event_reasons*) echo "1755, 612.34, 70, 0x0000000000000004";;
+    *_reasons.active*) echo "1755, 612.34, 70, 0x0000000000000004";;
     *) echo "1755, 612.34, 70";;
   esac
 }
@@ -85,16 +90,16 @@ esac
 """
 
 
-def _fake(tmp_path, monkeypatch, reject_reasons: bool):
+def _fake(tmp_path, monkeypatch, reject_reasons: int):
     script = tmp_path / "nvidia-smi"
     script.write_text(FAKE_SMI)
     script.chmod(0o755)
-    monkeypatch.setenv("REJECT_REASONS", "1" if reject_reasons else "0")
+    monkeypatch.setenv("REJECT_REASONS", str(reject_reasons))
     return str(script)
 
 
 def test_samples_are_taken_while_the_block_runs(tmp_path, monkeypatch):
-    with GpuTelemetry(command=_fake(tmp_path, monkeypatch, False), interval_ms=10) as gpu:
+    with GpuTelemetry(command=_fake(tmp_path, monkeypatch, 0), interval_ms=10) as gpu:
         time.sleep(0.3)
     s = gpu.summary()
     assert s["samples"] >= 3
@@ -103,8 +108,15 @@ def test_samples_are_taken_while_the_block_runs(tmp_path, monkeypatch):
     assert s["clock_reasons_share"] == {"sw_power_cap": 1.0}
 
 
+def test_an_older_driver_is_asked_by_the_reasons_older_name(tmp_path, monkeypatch):
+    with GpuTelemetry(command=_fake(tmp_path, monkeypatch, 1), interval_ms=10) as gpu:
+        time.sleep(0.2)
+    assert gpu.fields == (*FIELDS[:3], OLD_REASONS)
+    assert gpu.summary()["clock_reasons_share"] == {"sw_power_cap": 1.0}
+
+
 def test_a_driver_without_the_reasons_field_is_asked_without_it(tmp_path, monkeypatch):
-    with GpuTelemetry(command=_fake(tmp_path, monkeypatch, True), interval_ms=10) as gpu:
+    with GpuTelemetry(command=_fake(tmp_path, monkeypatch, 2), interval_ms=10) as gpu:
         time.sleep(0.2)
     assert gpu.fields == FIELDS[:3]
     s = gpu.summary()

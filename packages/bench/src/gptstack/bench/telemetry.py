@@ -9,7 +9,8 @@ boost clock can rank otherwise inside a long training step (2026-12-07: cuBLASLt
 1.2x faster in a graph of one product were no faster end to end). A side-by-side record that
 carries each run's median SM clock, power and the reasons the driver gave for lowering the
 clock says whether two sides ran under the same conditions. Without nvidia-smi (a CPU run),
-summary() is None; a driver that does not know a field is asked without it.
+summary() is None; a driver that does not know the reasons' name is asked by the older one,
+or without them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ CLOCK, POWER, TEMPERATURE, REASONS = (
     "clocks_event_reasons.active",
 )
 FIELDS = (CLOCK, POWER, TEMPERATURE, REASONS)
+OLD_REASONS = "clocks_throttle_reasons.active"  # the same mask, its name before driver 535
 # The bits of clocks_event_reasons.active (nvml.h, nvmlClocksEventReason*)
 REASON_BITS = {
     0x1: "gpu_idle",
@@ -49,7 +51,10 @@ def parse_sample(line: str, fields: tuple[str, ...]) -> dict[str, float | int] |
     out: dict[str, float | int] = {}
     try:
         for field, cell in zip(fields, cells, strict=True):
-            out[field] = int(cell, 16) if field == REASONS else float(cell)
+            if field in (REASONS, OLD_REASONS):
+                out[REASONS] = int(cell, 16)
+            else:
+                out[field] = float(cell)
     except ValueError:
         return None
     return out
@@ -110,9 +115,9 @@ class GpuTelemetry:
         ]
 
     def _supported_fields(self) -> tuple[str, ...]:
-        """FIELDS, or FIELDS without the reasons where this driver rejects them; () where
-        nvidia-smi is missing or fails."""
-        for fields in (FIELDS, FIELDS[:-1]):
+        """FIELDS, with the reasons' older name or without them where this driver rejects
+        the name; () where nvidia-smi is missing or fails."""
+        for fields in (FIELDS, (*FIELDS[:-1], OLD_REASONS), FIELDS[:-1]):
             try:
                 proc = subprocess.run(
                     self._query(fields), capture_output=True, text=True, timeout=20
