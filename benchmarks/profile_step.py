@@ -7,7 +7,8 @@ Builds each preset's model exactly as `gptstack train` does on CUDA (bf16 autoca
 the whole step captured as one CUDA graph), warms it up, then records a few graph replays with
 torch.profiler. Writes, per preset, a JSON of the kernel table (name, calls per step, total and
 mean GPU time), the kernel time's shares by kind (matmul, attention, LayerNorm, GELU, loss,
-optimizer, other: gptstack.bench.kernel_shares) and a gzipped Chrome trace; prints the top
+optimizer, other: gptstack.bench.kernel_shares), the SM clock and power nvidia-smi sampled while
+the timed steps ran (gptstack.bench.telemetry) and a gzipped Chrome trace; prints the top
 kernels and the shares. The profile is what the
 kernel work of packages/cuda_ops is chosen from (METHOD.md: profile before you optimise).
 """
@@ -27,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from gptstack.bench.kernel_shares import kernel_shares, shares_line
+from gptstack.bench.telemetry import GpuTelemetry
 from gptstack.tools.bench_cli import preset_shape
 
 
@@ -92,12 +94,14 @@ def main() -> None:
         torch.cuda.synchronize()
         startup = time.perf_counter() - t0
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ev0.record()
-        for i in range(20):
-            step.step(batches[i % 4], 1e-4)
-        ev1.record()
-        ev1.synchronize()
+        with GpuTelemetry(interval_ms=50) as gpu:  # the SM clock the timed steps ran at
+            ev0.record()
+            for i in range(20):
+                step.step(batches[i % 4], 1e-4)
+            ev1.record()
+            ev1.synchronize()
         ms = ev0.elapsed_time(ev1) / 20
+        telemetry = gpu.summary()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for i in range(args.steps):
                 step.step(batches[i % 4], 1e-4)
@@ -127,6 +131,7 @@ def main() -> None:
             "shape": shape.to_dict(),
             "ops": step_ops,
             "ms_per_step_graph": ms,
+            "gpu_telemetry": telemetry,
             "startup_s": startup,
             "kernels_per_step": n_kernels,
             "kernel_us_per_step": total_us,
@@ -143,6 +148,8 @@ def main() -> None:
             f"{total_us / 1e3:.3f} ms of kernel time, start-up {startup:.1f} s"
         )
         print(f"   kernel time by kind: {shares_line(shares)}")
+        if telemetry and "sm_clock_mhz" in telemetry:
+            print(f"   while timed: {json.dumps(telemetry)}")
         for r in kernels[:25]:
             print(
                 f"  {r['gpu_us_per_step']:9.1f} us  x{r['calls_per_step']:5.1f}  {r['name'][:110]}"
