@@ -71,6 +71,7 @@ def test_summary_of_samples():
 FAKE_SMI = """#!/usr/bin/env bash
 # a fake nvidia-smi: one sample, or one every 10 ms with -lms
 # REJECT_REASONS=1: a driver without clocks_event_reasons; 2: without either name
+[ -n "${SMI_LOG:-}" ] && echo "$*" >> "$SMI_LOG"
 for a in "$@"; do
   case "$a" in
     *clocks_event_reasons*) [ "${REJECT_REASONS:-0}" != 0 ] && exit 2;;
@@ -127,3 +128,16 @@ def test_without_nvidia_smi_there_is_no_summary(tmp_path):
     with GpuTelemetry(command=str(tmp_path / "no-such-nvidia-smi")) as gpu:
         pass
     assert gpu.fields == () and gpu.summary() is None
+
+
+def test_the_driver_is_asked_for_its_fields_once(tmp_path, monkeypatch):
+    log = tmp_path / "calls.txt"
+    monkeypatch.setenv("SMI_LOG", str(log))
+    command = _fake(tmp_path, monkeypatch, 0)
+    for _ in range(3):  # three short windows, as a benchmark's rounds take them
+        with GpuTelemetry(command=command, interval_ms=10) as gpu:
+            time.sleep(0.05)
+        assert gpu.fields == FIELDS
+    calls = log.read_text().splitlines()
+    assert sum("-lms" not in c for c in calls) == 1  # the fields' probe
+    assert sum("-lms" in c for c in calls) == 3  # a sampler a window

@@ -6,7 +6,7 @@
 // stream), and checks its launch (cuda_launch.h). Before an instance's first launch on a device,
 // its LaunchCheck checks that the block fits and raises its shared-memory limit where it needs
 // more than 48 KiB (every hs=64 backward, hs=64 with 8 warps and every hs=128 forward). The
-// backward's CTA size defaults to 4 warps. Built with GS_ATTN_EMULATE (attention_emu/check.cpp)
+// CTA size defaults to 4 warps (cta_warps). Built with GS_ATTN_EMULATE (attention_emu/check.cpp)
 // the same launchers run on the CPU against an emulated CUDA runtime that enforces those limits.
 #include <cmath>
 #include <string>
@@ -38,13 +38,13 @@ template <typename E> View4<uint16_t> bits(View4<E> v) {
   return {reinterpret_cast<uint16_t*>(v.p), v.sb, v.sh, v.st};
 }
 
-// The forward's CTA size when the caller leaves it open (0): 4 warps at every T. 8 warps (128
-// queries sharing each K/V tile, half the tiles' L2 traffic) had been the choice from T = 512
-// on, but scripts/attention_bench.py found them slower at every preset shape on the H200, in
-// CUDA graphs side by side: gpt2-124m's T = 1024 165.5 us with 4 against 199.6 with 8,
-// shakespeare-char 33.7 against 43.3, esp32 5.6 against 7.1 (2026-12-02,
-// benchmarks/results/attention-bench-h200-20261202-063743.json).
-int default_forward_warps(int requested, const Dims&) { return requested == 8 ? 8 : 4; }
+// The CTA size of the forward and the backward: 8 warps where asked, otherwise (0, the
+// default) 4 at every T. 8 forward warps (128 queries sharing each K/V tile, half the tiles'
+// L2 traffic) had been the choice from T = 512 on, but scripts/attention_bench.py found them
+// slower at every preset shape on the H200, in CUDA graphs side by side: gpt2-124m's T = 1024
+// 165.5 us with 4 against 199.6 with 8, shakespeare-char 33.7 against 43.3, esp32 5.6 against
+// 7.1 (2026-12-02, benchmarks/results/attention-bench-h200-20261202-063743.json).
+int cta_warps(int requested) { return requested == 8 ? 8 : 4; }
 
 // The split-keys forward (SplitConfig) runs only when asked for (warps == kSplitKeys). For two
 // commits of 2026-12-06 it was the launcher's choice for dropout-free calls with fewer CTAs
@@ -184,8 +184,7 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
       case 128: return launch_forward_split<128>(a, d, s);
     }  // another head size: dispatch's error below
   }
-  dispatch<Forward>("causal_attention", d, default_forward_warps(l.warps, d),
-                    l.threshold != 0, a, d, s);
+  dispatch<Forward>("causal_attention", d, cta_warps(l.warps), l.threshold != 0, a, d, s);
 }
 
 void backward_cuda_bf16(const Dims& d, View4<const bf16_t> dy, View4<const bf16_t> q,
@@ -197,7 +196,7 @@ void backward_cuda_bf16(const Dims& d, View4<const bf16_t> dy, View4<const bf16_
             static_cast<int>(d.nh), static_cast<int>(d.T), scale, scale * kLog2e, l.threshold,
             l.drop_scale, l.seed, dq_accum};
   const cudaStream_t s = as_stream(l.stream);
-  dispatch<Backward>("causal_attention_backward", d, l.warps == 8 ? 8 : 4, l.threshold != 0, a,
+  dispatch<Backward>("causal_attention_backward", d, cta_warps(l.warps), l.threshold != 0, a,
                      d, s);
 }
 

@@ -35,6 +35,20 @@ using OptArray = std::optional<nb::ndarray<>>;
 // nothing and the caller adds the residual apart, as before the epilogue took it.
 std::atomic<bool> g_residual_epilogue{true};
 
+// d = op(a) op(b) for row-major 2-D a, b, d (op: transposed where asked; shapes checked by the
+// caller), as cuBLASLt's column-major product: row-major arrays are column-major transposes, so
+// d^T (cols x rows) = op(b)^T op(a)^T, b's memory is cuBLASLt's A and a's its B. A bias then
+// runs along D's rows: one per column of d. The caller sets the epilogue.
+LtMatmul row_major_product(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                           void* d) {
+  LtMatmul p;
+  p.n = a.size(trans_a ? 1 : 0), p.k = a.size(trans_a ? 0 : 1), p.m = b.size(trans_b ? 0 : 1);
+  p.trans_a = trans_b, p.a = b.data, p.lda = b.size(1);
+  p.trans_b = trans_a, p.b = a.data, p.ldb = a.size(1);
+  p.d = d, p.ldd = p.m;
+  return p;
+}
+
 // y = x weight^T (+ bias) for x (N, K), weight (M, K), bias (M,): the arguments checked (bf16,
 // one device), and the product as cuBLASLt sees it, y^T (M x N) = weight (M x K) x^T (K x N),
 // with the bias along D's rows. The caller sets D and the epilogue.
@@ -42,12 +56,7 @@ struct Linear {
   Tensor x, w, b;
   int64_t n = 0, k = 0, m = 0;
   LtMatmul product(void* d) const {
-    LtMatmul p;
-    p.m = m, p.n = n, p.k = k;
-    p.trans_a = true;
-    p.a = w.data, p.lda = k;
-    p.b = x.data, p.ldb = k;
-    p.d = d, p.ldd = m;
+    LtMatmul p = row_major_product(x, false, w, true, d);
     p.bias = b.data;
     return p;
   }
@@ -105,11 +114,7 @@ bool linear_gelu_backward(nb::ndarray<> du, nb::ndarray<> g, nb::ndarray<> w2, n
   check_arg(op, G, "du", DU, DType::bf16, {N, F});
   if (!G.cuda) fail(op, "takes CUDA tensors (the CPU computes the matmul and GELU apart)");
   CudaScope scope(op, G);
-  LtMatmul p;
-  p.m = F, p.n = N, p.k = C;
-  p.a = W2.data, p.lda = F;
-  p.b = G.data, p.ldb = C;
-  p.d = DU.data, p.ldd = F;
+  LtMatmul p = row_major_product(G, false, W2, false, DU.data);  // du = g W2
   p.epilogue = LtEpilogue::dgelu;
   p.aux = U.data;
   return lt_matmul(op, p, reinterpret_cast<void*>(workspace), workspace_bytes, stream);
@@ -133,8 +138,7 @@ bool linear_residual(nb::ndarray<> out, nb::ndarray<> h, nb::ndarray<> w, OptArr
 
 // d = op(a) op(b) (+ bias) (+ c) for row-major a, b, d (op: transposed where asked), one
 // cuBLASLt product: the plain matmuls of benchmarks beside the fused ones above, with the same
-// algorithm choice (heuristic or autotuned). As row-major arrays are column-major transposes,
-// d^T (cols x rows) = op(b)^T op(a)^T: b's memory is cuBLASLt's A and a's its B.
+// algorithm choice (heuristic or autotuned).
 bool matmul(nb::ndarray<> d, nb::ndarray<> a, nb::ndarray<> b, bool trans_a, bool trans_b,
             OptArray bias, std::optional<nb::ndarray<>> c, uintptr_t workspace,
             size_t workspace_bytes, uintptr_t stream) {
@@ -150,11 +154,7 @@ bool matmul(nb::ndarray<> d, nb::ndarray<> a, nb::ndarray<> b, bool trans_a, boo
   check_arg(op, A, "b", B, DType::bf16, B.shape);
   const Tensor D = view(op, "d", d);
   check_arg(op, A, "d", D, DType::bf16, {rows, cols});
-  LtMatmul p;
-  p.m = cols, p.n = rows, p.k = k;
-  p.trans_a = trans_b, p.a = B.data, p.lda = B.size(1);
-  p.trans_b = trans_a, p.b = A.data, p.ldb = A.size(1);
-  p.d = D.data, p.ldd = cols;
+  LtMatmul p = row_major_product(A, trans_a, B, trans_b, D.data);
   p.epilogue = LtEpilogue::none;
   if (bias) {
     const Tensor bias_t = view(op, "bias", *bias);

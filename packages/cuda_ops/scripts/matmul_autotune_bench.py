@@ -78,9 +78,10 @@ def operands(product) -> tuple:
 
 
 def measure(product, calls: int, rounds: int, tune: int) -> dict:
-    name, a_shape, trans_a, _, trans_b, bias = product
+    name, _, trans_a, _, trans_b, bias = product
     d, a, b, bias_t = operands(product)
     rows, cols = d.shape
+    k = a.shape[0] if trans_a else a.shape[1]
     ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     op_a = a.t() if trans_a else a
     op_b = b.t() if trans_b else b
@@ -114,12 +115,8 @@ def measure(product, calls: int, rounds: int, tune: int) -> dict:
             end.synchronize()
             times[k].append(1e3 * start.elapsed_time(end) / calls)
     median = {k: statistics.median(v) for k, v in times.items()}
-    choice = [
-        c
-        for c in _C.cublaslt_choices()
-        if (c["m"], c["n"], c["k"]) == (cols, rows, a_shape[0] if trans_a else a_shape[1])
-    ]
-    flops = 2 * rows * cols * (a_shape[0] if trans_a else a_shape[1])
+    choice = [c for c in _C.cublaslt_choices() if (c["m"], c["n"], c["k"]) == (cols, rows, k)]
+    flops = 2 * rows * cols * k
     return {
         "name": name,
         "rows": rows,

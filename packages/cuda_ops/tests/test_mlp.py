@@ -381,6 +381,18 @@ def test_cuda_matmul_matches_torch(trans_a, trans_b, bias, add, gen):
     assert_close(d, ref, torch.bfloat16, f"matmul trans_a={trans_a} trans_b={trans_b}")
 
 
+@pytest.mark.cuda
+def test_cuda_reset_forgets_every_choice(gen):
+    a = torch.randn(40, 64, generator=gen).bfloat16().cuda()
+    d = torch.empty(40, 40, dtype=torch.bfloat16, device="cuda")
+    ws = torch.empty(mlp.WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    assert _C.matmul(d, a, a, False, True, None, None, ws.data_ptr(), ws.numel(), stream)
+    assert any((c["m"], c["n"], c["k"]) == (40, 40, 64) for c in _C.cublaslt_choices())
+    _C.reset_cublaslt_choices()
+    assert _C.cublaslt_choices() == []
+
+
 FIRST_CALL_CAPTURED = """
 import torch, gptstack.cuda_ops as ops
 g = torch.Generator(device="cuda").manual_seed(0)

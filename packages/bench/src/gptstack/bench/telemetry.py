@@ -15,6 +15,7 @@ or without them.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import subprocess
 from typing import Any
@@ -95,6 +96,28 @@ def summarize(samples: list[dict[str, float | int]]) -> dict[str, Any] | None:
     return out
 
 
+def _query(command: str, gpu: int, fields: tuple[str, ...], *extra: str) -> list[str]:
+    fmt = "--format=csv,noheader,nounits"
+    return [command, f"--query-gpu={','.join(fields)}", fmt, "-i", str(gpu), *extra]
+
+
+@functools.cache
+def supported_fields(command: str, gpu: int) -> tuple[str, ...]:
+    """FIELDS, with the reasons' older name or without them where this driver rejects the
+    name; () where `command` is missing or fails. Asked once per process and GPU (a benchmark
+    samples many short windows)."""
+    for fields in (FIELDS, (*FIELDS[:-1], OLD_REASONS), FIELDS[:-1]):
+        try:
+            proc = subprocess.run(
+                _query(command, gpu, fields), capture_output=True, text=True, timeout=20
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ()
+        if proc.returncode == 0 and parse_sample(proc.stdout.strip(), fields) is not None:
+            return fields
+    return ()
+
+
 class GpuTelemetry:
     """Samples GPU `gpu` every `interval_ms` while the `with` block runs (nvidia-smi -lms)."""
 
@@ -104,35 +127,11 @@ class GpuTelemetry:
         self.samples: list[dict[str, float | int]] = []
         self._proc: subprocess.Popen | None = None
 
-    def _query(self, fields: tuple[str, ...], *extra: str) -> list[str]:
-        return [
-            self.command,
-            f"--query-gpu={','.join(fields)}",
-            "--format=csv,noheader,nounits",
-            "-i",
-            str(self.gpu),
-            *extra,
-        ]
-
-    def _supported_fields(self) -> tuple[str, ...]:
-        """FIELDS, with the reasons' older name or without them where this driver rejects
-        the name; () where nvidia-smi is missing or fails."""
-        for fields in (FIELDS, (*FIELDS[:-1], OLD_REASONS), FIELDS[:-1]):
-            try:
-                proc = subprocess.run(
-                    self._query(fields), capture_output=True, text=True, timeout=20
-                )
-            except (OSError, subprocess.TimeoutExpired):
-                return ()
-            if proc.returncode == 0 and parse_sample(proc.stdout.strip(), fields) is not None:
-                return fields
-        return ()
-
     def __enter__(self) -> GpuTelemetry:
-        self.fields = self._supported_fields()
+        self.fields = supported_fields(self.command, self.gpu)
         if self.fields:
             self._proc = subprocess.Popen(
-                self._query(self.fields, "-lms", str(self.interval_ms)),
+                _query(self.command, self.gpu, self.fields, "-lms", str(self.interval_ms)),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,

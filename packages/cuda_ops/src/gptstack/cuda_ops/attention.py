@@ -74,7 +74,7 @@ def cuda_variant(
             f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8 or 'split'"
         )
     if backward_warps not in (0, 4, 8):
-        raise OpInputError(f"{OP}: warps per CTA is {backward_warps}; use 0 (the default), 4 or 8")
+        raise OpInputError(f"{OP}: warps per CTA is {backward_warps}; use 0 (default), 4 or 8")
     if backward not in BACKWARD_MODES:
         raise OpInputError(f"{OP}: backward mode {backward!r}; use one of {BACKWARD_MODES}")
     if forward_warps == "split":
