@@ -74,18 +74,31 @@ template <int HS> void launch_forward_split(const FwdArgs& a, const Dims& d, cud
   check_launch("causal_attention", shape_of(d));
 }
 
-template <int HS, int NW, bool kDrop>
+template <int HS, int NW, bool kDrop, int MT = 1>
 void launch_forward(const FwdArgs& a, const Dims& d, cudaStream_t s) {
-  using C = FwdConfig<HS, NW>;
-  const auto kernel = attention_forward_mma_kernel<HS, NW, kDrop>;
+  using C = FwdConfig<HS, NW, MT>;
+  const auto kernel = attention_forward_mma_kernel<HS, NW, kDrop, MT>;
   static LaunchCheck ready;  // one per instance (see cuda_launch.h)
   ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
-               config_of(HS, NW, kDrop, "forward"), C::kThreads, C::kSmemBytes);
+               config_of(HS, NW, kDrop, MT == 1 ? "forward" : "forward of 32-row warps"),
+               C::kThreads, C::kSmemBytes);
   const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh));
   // a programmatic dependent (the kernel waits before its first read): in the slide window the
   // tensor-core decode_linear after it loads its weights while it runs
   launch_programmatic(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
   check_launch("causal_attention", shape_of(d));
+}
+
+// The wide forward (warps == kWideRows): 4 warps, each owning two m-tiles of 16 queries, so
+// every K and V fragment a warp reads from shared memory feeds two products
+// (attention_forward.cuh, FwdConfig's MT). Head sizes 32 and 64: at 128 the second m-tile's
+// accumulators would not fit the registers.
+template <int HS> void launch_forward_wide(const FwdArgs& a, const Dims& d, bool drop,
+                                           cudaStream_t s) {
+  if (drop)
+    launch_forward<HS, 4, true, 2>(a, d, s);
+  else
+    launch_forward<HS, 4, false, 2>(a, d, s);
 }
 
 template <int HS, int NW, bool kDrop>
@@ -183,6 +196,16 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
       case 64: return launch_forward_split<64>(a, d, s);
       case 128: return launch_forward_split<128>(a, d, s);
     }  // another head size: dispatch's error below
+  }
+  if (l.warps == kWideRows) {
+    switch (d.hs) {
+      case 32: return launch_forward_wide<32>(a, d, l.threshold != 0, s);
+      case 64: return launch_forward_wide<64>(a, d, l.threshold != 0, s);
+      default:
+        throw std::invalid_argument(
+            "gptstack.cuda_ops.causal_attention: the wide forward (32 queries a warp) is built "
+            "for head sizes 32 and 64, not " + std::to_string(d.hs) + "; use another CTA size");
+    }
   }
   dispatch<Forward>("causal_attention", d, cta_warps(l.warps), l.threshold != 0, a, d, s);
 }

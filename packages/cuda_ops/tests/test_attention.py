@@ -455,6 +455,30 @@ def test_cuda_split_keys_forward_refuses_dropout(gen):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize(
+    "shape", [(2, 3, 150, 64), (1, 8, 64, 32), (1, 2, 1, 64), (2, 4, 1024, 64), (1, 3, 77, 32)]
+)
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+def test_cuda_wide_forward_matches_reference(shape, dropout_p, gen):
+    """The forward of 32-row warps (each K/V fragment feeds two m-tiles) against float32, with
+    dropout (its mask must be the default kernel's: the backward rebuilds it), and its lse
+    through the 4-warp backward."""
+    (q, k, v, dy, seed), (y_ref, g_ref) = _cuda_case(shape, dropout_p, gen)
+    with cuda_variant("wide", 4, "auto"):
+        y, grads = _run(q, k, v, dy, dropout_p=dropout_p, seed=seed)
+    assert_close(y, y_ref, torch.bfloat16, f"cuda wide y {shape} p={dropout_p}")
+    _assert_grads_close(grads, g_ref, torch.bfloat16, f"cuda wide {shape} p={dropout_p}")
+
+
+@pytest.mark.cuda
+def test_cuda_wide_forward_refuses_head_size_128(gen):
+    (q, k, v, _, seed), _ = _cuda_case((1, 2, 64, 128), 0.0, gen)
+    with pytest.raises(ValueError, match="head sizes 32 and 64"):
+        with cuda_variant("wide"):
+            ops.causal_attention(q, k, v)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("shape", [(1, 1, 1, 32), (2, 3, 45, 64), (1, 2, 70, 128)])
 @pytest.mark.parametrize("dropout_p", [0.0, 0.2])
 def test_cuda_float32_matches_cpu(shape, dropout_p, gen):

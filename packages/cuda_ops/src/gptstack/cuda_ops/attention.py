@@ -56,8 +56,11 @@ BACKWARD_MODES = ("auto", "stages", "atomic")
 # launcher's default, 4) and the backward mode. Changed only through cuda_variant().
 _variant = {"forward_warps": 0, "backward_warps": 0, "backward": "auto"}
 # forward_warps="split": 16 queries a CTA with the keys split over its 4 warps (no dropout;
-# csrc/attention_forward.cuh, SplitConfig); opt-in, no faster end to end (attention_cuda.cu)
+# csrc/attention_forward.cuh, SplitConfig); opt-in, no faster end to end (attention_cuda.cu).
+# forward_warps="wide": 4 warps of 32 queries each (FwdConfig's MT = 2; head sizes 32 and 64).
 SPLIT_KEYS = 1  # the extension's kSplitKeys
+WIDE_ROWS = 2  # the extension's kWideRows
+_FORWARD_CODES = {"split": SPLIT_KEYS, "wide": WIDE_ROWS}
 
 
 @contextlib.contextmanager
@@ -65,20 +68,21 @@ def cuda_variant(
     forward_warps: int | str = 0, backward_warps: int = 0, backward: str = "auto"
 ) -> Iterator[None]:
     """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: the default, 4; the
-    forward also "split": the split-keys kernel) and the backward mode "stages", "atomic" or
+    forward also "split": the split-keys kernel, or "wide": 4 warps of 32 queries, head sizes 32
+    and 64) and the backward mode "stages", "atomic" or
     "auto" (by T). For benchmarks and tests. Each kernel reads the variant when it runs, so the
     block must hold the backward too (autograd.grad or .backward() inside it); a backward run
     after the block takes the defaults."""
-    if forward_warps not in (0, 4, 8, "split"):
+    if forward_warps not in (0, 4, 8, "split", "wide"):
         raise OpInputError(
-            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8 or 'split'"
+            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8, 'split' "
+            "or 'wide'"
         )
     if backward_warps not in (0, 4, 8):
         raise OpInputError(f"{OP}: warps per CTA is {backward_warps}; use 0 (default), 4 or 8")
     if backward not in BACKWARD_MODES:
         raise OpInputError(f"{OP}: backward mode {backward!r}; use one of {BACKWARD_MODES}")
-    if forward_warps == "split":
-        forward_warps = SPLIT_KEYS
+    forward_warps = _FORWARD_CODES.get(forward_warps, forward_warps)
     saved = dict(_variant)
     _variant.update(forward_warps=forward_warps, backward_warps=backward_warps, backward=backward)
     try:
