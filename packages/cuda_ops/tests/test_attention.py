@@ -382,11 +382,16 @@ def test_every_launch_configuration_fits(emulator):
     assert run.returncode == 0, run.stdout + run.stderr
     assert lines[0].startswith("limits:") and lines[0].endswith(" ok")
     configs = [line for line in lines if line.startswith("cfg ")]
-    # x {4, 8} warps x dropout x 3 kinds, + the split-keys forward (no dropout) per head size
-    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3 + len(HEAD_SIZES)
+    # x {4, 8} warps x dropout x 3 kinds, + the split-keys forward (no dropout) and the wide
+    # forward (x dropout; refused at hs=128) per head size
+    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3 + len(HEAD_SIZES) * 3
     assert sum("split keys" in line for line in configs) == len(HEAD_SIZES)
+    assert sum("wide rows" in line for line in configs) == len(HEAD_SIZES) * 2
     for line in configs:
         assert line.endswith(" ok"), line
+        if "refused" in line:
+            assert "hs=128 wide rows" in line and "head sizes 32 and 64" in line, line
+            continue
         smem = int(line.split(": ")[1].split(" bytes")[0])
         assert ("(opted in)" in line) == (smem > 48 * 1024), line
     assert any("(opted in)" in line for line in configs)  # the sweep covers the opt-in path

@@ -286,9 +286,13 @@ bool run_all_configs() {
                                       emu::g_launches == before
                                 : error.empty() && emu::g_launches - before == 1;
       const int bytes = hs == 32 ? FwdConfig<32, 4, 2>::kSmemBytes : FwdConfig<64, 4, 2>::kSmemBytes;
-      std::printf("cfg fwd hs=%d wide rows dropout=%d: %s%s  %s\n", hs, drop,
-                  hs == 128 ? "refused" : (std::to_string(bytes) + " bytes of shared memory").c_str(),
-                  error.empty() ? "" : (": " + error).c_str(), ok ? "ok" : "FAIL");
+      const std::string what =
+          hs == 128 ? "refused (" + error + ")"
+                    : std::to_string(bytes) + " bytes of shared memory" +
+                          (bytes > 48 * 1024 ? " (opted in)" : "") +
+                          (error.empty() ? "" : ": " + error);
+      std::printf("cfg fwd hs=%d wide rows dropout=%d: %s  %s\n", hs, drop, what.c_str(),
+                  ok ? "ok" : "FAIL");
       all_ok = all_ok && ok;
     }
   emu::g_launch_only = false;
