@@ -333,9 +333,10 @@ __device__ __forceinline__ void backward_queries(const BwdArgs& a, unsigned char
                         a.dq.st, T - wq0, lane);
 }
 
-// grid (ceil(T / 16NW), B*nh, 2) — or 1 with kAtomicDq, which has no query CTAs.
-template <int HS, int NW, bool kDropout, bool kAtomicDq>
-__global__ void __launch_bounds__(32 * NW) attention_backward_mma_kernel(const BwdArgs a) {
+// grid (ceil(T / 16NW), B*nh, 2) — or 1 with kAtomicDq, which has no query CTAs. kMinBlocks: the
+// CTAs an SM should hold (__launch_bounds__ caps the registers to fit them; 0, no hint).
+template <int HS, int NW, bool kDropout, bool kAtomicDq, int kMinBlocks = 0>
+__global__ void __launch_bounds__(32 * NW, kMinBlocks) attention_backward_mma_kernel(const BwdArgs a) {
   GS_DYNAMIC_SHARED(smem);
   if (blockIdx.z == 0)
     backward_keys<HS, NW, kDropout, kAtomicDq>(a, smem);

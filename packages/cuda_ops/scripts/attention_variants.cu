@@ -1,16 +1,18 @@
 // attention_variants.cu: shapes of the bf16 attention forward kernel (csrc/attention_forward.cuh)
 // side by side on one GPU, outside the extension (which builds only the launcher's choices):
 // warps per CTA, m-tiles of 16 query rows per warp, keys per tile, and the CTAs per SM that
-// __launch_bounds__ asks registers to fit. The model's layout (q, k, v as views of one
-// (B, T, 3C) buffer), no dropout.
+// __launch_bounds__ asks registers to fit; then the backward (csrc/attention_backward.cuh) in its
+// two modes, atomic dQ (the launcher's choice from T = 512) and two-stage, with CTA sizes and
+// occupancy hints. The model's layout (q, k, v as views of one (B, T, 3C) buffer, and their
+// gradients into one such buffer), no dropout.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Xptxas -v -I packages/cuda_ops/csrc \
 //       packages/cuda_ops/scripts/attention_variants.cu -o attention_variants
 //   ./attention_variants [B nh T] [--json FILE]     (default: gpt2-124m, B=16 nh=12 T=1024)
 //
-// Each variant's output and lse are compared with the first (the launcher's default) before any
-// timing; then rounds alternate the variants (docs/MEASURING.md), each round timing 10
-// back-to-back launches with CUDA events; medians per variant and per-round ratios to the first.
+// Each variant's outputs are compared with the first of its group (the launcher's default) before
+// any timing; then rounds alternate the variants (docs/MEASURING.md), each round timing 10
+// back-to-back calls with CUDA events; medians per variant and per-round ratios to the first.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +22,9 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
+#include "attention_backward.cuh"
 #include "attention_forward.cuh"
 
 using namespace gs::attn;
@@ -54,6 +59,75 @@ template <int NW, int MT, int KT, int MB> Variant variant() {
 float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+constexpr int kRounds = 15, kCalls = 10;
+
+struct Timed {
+  std::string name;
+  std::function<void()> run;
+  double rel_error = 0.0;  // against the group's first, before timing
+};
+
+// Rounds alternating the group's calls, kCalls back-to-back a turn between CUDA events; prints
+// medians, TFLOP/s and the median per-round ratio to the first; adds "name": [...] to the JSON.
+void time_group(const char* group, std::vector<Timed>& ts, double flops, std::FILE* f) {
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  std::vector<std::vector<float>> us(ts.size());
+  for (int warm = 0; warm < 3; ++warm)
+    for (auto& t : ts) t.run();
+  for (int r = 0; r < kRounds; ++r)
+    for (size_t i = 0; i < ts.size(); ++i) {
+      CHECK(cudaEventRecord(e0));
+      for (int c = 0; c < kCalls; ++c) ts[i].run();
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      us[i].push_back(1000.0f * ms / kCalls);
+    }
+  CHECK(cudaGetLastError());
+  std::printf("\n%s: %d rounds of %d calls\n", group, kRounds, kCalls);
+  if (f) std::fprintf(f, ", \"%s\": [", group);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    std::vector<float> ratio;
+    for (int r = 0; r < kRounds; ++r) ratio.push_back(us[0][r] / us[i][r]);
+    const float med = median(us[i]);
+    std::printf("%-34s %8.1f us  %6.1f TFLOP/s  %.3fx the first\n", ts[i].name.c_str(), med,
+                flops / med * 1e-6, median(ratio));
+    if (f) {
+      std::fprintf(f, "%s{\"name\": \"%s\", \"median_us\": %.2f, \"ratio_vs_first\": %.4f, "
+                      "\"rel_error_vs_first\": %.3e, \"us\": [",
+                   i ? ", " : "", ts[i].name.c_str(), med, median(ratio), ts[i].rel_error);
+      for (int r = 0; r < kRounds; ++r) std::fprintf(f, "%s%.2f", r ? ", " : "", us[i][r]);
+      std::fprintf(f, "]}");
+    }
+  }
+  if (f) std::fprintf(f, "]");
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+}
+
+// One backward as the launcher runs it (attention_cuda.cu, launch_backward): atomic dQ zeroes
+// the fp32 buffer, runs the key CTAs and converts; two-stage runs key and query CTAs.
+template <int NW, bool kAtomic, int MB>
+std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, int T) {
+  using C = BwdConfig<HS, NW>;
+  const auto k = attention_backward_mma_kernel<HS, NW, false, kAtomic, MB>;
+  const int smem = kAtomic ? C::kSmemAtomic : C::kSmemBytes;
+  CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  g.dq_accum = kAtomic ? dq_accum : nullptr;
+  const dim3 grid((T + C::kRows - 1) / C::kRows, B * nh, kAtomic ? 1 : 2);
+  const int64_t n = int64_t(B) * nh * T * HS;
+  return [=] {
+    if (kAtomic) CHECK(cudaMemsetAsync(g.dq_accum, 0, n * 4));
+    k<<<grid, C::kThreads, smem>>>(g);
+    if (kAtomic)
+      attention_dq_convert_kernel<<<(n / 8 + 255) / 256, 256>>>(g.dq_accum, g.dq, nh, T, HS,
+                                                                 g.scale, n / 8);
+  };
 }
 
 int main(int argc, char** argv) {
@@ -147,53 +221,75 @@ int main(int argc, char** argv) {
     }
   }
 
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  constexpr int kRounds = 15, kCalls = 10;
-  std::vector<std::vector<float>> us(vs.size());
-  for (int warm = 0; warm < 3; ++warm)
-    for (auto& v : vs)
-      if (v.kernel) launch(v);
-  for (int r = 0; r < kRounds; ++r)
-    for (size_t i = 0; i < vs.size(); ++i) {
-      if (!vs[i].kernel) continue;
-      CHECK(cudaEventRecord(e0));
-      for (int c = 0; c < kCalls; ++c) launch(vs[i]);
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaEventSynchronize(e1));
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      us[i].push_back(1000.0f * ms / kCalls);
-    }
-  CHECK(cudaGetLastError());
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double flops = 4.0 * B * nh * double(T) * T * HS / 2;  // causal: half of QK^T and PV
-  std::printf("\n%s, B=%d nh=%d T=%d hs=%d, %d rounds of %d calls\n", prop.name, B, nh, T, HS,
-              kRounds, kCalls);
+  std::printf("\n%s, B=%d nh=%d T=%d hs=%d\n", prop.name, B, nh, T, HS);
   std::FILE* f = json ? std::fopen(json, "w") : nullptr;
   if (f)
     std::fprintf(f, "{\"device\": \"%s\", \"B\": %d, \"nh\": %d, \"T\": %d, \"hs\": %d, "
-                    "\"rounds\": %d, \"calls\": %d, \"variants\": [",
+                    "\"rounds\": %d, \"calls\": %d",
                  prop.name, B, nh, T, HS, kRounds, kCalls);
-  for (size_t i = 0; i < vs.size(); ++i) {
-    if (!vs[i].kernel) continue;
-    std::vector<float> ratio;
-    for (int r = 0; r < kRounds; ++r) ratio.push_back(us[0][r] / us[i][r]);
-    const float med = median(us[i]);
-    std::printf("%-34s %8.1f us  %6.1f TFLOP/s  %.3fx the first\n", vs[i].name.c_str(), med,
-                flops / med * 1e-6, median(ratio));
-    if (f) {
-      std::fprintf(f, "%s{\"name\": \"%s\", \"median_us\": %.2f, \"ratio_vs_first\": %.4f, "
-                      "\"rel_error_vs_first\": %.3e, \"us\": [",
-                   i ? ", " : "", vs[i].name.c_str(), med, median(ratio), err[i]);
-      for (int r = 0; r < kRounds; ++r) std::fprintf(f, "%s%.2f", r ? ", " : "", us[i][r]);
-      std::fprintf(f, "]}");
+  const double flops = 4.0 * B * nh * double(T) * T * HS / 2;  // causal: half of QK^T and PV
+  std::vector<Timed> fwd;
+  for (size_t i = 0; i < vs.size(); ++i)
+    if (vs[i].kernel) fwd.push_back({vs[i].name, [&, i] { launch(vs[i]); }, err[i]});
+  time_group("forward", fwd, flops, f);
+
+  // --- backward: dy random, y and lse from the default forward ---------------------------------
+  launch(vs[0]);
+  uint16_t *dy, *dqkv;
+  float* dq_accum;
+  CHECK(cudaMalloc(&dy, n_y * 2));
+  CHECK(cudaMalloc(&dqkv, n_qkv * 2));
+  CHECK(cudaMalloc(&dq_accum, n_y * 4));
+  CHECK(cudaMemcpy(dy, host.data() + 7, n_y * 2, cudaMemcpyHostToDevice));  // other numbers
+  BwdArgs g{};
+  g.dy = {dy, int64_t(T) * C, HS, C};
+  g.q = a.q;
+  g.k = a.k;
+  g.v = a.v;
+  g.y = {y, int64_t(T) * C, HS, C};
+  g.lse = lse;
+  g.dq = {dqkv, sb, HS, st};
+  g.dk = {dqkv + C, sb, HS, st};
+  g.dv = {dqkv + 2 * C, sb, HS, st};
+  g.nh = nh;
+  g.T = T;
+  g.scale = 1.0f / std::sqrt(float(HS));
+  g.scale_log2 = g.scale * kLog2e;
+  g.drop_scale = 1.0f;
+  std::vector<Timed> bwd = {
+      {"atomic dQ, 4w", backward_run<4, true, 0>(g, dq_accum, B, nh, T)},
+      {"atomic dQ, 4w, >=3 CTA/SM", backward_run<4, true, 3>(g, dq_accum, B, nh, T)},
+      {"atomic dQ, 8w", backward_run<8, true, 0>(g, dq_accum, B, nh, T)},
+      {"two-stage, 4w", backward_run<4, false, 0>(g, nullptr, B, nh, T)},
+      {"two-stage, 4w, >=3 CTA/SM", backward_run<4, false, 3>(g, nullptr, B, nh, T)},
+      {"two-stage, 8w", backward_run<8, false, 0>(g, nullptr, B, nh, T)},
+  };
+  std::vector<uint16_t> g0(n_qkv), g1(n_qkv);
+  for (size_t i = 0; i < bwd.size(); ++i) {
+    CHECK(cudaMemset(dqkv, 0xFF, n_qkv * 2));
+    bwd[i].run();
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy((i ? g1 : g0).data(), dqkv, n_qkv * 2, cudaMemcpyDeviceToHost));
+    if (i == 0) continue;
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < n_qkv; ++j) {
+      const double d = bf(g1[j]) - bf(g0[j]);
+      num += d * d;
+      den += double(bf(g0[j])) * bf(g0[j]);
     }
+    bwd[i].rel_error = std::sqrt(num / den);
+    std::printf("%-34s dq,dk,dv rel. error vs first %.2e\n", bwd[i].name.c_str(), bwd[i].rel_error);
   }
+  std::vector<Timed> bwd_ok;
+  for (auto& t : bwd)
+    if (t.rel_error < 1e-2) bwd_ok.push_back(t);
+    else std::printf("%s: OUTPUT MISMATCH, not timed\n", t.name.c_str());
+  time_group("backward", bwd_ok, 2.5 * flops, f);
   if (f) {
-    std::fprintf(f, "]}\n");
+    std::fprintf(f, "}\n");
     std::fclose(f);
   }
   return 0;
