@@ -54,10 +54,8 @@ void backward_cpu(const Dims& d, View4<const E> dy, View4<const E> q, View4<cons
 // kernel, so a CUDA graph replays with fresh masks); unused when threshold == 0. `warps`: CTA
 // size of the bf16 kernels, 4 or 8, 0 = the default for the shape; for the forward also
 // kSplitKeys (4 warps sharing 16 queries, the keys split between them; no dropout; opt-in:
-// attention_cuda.cu says why) or kWideRows (4 warps of 32 queries each, head sizes 32 and 64).
-// The backward takes either as 4 warps. `stream` is a cudaStream_t.
+// attention_cuda.cu says why). `stream` is a cudaStream_t.
 constexpr int kSplitKeys = 1;
-constexpr int kWideRows = 2;
 struct CudaLaunch {
   uint32_t threshold = 0;  // DropoutSpec::threshold
   float drop_scale = 1.0f;

@@ -46,6 +46,24 @@ template <typename E> View4<uint16_t> bits(View4<E> v) {
 // 7.1 (2026-12-02, benchmarks/results/attention-bench-h200-20261202-063743.json).
 int cta_warps(int requested) { return requested == 8 ? 8 : 4; }
 
+// CTAs per SM that an instance's registers are capped for (__launch_bounds__; 0: no cap).
+// These kernels are latency bound: at gpt2-124m's shape 12-18 % of an SM's warp slots were
+// occupied, and Nsight Compute found no eligible warp in 45-70 % of the cycles. Capping the
+// hs=64, 4-warp, dropout-free forward at 128 registers (4 CTAs, from 3 at 131) and the
+// two-stage backward at 168 (3 CTAs, from 2 at 210) costs a few bytes of spills and gained,
+// side by side on an H200 (scripts/attention_variants.cu, 2026-12-07): forward 149.4 vs
+// 159.7 us at B=16 nh=12 T=1024 and 32.1 vs 34.0 at B=64 nh=6 T=256; backward 484.4 vs
+// 588.3 us (and vs 645.7 for the atomic-dQ mode, until then the choice from T = 512) and
+// 96.6 vs 115.9. The atomic-dQ backward stays at 2 CTAs: its shared memory (82 KiB) fits no
+// third, and its cap was slower (660.4 us). Dropout instances are left uncapped: their extra
+// registers would spill more, unmeasured.
+template <int HS, int NW, bool kDrop> constexpr int forward_min_blocks() {
+  return HS == 64 && NW == 4 && !kDrop ? 4 : 0;
+}
+template <int HS, int NW, bool kDrop> constexpr int backward_min_blocks() {
+  return HS == 64 && NW == 4 && !kDrop ? 3 : 0;
+}
+
 // The split-keys forward (SplitConfig) runs only when asked for (warps == kSplitKeys). For two
 // commits of 2026-12-06 it was the launcher's choice for dropout-free calls with fewer CTAs
 // than an H100 has SMs, and lost where it was meant to win: 6.5 vs 7.3 us a call at shakespeare-char's slide window
@@ -74,31 +92,19 @@ template <int HS> void launch_forward_split(const FwdArgs& a, const Dims& d, cud
   check_launch("causal_attention", shape_of(d));
 }
 
-template <int HS, int NW, bool kDrop, int MT = 1>
+template <int HS, int NW, bool kDrop>
 void launch_forward(const FwdArgs& a, const Dims& d, cudaStream_t s) {
-  using C = FwdConfig<HS, NW, MT>;
-  const auto kernel = attention_forward_mma_kernel<HS, NW, kDrop, MT>;
+  using C = FwdConfig<HS, NW>;
+  const auto kernel =
+      attention_forward_mma_kernel<HS, NW, kDrop, 1, C::kKeys, forward_min_blocks<HS, NW, kDrop>()>;
   static LaunchCheck ready;  // one per instance (see cuda_launch.h)
   ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
-               config_of(HS, NW, kDrop, MT == 1 ? "forward" : "forward of 32-row warps"),
-               C::kThreads, C::kSmemBytes);
+               config_of(HS, NW, kDrop, "forward"), C::kThreads, C::kSmemBytes);
   const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh));
   // a programmatic dependent (the kernel waits before its first read): in the slide window the
   // tensor-core decode_linear after it loads its weights while it runs
   launch_programmatic(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
   check_launch("causal_attention", shape_of(d));
-}
-
-// The wide forward (warps == kWideRows): 4 warps, each owning two m-tiles of 16 queries, so
-// every K and V fragment a warp reads from shared memory feeds two products
-// (attention_forward.cuh, FwdConfig's MT). Head sizes 32 and 64: at 128 the second m-tile's
-// accumulators would not fit the registers.
-template <int HS> void launch_forward_wide(const FwdArgs& a, const Dims& d, bool drop,
-                                           cudaStream_t s) {
-  if (drop)
-    launch_forward<HS, 4, true, 2>(a, d, s);
-  else
-    launch_forward<HS, 4, false, 2>(a, d, s);
 }
 
 template <int HS, int NW, bool kDrop>
@@ -107,7 +113,8 @@ void launch_backward(const BwdArgs& a, const Dims& d, cudaStream_t s) {
   const unsigned blocks = ceil_div(d.T, C::kRows), bh = static_cast<unsigned>(d.B * d.nh);
   const char* op = "causal_attention_backward";
   if (a.dq_accum == nullptr) {  // two stages: key CTAs (z = 0) and query CTAs (z = 1)
-    const auto kernel = attention_backward_mma_kernel<HS, NW, kDrop, false>;
+    const auto kernel =
+        attention_backward_mma_kernel<HS, NW, kDrop, false, backward_min_blocks<HS, NW, kDrop>()>;
     static LaunchCheck ready;  // one per instance (see cuda_launch.h)
     ready.ensure(reinterpret_cast<const void*>(kernel), op,
                  config_of(HS, NW, kDrop, "two-stage backward"), C::kThreads, C::kSmemBytes);
@@ -196,16 +203,6 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
       case 64: return launch_forward_split<64>(a, d, s);
       case 128: return launch_forward_split<128>(a, d, s);
     }  // another head size: dispatch's error below
-  }
-  if (l.warps == kWideRows) {
-    switch (d.hs) {
-      case 32: return launch_forward_wide<32>(a, d, l.threshold != 0, s);
-      case 64: return launch_forward_wide<64>(a, d, l.threshold != 0, s);
-      default:
-        throw std::invalid_argument(
-            "gptstack.cuda_ops.causal_attention: the wide forward (32 queries a warp) is built "
-            "for head sizes 32 and 64, not " + std::to_string(d.hs) + "; use another CTA size");
-    }
   }
   dispatch<Forward>("causal_attention", d, cta_warps(l.warps), l.threshold != 0, a, d, s);
 }

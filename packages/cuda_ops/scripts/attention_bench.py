@@ -65,7 +65,6 @@ FORWARD_VARIANTS = {
     "gptstack w4": (4, 0, "auto"),
     "gptstack w8": (8, 0, "auto"),
     "gptstack split": ("split", 0, "auto"),  # the split-keys forward (dropout-free only)
-    "gptstack wide": ("wide", 0, "auto"),  # 4 warps of 32 queries (hs 32 and 64)
 }
 STEP_VARIANTS = {
     "gptstack": (0, 0, "auto"),
@@ -73,7 +72,6 @@ STEP_VARIANTS = {
     "gptstack w8 stages": (8, 8, "stages"),
     "gptstack w4 atomic": (4, 4, "atomic"),
     "gptstack w8 atomic": (8, 8, "atomic"),
-    "gptstack wide": ("wide", 0, "auto"),
 }
 INPUT_SETS = 3
 CHECK_TOL = 1e-2  # bf16 against float32

@@ -382,16 +382,11 @@ def test_every_launch_configuration_fits(emulator):
     assert run.returncode == 0, run.stdout + run.stderr
     assert lines[0].startswith("limits:") and lines[0].endswith(" ok")
     configs = [line for line in lines if line.startswith("cfg ")]
-    # x {4, 8} warps x dropout x 3 kinds, + the split-keys forward (no dropout) and the wide
-    # forward (x dropout; refused at hs=128) per head size
-    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3 + len(HEAD_SIZES) * 3
+    # x {4, 8} warps x dropout x 3 kinds, + the split-keys forward (no dropout) per head size
+    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3 + len(HEAD_SIZES)
     assert sum("split keys" in line for line in configs) == len(HEAD_SIZES)
-    assert sum("wide rows" in line for line in configs) == len(HEAD_SIZES) * 2
     for line in configs:
         assert line.endswith(" ok"), line
-        if "refused" in line:
-            assert "hs=128 wide rows" in line and "head sizes 32 and 64" in line, line
-            continue
         smem = int(line.split(": ")[1].split(" bytes")[0])
         assert ("(opted in)" in line) == (smem > 48 * 1024), line
     assert any("(opted in)" in line for line in configs)  # the sweep covers the opt-in path
@@ -457,30 +452,6 @@ def test_cuda_split_keys_forward_refuses_dropout(gen):
     with pytest.raises(ValueError, match="split-keys forward has no dropout"):
         with cuda_variant("split"):
             ops.causal_attention(q, k, v, dropout_p=0.2, seed=seed)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize(
-    "shape", [(2, 3, 150, 64), (1, 8, 64, 32), (1, 2, 1, 64), (2, 4, 1024, 64), (1, 3, 77, 32)]
-)
-@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
-def test_cuda_wide_forward_matches_reference(shape, dropout_p, gen):
-    """The forward of 32-row warps (each K/V fragment feeds two m-tiles) against float32, with
-    dropout (its mask must be the default kernel's: the backward rebuilds it), and its lse
-    through the 4-warp backward."""
-    (q, k, v, dy, seed), (y_ref, g_ref) = _cuda_case(shape, dropout_p, gen)
-    with cuda_variant("wide", 4, "auto"):
-        y, grads = _run(q, k, v, dy, dropout_p=dropout_p, seed=seed)
-    assert_close(y, y_ref, torch.bfloat16, f"cuda wide y {shape} p={dropout_p}")
-    _assert_grads_close(grads, g_ref, torch.bfloat16, f"cuda wide {shape} p={dropout_p}")
-
-
-@pytest.mark.cuda
-def test_cuda_wide_forward_refuses_head_size_128(gen):
-    (q, k, v, _, seed), _ = _cuda_case((1, 2, 64, 128), 0.0, gen)
-    with pytest.raises(ValueError, match="head sizes 32 and 64"):
-        with cuda_variant("wide"):
-            ops.causal_attention(q, k, v)
 
 
 @pytest.mark.cuda

@@ -44,23 +44,20 @@ BACKEND_NAME = "gptstack"
 _SEED_HIGH = 2**63 - 1
 
 # The bf16 CUDA backward has two modes (csrc/attention_backward.cuh): "stages" recomputes S
-# and dP in separate dQ CTAs (7 tile matmuls, deterministic, no scratch: cheapest when short
-# sequences leave the GPU waiting on memory and launches), "atomic" adds dQ into an fp32
-# scratch buffer from the key CTAs (5 tile matmuls plus zeroing, atomics and a conversion
-# kernel: cheapest when compute-bound). The switch sits between the presets' T = 256 and 1024;
-# scripts/attention_bench.py times both modes at the three preset shapes.
-ATOMIC_DQ_MIN_T = 512
+# and dP in separate dQ CTAs (7 tile matmuls, deterministic, no scratch), "atomic" adds dQ into
+# an fp32 scratch buffer from the key CTAs (5 tile matmuls plus zeroing, atomics and a
+# conversion kernel). "auto" is "stages" at every T: capped at 3 CTAs an SM
+# (attention_cuda.cu, backward_min_blocks) it took 484 us at gpt2-124m's T = 1024 against 646
+# for "atomic" (the choice from T = 512 until 2026-12-07) on an H200,
+# scripts/attention_variants.cu; "atomic" stays for benchmarks and tests.
 BACKWARD_MODES = ("auto", "stages", "atomic")
 
 # The variant the bf16 CUDA kernels run: CTA size (warps) of forward and backward (0: the
 # launcher's default, 4) and the backward mode. Changed only through cuda_variant().
 _variant = {"forward_warps": 0, "backward_warps": 0, "backward": "auto"}
 # forward_warps="split": 16 queries a CTA with the keys split over its 4 warps (no dropout;
-# csrc/attention_forward.cuh, SplitConfig); opt-in, no faster end to end (attention_cuda.cu).
-# forward_warps="wide": 4 warps of 32 queries each (FwdConfig's MT = 2; head sizes 32 and 64).
+# csrc/attention_forward.cuh, SplitConfig); opt-in, no faster end to end (attention_cuda.cu)
 SPLIT_KEYS = 1  # the extension's kSplitKeys
-WIDE_ROWS = 2  # the extension's kWideRows
-_FORWARD_CODES = {"split": SPLIT_KEYS, "wide": WIDE_ROWS}
 
 
 @contextlib.contextmanager
@@ -68,21 +65,20 @@ def cuda_variant(
     forward_warps: int | str = 0, backward_warps: int = 0, backward: str = "auto"
 ) -> Iterator[None]:
     """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: the default, 4; the
-    forward also "split": the split-keys kernel, or "wide": 4 warps of 32 queries, head sizes 32
-    and 64) and the backward mode "stages", "atomic" or
-    "auto" (by T). For benchmarks and tests. Each kernel reads the variant when it runs, so the
-    block must hold the backward too (autograd.grad or .backward() inside it); a backward run
+    forward also "split": the split-keys kernel) and the backward mode "stages", "atomic" or
+    "auto" (= "stages"). For benchmarks and tests. Each kernel reads the variant when it runs, so
+    the block must hold the backward too (autograd.grad or .backward() inside it); a backward run
     after the block takes the defaults."""
-    if forward_warps not in (0, 4, 8, "split", "wide"):
+    if forward_warps not in (0, 4, 8, "split"):
         raise OpInputError(
-            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8, 'split' "
-            "or 'wide'"
+            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8 or 'split'"
         )
     if backward_warps not in (0, 4, 8):
         raise OpInputError(f"{OP}: warps per CTA is {backward_warps}; use 0 (default), 4 or 8")
     if backward not in BACKWARD_MODES:
         raise OpInputError(f"{OP}: backward mode {backward!r}; use one of {BACKWARD_MODES}")
-    forward_warps = _FORWARD_CODES.get(forward_warps, forward_warps)
+    if forward_warps == "split":
+        forward_warps = SPLIT_KEYS
     saved = dict(_variant)
     _variant.update(forward_warps=forward_warps, backward_warps=backward_warps, backward=backward)
     try:
@@ -96,7 +92,7 @@ def _atomic_dq(q: Tensor) -> bool:
     if not (q.is_cuda and q.dtype == torch.bfloat16):
         return False
     mode = _variant["backward"]
-    return mode == "atomic" or (mode == "auto" and q.size(2) >= ATOMIC_DQ_MIN_T)
+    return mode == "atomic"
 
 
 def _rows_ok(t: Tensor) -> bool:
