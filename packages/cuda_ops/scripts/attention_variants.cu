@@ -2,15 +2,17 @@
 // side by side on one GPU, outside the extension (which builds only the launcher's choices):
 // warps per CTA, m-tiles of 16 query rows per warp, keys per tile, and the CTAs per SM that
 // __launch_bounds__ asks registers to fit; then the backward (csrc/attention_backward.cuh) in its
-// two modes, two-stage and atomic dQ, with CTA sizes and occupancy hints. The model's layout (q, k, v as views of one (B, T, 3C) buffer, and their
-// gradients into one such buffer), no dropout.
+// two modes, two-stage and atomic dQ, with CTA sizes and occupancy hints. The model's layout
+// (q, k, v as views of one (B, T, 3C) buffer, and their gradients into one such buffer); no
+// dropout, or with --dropout P the dropout instances with and without the register caps.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Xptxas -v -I packages/cuda_ops/csrc \
 //       packages/cuda_ops/scripts/attention_variants.cu -o attention_variants
-//   ./attention_variants [B nh T] [--json FILE]     (default: gpt2-124m, B=16 nh=12 T=1024)
+//   ./attention_variants [B nh T] [--json FILE] [--dropout P]   (default: gpt2-124m, B=16 nh=12
+//                                                 T=1024; with P: the dropout instances)
 //
-// Each variant's outputs are compared with the first of its group (the launcher's default since
-// 2026-12-07; before, the second forward and the fourth backward) before
+// Each variant's outputs are compared with the first of its group (without dropout the
+// launcher's default since 2026-12-07; before, the second forward and the fourth backward) before
 // any timing; then rounds alternate the variants (docs/MEASURING.md), each round timing 10
 // back-to-back calls with CUDA events; medians per variant and per-round ratios to the first.
 #include <algorithm>
@@ -46,9 +48,9 @@ struct Variant {
   int threads, rows, smem;
 };
 
-template <int NW, int MT, int KT, int MB> Variant variant() {
+template <int NW, int MT, int KT, int MB, bool kDrop = false> Variant variant() {
   using C = FwdConfig<HS, NW, MT, KT>;
-  const auto k = attention_forward_mma_kernel<HS, NW, false, MT, KT, MB>;
+  const auto k = attention_forward_mma_kernel<HS, NW, kDrop, MT, KT, MB>;
   CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   const std::string name = std::to_string(NW) + "w x " + std::to_string(16 * MT) + " rows, " +
                            std::to_string(KT) + " keys" +
@@ -112,10 +114,10 @@ void time_group(const char* group, std::vector<Timed>& ts, double flops, std::FI
 
 // One backward as the launcher runs it (attention_cuda.cu, launch_backward): atomic dQ zeroes
 // the fp32 buffer, runs the key CTAs and converts; two-stage runs key and query CTAs.
-template <int NW, bool kAtomic, int MB>
+template <int NW, bool kAtomic, int MB, bool kDrop = false>
 std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, int T) {
   using C = BwdConfig<HS, NW>;
-  const auto k = attention_backward_mma_kernel<HS, NW, false, kAtomic, MB>;
+  const auto k = attention_backward_mma_kernel<HS, NW, kDrop, kAtomic, MB>;
   const int smem = kAtomic ? C::kSmemAtomic : C::kSmemBytes;
   CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   g.dq_accum = kAtomic ? dq_accum : nullptr;
@@ -132,9 +134,12 @@ std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, in
 
 int main(int argc, char** argv) {
   int B = 16, nh = 12, T = 1024;
+  double dropout = 0.0;
   const char* json = nullptr;
   for (int i = 1, pos = 0; i < argc; ++i) {
-    if (std::string(argv[i]) == "--json" && i + 1 < argc) {
+    if (std::string(argv[i]) == "--dropout" && i + 1 < argc) {
+      dropout = std::atof(argv[++i]);
+    } else if (std::string(argv[i]) == "--json" && i + 1 < argc) {
       json = argv[++i];
     } else {
       const int v = std::atoi(argv[i]);
@@ -170,11 +175,18 @@ int main(int argc, char** argv) {
   a.nh = nh;
   a.T = T;
   a.scale_log2 = kLog2e / std::sqrt(float(HS));
-  a.threshold = 0;
-  a.drop_scale = 1.0f;
-  a.seed = nullptr;
+  // dropout as the extension sets it (attention_philox.h: drop iff 16 random bits < threshold)
+  int64_t* seed;
+  const int64_t seed_value = 1234567;
+  CHECK(cudaMalloc(&seed, 8));
+  CHECK(cudaMemcpy(seed, &seed_value, 8, cudaMemcpyHostToDevice));
+  a.threshold = static_cast<uint32_t>(std::lround(dropout * 65536.0));
+  a.drop_scale = static_cast<float>(65536.0 / (65536.0 - a.threshold));
+  a.seed = seed;
 
-  std::vector<Variant> vs = {
+  std::vector<Variant> vs =
+      dropout > 0 ? std::vector<Variant>{variant<4, 1, 64, 0, true>(), variant<4, 1, 64, 4, true>()}
+                  : std::vector<Variant>{
       variant<4, 1, 64, 4>(), variant<4, 1, 64, 0>(), variant<4, 2, 64, 0>(),
       variant<4, 2, 64, 2>(), variant<4, 2, 32, 0>(), variant<8, 1, 64, 0>(),
       variant<8, 2, 64, 0>(), variant<4, 1, 32, 0>(), variant<4, 1, 32, 4>(),
@@ -257,8 +269,16 @@ int main(int argc, char** argv) {
   g.T = T;
   g.scale = 1.0f / std::sqrt(float(HS));
   g.scale_log2 = g.scale * kLog2e;
-  g.drop_scale = 1.0f;
-  std::vector<Timed> bwd = {
+  g.threshold = a.threshold;
+  g.drop_scale = a.drop_scale;
+  g.seed = a.seed;
+  std::vector<Timed> bwd_drop = {
+      {"two-stage, 4w, dropout", backward_run<4, false, 0, true>(g, nullptr, B, nh, T)},
+      {"two-stage, 4w, dropout, >=3 CTA/SM",
+       backward_run<4, false, 3, true>(g, nullptr, B, nh, T)},
+      {"atomic dQ, 4w, dropout", backward_run<4, true, 0, true>(g, dq_accum, B, nh, T)},
+  };
+  std::vector<Timed> bwd = dropout > 0 ? bwd_drop : std::vector<Timed>{
       {"two-stage, 4w, >=3 CTA/SM", backward_run<4, false, 3>(g, nullptr, B, nh, T)},
       {"two-stage, 4w", backward_run<4, false, 0>(g, nullptr, B, nh, T)},
       {"two-stage, 8w", backward_run<8, false, 0>(g, nullptr, B, nh, T)},
