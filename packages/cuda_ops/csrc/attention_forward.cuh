@@ -158,27 +158,16 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[HS / 8][4], const float
                               reinterpret_cast<const float (&)[1][KT / 8][4]>(s), vs, k0, r0, lane);
 }
 
-// Dropout of one m-tile's weights (rows r0 .. r0 + 15) from the counter-based stream: one
-// Philox call per 16 x 16 block gives this thread's 8 weights.
+// Dropout of one m-tile's weights (rows r0 .. r0 + 15) from the counter-based stream
+// (attention_tiles.cuh's keep bits, the ones the backward rebuilds).
 template <int KT>
 __device__ __forceinline__ void drop_weights(float (&s)[KT / 8][4], int k0, int r0, uint32_t bh,
                                              uint32_t key0, uint32_t key1, uint32_t threshold,
                                              int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int np = 0; np < KT / 16; ++np) {
-    if (k0 + 16 * np > r0 + 15) continue;
-    const Philox4 r = philox4x32_10(((k0 >> 4) + np) * 4 + t, (r0 >> 4) * 8 + g, bh, 0u, key0,
-                                    key1);
-#pragma unroll
-    for (int nl = 0; nl < 2; ++nl)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (((r.w[nl * 2 + hh] >> (16 * e)) & 0xFFFFu) < threshold)
-            s[2 * np + nl][2 * hh + e] = 0.0f;
-  }
+  for_keep_rows<KT>(key0, key1, bh, r0, k0, r0 + 15, threshold, lane >> 2, lane & 3,
+                    [&](int nt, int r, bool kept) {
+                      if (!kept) s[nt][r] = 0.0f;
+                    });
 }
 
 template <int HS, int NW, bool kDropout, int MT = 1, int KT = 64, int kMinBlocks = 0>

@@ -22,14 +22,13 @@ __device__ __forceinline__ void seed_key(const int64_t* seed, uint32_t* key0, ui
   *key1 = static_cast<uint32_t>(s >> 32);
 }
 
-// Bit nt*4 + r of the result: keep weight s[nt][r] of a 16 x kTile tile in the mma layout
-// (rows = queries), whose first row is i0 and first column j0 (attention_philox.h: one call per
-// 16 x 16 block). Blocks with key block > `last_row` are skipped (all masked; bits 0).
-template <int kTile>
-__device__ __forceinline__ uint32_t keep_bits_rows(uint32_t key0, uint32_t key1, uint32_t bh,
-                                                   int i0, int j0, int last_row, uint32_t thr,
-                                                   int g, int t) {
-  uint32_t keep = 0;
+// f(nt, r, kept) for each weight s[nt][r] of a 16 x kTile tile in the mma layout (rows =
+// queries), whose first row is i0 and first column j0 (attention_philox.h: one call per 16 x 16
+// block), kept = not dropped. Blocks with key block > `last_row` are skipped (all masked).
+template <int kTile, typename F>
+__device__ __forceinline__ void for_keep_rows(uint32_t key0, uint32_t key1, uint32_t bh, int i0,
+                                              int j0, int last_row, uint32_t thr, int g, int t,
+                                              F f) {
 #pragma unroll
   for (int np = 0; np < kTile / 16; ++np) {
     if (j0 + 16 * np > last_row) continue;
@@ -41,9 +40,19 @@ __device__ __forceinline__ uint32_t keep_bits_rows(uint32_t key0, uint32_t key1,
       for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          if (((r.w[nl * 2 + hh] >> (16 * e)) & 0xFFFFu) >= thr)
-            keep |= 1u << ((2 * np + nl) * 4 + 2 * hh + e);
+          f(2 * np + nl, 2 * hh + e, ((r.w[nl * 2 + hh] >> (16 * e)) & 0xFFFFu) >= thr);
   }
+}
+
+// Bit nt*4 + r of the result: keep weight s[nt][r] (for_keep_rows; skipped blocks' bits 0).
+template <int kTile>
+__device__ __forceinline__ uint32_t keep_bits_rows(uint32_t key0, uint32_t key1, uint32_t bh,
+                                                   int i0, int j0, int last_row, uint32_t thr,
+                                                   int g, int t) {
+  uint32_t keep = 0;
+  for_keep_rows<kTile>(key0, key1, bh, i0, j0, last_row, thr, g, t, [&](int nt, int r, bool kept) {
+    if (kept) keep |= 1u << (nt * 4 + r);
+  });
   return keep;
 }
 
