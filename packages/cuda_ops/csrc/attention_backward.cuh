@@ -35,17 +35,21 @@ struct BwdArgs {
   float drop_scale;
   const int64_t* seed;
   float* dq_accum;  // kAtomicDq: zeroed (B*nh, T, hs) fp32, dQ / scale accumulates here
+  const float* d_rows;  // kDRows: (B*nh, T) fp32, D_i = dY_i . y_i from attention_d_rows_kernel
 };
 
-template <int HS, int NW> struct BwdConfig {
+// kDRows: D comes precomputed (attention_d_rows_kernel, FlashAttention-2's dot_do_o pre-pass):
+// the key CTAs load no Y tile (a third less of their stages' shared memory) and compute no dot
+// products. An experiment of scripts/attention_variants.cu; the launchers do not use it yet.
+template <int HS, int NW, bool kDRows = false> struct BwdConfig {
   static constexpr int kThreads = 32 * NW;
   static constexpr int kRows = 16 * NW;              // rows a CTA owns, 16 per warp
   static constexpr int kTile = HS <= 64 ? 64 : 32;   // rows per streamed tile (registers: hs 128)
   static constexpr int kPitch = HS + 8;              // as the forward: conflict-free ldmatrix
   static constexpr int kRowBytes = kRows * kPitch * 2;
   static constexpr int kTileBytes = kTile * kPitch * 2;
-  // keys: K, V rows + 2 x (Q, dY, Y tiles, lse and D of the tile)
-  static constexpr int kKeyStage = 3 * kTileBytes + 2 * kTile * 4;
+  // keys: K, V rows + 2 x (Q, dY, Y tiles (no Y with kDRows), lse and D of the tile)
+  static constexpr int kKeyStage = (kDRows ? 2 : 3) * kTileBytes + 2 * kTile * 4;
   static constexpr int kSmemKeys = 2 * kRowBytes + 2 * kKeyStage;
   // queries: Q, dY rows + 2 x (K, V tiles)
   static constexpr int kSmemQueries = 2 * kRowBytes + 2 * 2 * kTileBytes;
@@ -99,17 +103,19 @@ __device__ __forceinline__ void dq_tile_atomic(const uint16_t* ds_s, const uint1
 
 // z = 0: dK, dV of keys [k0, k0 + kRows), over query tiles from the one holding k0 to the end
 // (and with kAtomicDq the tiles' dQ shares).
-template <int HS, int NW, bool kDropout, bool kAtomicDq>
+template <int HS, int NW, bool kDropout, bool kAtomicDq, bool kDRows>
 __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* smem) {
-  using C = BwdConfig<HS, NW>;
+  using C = BwdConfig<HS, NW, kDRows>;
   constexpr int P = C::kPitch, QT = C::kTile;
   uint16_t* k_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][P]
   uint16_t* v_s = k_s + C::kRows * P;                 // [kRows][P]
   unsigned char* stages = smem + 2 * C::kRowBytes;    // 2 x (Q, dY, Y [QT][P], lse, D [QT])
   auto q_t = [&](int buf) { return reinterpret_cast<uint16_t*>(stages + buf * C::kKeyStage); };
   auto dy_t = [&](int buf) { return q_t(buf) + QT * P; };
-  auto y_t = [&](int buf) { return q_t(buf) + 2 * QT * P; };
-  auto lse_t = [&](int buf) { return reinterpret_cast<float*>(q_t(buf) + 3 * QT * P); };
+  auto y_t = [&](int buf) { return q_t(buf) + 2 * QT * P; };  // not with kDRows
+  auto lse_t = [&](int buf) {
+    return reinterpret_cast<float*>(q_t(buf) + (kDRows ? 2 : 3) * QT * P);
+  };
   auto d_t = [&](int buf) { return lse_t(buf) + QT; };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
@@ -118,6 +124,7 @@ __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* s
   const int wk0 = k0 + 16 * warp;
   const int qt0 = k0 / QT, n_tiles = (T + QT - 1) / QT - qt0;
   const float* lse_g = a.lse + static_cast<int64_t>(bh) * T;
+  const float* d_rows_g = kDRows ? a.d_rows + static_cast<int64_t>(bh) * T : nullptr;
 
   load_rows_async<C::kRows, HS, C::kThreads>(k_s, P, a.k.row(b, h, k0), a.k.st, T - k0, tid);
   load_rows_async<C::kRows, HS, C::kThreads>(v_s, P, a.v.row(b, h, k0), a.v.st, T - k0, tid);
@@ -126,10 +133,12 @@ __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* s
     const int i0 = (qt0 + it) * QT;
     load_rows_async<QT, HS, C::kThreads>(q_t(buf), P, a.q.row(b, h, i0), a.q.st, T - i0, tid);
     load_rows_async<QT, HS, C::kThreads>(dy_t(buf), P, a.dy.row(b, h, i0), a.dy.st, T - i0, tid);
-    load_rows_async<QT, HS, C::kThreads>(y_t(buf), P, a.y.row(b, h, i0), a.y.st, T - i0, tid);
+    if (!kDRows)
+      load_rows_async<QT, HS, C::kThreads>(y_t(buf), P, a.y.row(b, h, i0), a.y.st, T - i0, tid);
     if (tid < QT) {
       const bool ok = i0 + tid < T;
       cp_async_4(lse_t(buf) + tid, lse_g + (ok ? i0 + tid : 0), ok ? 4 : 0);
+      if (kDRows) cp_async_4(d_t(buf) + tid, d_rows_g + (ok ? i0 + tid : 0), ok ? 4 : 0);
     }
     cp_async_commit();
   };
@@ -153,14 +162,14 @@ __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* s
       constexpr int kParts = C::kThreads / QT < kChunks ? C::kThreads / QT : kChunks;
       const int r = tid / kParts, part = tid % kParts;
       float acc = 0.0f;
-      if (r < QT)
+      if (!kDRows && r < QT)
         for (int ch = part; ch < kChunks; ch += kParts)
           acc += dot8_bf16(lds(reinterpret_cast<const uint4*>(dy_t(buf) + r * P + ch * 8)),
                            lds(reinterpret_cast<const uint4*>(y_t(buf) + r * P + ch * 8)));
 #pragma unroll
       for (int off = 1; off < kParts; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
       if (r < QT && part == 0) {
-        sts(d_t(buf) + r, acc);
+        if (!kDRows) sts(d_t(buf) + r, acc);
         sts(lse_t(buf) + r, lds(lse_t(buf) + r) * kLog2e);
       }
     }
@@ -232,9 +241,9 @@ __device__ __forceinline__ void backward_keys(const BwdArgs& a, unsigned char* s
 }
 
 // z = 1: dQ of queries [q0, q0 + kRows), over the key tiles up to their diagonal.
-template <int HS, int NW, bool kDropout>
+template <int HS, int NW, bool kDropout, bool kDRows>
 __device__ __forceinline__ void backward_queries(const BwdArgs& a, unsigned char* smem) {
-  using C = BwdConfig<HS, NW>;
+  using C = BwdConfig<HS, NW, kDRows>;
   constexpr int P = C::kPitch, KT = C::kTile;
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][P]
   uint16_t* dy_s = q_s + C::kRows * P;                // [kRows][P]
@@ -265,7 +274,7 @@ __device__ __forceinline__ void backward_queries(const BwdArgs& a, unsigned char
   {
     const int r = lane >> 1, row = wq0 + r;
     float acc = 0.0f;
-    if (row < T) {
+    if (!kDRows && row < T) {
       const uint16_t* dyr = a.dy.row(b, h, row);
       const uint16_t* yr = a.y.row(b, h, row);
       for (int ch = lane & 1; ch < HS / 8; ch += 2)
@@ -276,6 +285,11 @@ __device__ __forceinline__ void backward_queries(const BwdArgs& a, unsigned char
     D_g = __shfl_sync(0xffffffffu, acc, 2 * g);
     D_g8 = __shfl_sync(0xffffffffu, acc, 2 * (g + 8));
     const float* lse_row = a.lse + static_cast<int64_t>(bh) * T;
+    if (kDRows) {  // precomputed: the dot products above were skipped (acc stays 0)
+      const float* d_row = a.d_rows + static_cast<int64_t>(bh) * T;
+      D_g = wq0 + g < T ? d_row[wq0 + g] : 0.0f;
+      D_g8 = wq0 + g + 8 < T ? d_row[wq0 + g + 8] : 0.0f;
+    }
     lse_g = wq0 + g < T ? lse_row[wq0 + g] * kLog2e : 0.0f;
     lse_g8 = wq0 + g + 8 < T ? lse_row[wq0 + g + 8] * kLog2e : 0.0f;
   }
@@ -335,13 +349,35 @@ __device__ __forceinline__ void backward_queries(const BwdArgs& a, unsigned char
 
 // grid (ceil(T / 16NW), B*nh, 2) — or 1 with kAtomicDq, which has no query CTAs. kMinBlocks: the
 // CTAs an SM should hold (__launch_bounds__ caps the registers to fit them; 0, no hint).
-template <int HS, int NW, bool kDropout, bool kAtomicDq, int kMinBlocks = 0>
-__global__ void __launch_bounds__(32 * NW, kMinBlocks) attention_backward_mma_kernel(const BwdArgs a) {
+// kDRows: D from a.d_rows (BwdConfig).
+template <int HS, int NW, bool kDropout, bool kAtomicDq, int kMinBlocks = 0, bool kDRows = false>
+__global__ void __launch_bounds__(32 * NW, kMinBlocks)
+    attention_backward_mma_kernel(const BwdArgs a) {
   GS_DYNAMIC_SHARED(smem);
   if (blockIdx.z == 0)
-    backward_keys<HS, NW, kDropout, kAtomicDq>(a, smem);
+    backward_keys<HS, NW, kDropout, kAtomicDq, kDRows>(a, smem);
   else if (!kAtomicDq)
-    backward_queries<HS, NW, kDropout>(a, smem);
+    backward_queries<HS, NW, kDropout, kDRows>(a, smem);
+}
+
+// kDRows pre-pass: d_rows[bh * T + t] = dY . y of row t of head bh, 8 threads a row (16-byte
+// loads; hs a multiple of 8). Launched with a multiple of 8 threads a block.
+__global__ void attention_d_rows_kernel(View4<const uint16_t> dy, View4<const uint16_t> y,
+                                        float* d_rows, int nh, int T, int hs, int64_t rows) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 8;
+  const int part = threadIdx.x % 8;
+  float acc = 0.0f;
+  if (row < rows) {
+    const int t = static_cast<int>(row % T), bh = static_cast<int>(row / T);
+    const uint16_t* dyr = dy.row(bh / nh, bh % nh, t);
+    const uint16_t* yr = y.row(bh / nh, bh % nh, t);
+    for (int ch = part; ch < hs / 8; ch += 8)
+      acc += dot8_bf16(*reinterpret_cast<const uint4*>(dyr + ch * 8),
+                       *reinterpret_cast<const uint4*>(yr + ch * 8));
+  }
+#pragma unroll
+  for (int off = 1; off < 8; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (row < rows && part == 0) d_rows[row] = acc;
 }
 
 // kAtomicDq epilogue: dq = bf16(scale * dq_accum), 8 elements per thread; acc is contiguous

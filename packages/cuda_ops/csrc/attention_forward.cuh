@@ -171,7 +171,8 @@ __device__ __forceinline__ void drop_weights(float (&s)[KT / 8][4], int k0, int 
 }
 
 template <int HS, int NW, bool kDropout, int MT = 1, int KT = 64, int kMinBlocks = 0>
-__global__ void __launch_bounds__(32 * NW, kMinBlocks) attention_forward_mma_kernel(const FwdArgs a) {
+__global__ void __launch_bounds__(32 * NW, kMinBlocks)
+    attention_forward_mma_kernel(const FwdArgs a) {
   using C = FwdConfig<HS, NW, MT, KT>;
   constexpr int P = C::kPitch;
   constexpr int kWarpRows = 16 * MT;
@@ -270,7 +271,8 @@ __global__ void __launch_bounds__(32 * NW, kMinBlocks) attention_forward_mma_ker
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int row = r0 + g + 8 * hh;
-        if (row < T) a.lse[static_cast<int64_t>(bh) * T + row] = (m[mt][hh] + log2f(lsum[hh])) * kLn2;
+        if (row < T)
+          a.lse[static_cast<int64_t>(bh) * T + row] = (m[mt][hh] + log2f(lsum[hh])) * kLn2;
       }
     }
   }

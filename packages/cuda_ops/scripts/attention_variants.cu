@@ -113,17 +113,22 @@ void time_group(const char* group, std::vector<Timed>& ts, double flops, std::FI
 }
 
 // One backward as the launcher runs it (attention_cuda.cu, launch_backward): atomic dQ zeroes
-// the fp32 buffer, runs the key CTAs and converts; two-stage runs key and query CTAs.
-template <int NW, bool kAtomic, int MB, bool kDrop = false>
+// the fp32 buffer, runs the key CTAs and converts; two-stage runs key and query CTAs. kDRows:
+// D = dY . y by its own pre-pass first (attention_d_rows_kernel; g.d_rows must be set).
+template <int NW, bool kAtomic, int MB, bool kDrop = false, bool kDRows = false>
 std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, int T) {
-  using C = BwdConfig<HS, NW>;
-  const auto k = attention_backward_mma_kernel<HS, NW, kDrop, kAtomic, MB>;
+  using C = BwdConfig<HS, NW, kDRows>;
+  const auto k = attention_backward_mma_kernel<HS, NW, kDrop, kAtomic, MB, kDRows>;
   const int smem = kAtomic ? C::kSmemAtomic : C::kSmemBytes;
   CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   g.dq_accum = kAtomic ? dq_accum : nullptr;
   const dim3 grid((T + C::kRows - 1) / C::kRows, B * nh, kAtomic ? 1 : 2);
   const int64_t n = int64_t(B) * nh * T * HS;
+  const int64_t rows = int64_t(B) * nh * T;
   return [=] {
+    if (kDRows)
+      attention_d_rows_kernel<<<(rows * 8 + 255) / 256, 256>>>(
+          g.dy, g.y, const_cast<float*>(g.d_rows), nh, T, HS, rows);
     if (kAtomic) CHECK(cudaMemsetAsync(g.dq_accum, 0, n * 4));
     k<<<grid, C::kThreads, smem>>>(g);
     if (kAtomic)
@@ -250,7 +255,8 @@ int main(int argc, char** argv) {
   // --- backward: dy random, y and lse from the default forward ---------------------------------
   launch(vs[0]);
   uint16_t *dy, *dqkv;
-  float* dq_accum;
+  float *dq_accum, *d_rows;
+  CHECK(cudaMalloc(&d_rows, int64_t(B) * nh * T * 4));
   CHECK(cudaMalloc(&dy, n_y * 2));
   CHECK(cudaMalloc(&dqkv, n_qkv * 2));
   CHECK(cudaMalloc(&dq_accum, n_y * 4));
@@ -272,6 +278,7 @@ int main(int argc, char** argv) {
   g.threshold = a.threshold;
   g.drop_scale = a.drop_scale;
   g.seed = a.seed;
+  g.d_rows = d_rows;
   std::vector<Timed> bwd_drop = {
       {"two-stage, 4w, dropout", backward_run<4, false, 0, true>(g, nullptr, B, nh, T)},
       {"two-stage, 4w, dropout, >=3 CTA/SM",
@@ -285,6 +292,11 @@ int main(int argc, char** argv) {
       {"atomic dQ, 4w", backward_run<4, true, 0>(g, dq_accum, B, nh, T)},
       {"atomic dQ, 4w, >=3 CTA/SM", backward_run<4, true, 3>(g, dq_accum, B, nh, T)},
       {"atomic dQ, 8w", backward_run<8, true, 0>(g, dq_accum, B, nh, T)},
+      {"two-stage, 4w, >=3 CTA/SM, D pre-pass",
+       backward_run<4, false, 3, false, true>(g, nullptr, B, nh, T)},
+      {"atomic dQ, 4w, D pre-pass", backward_run<4, true, 0, false, true>(g, dq_accum, B, nh, T)},
+      {"atomic dQ, 4w, >=3 CTA/SM, D pre-pass",
+       backward_run<4, true, 3, false, true>(g, dq_accum, B, nh, T)},
   };
   std::vector<uint16_t> g0(n_qkv), g1(n_qkv);
   for (size_t i = 0; i < bwd.size(); ++i) {
