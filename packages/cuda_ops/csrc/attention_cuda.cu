@@ -96,7 +96,7 @@ template <int HS, int NW, bool kDrop>
 void launch_forward(const FwdArgs& a, const Dims& d, cudaStream_t s) {
   using C = FwdConfig<HS, NW>;
   const auto kernel =
-      attention_forward_mma_kernel<HS, NW, kDrop, 1, C::kKeys, forward_min_blocks<HS, NW, kDrop>()>;
+      attention_forward_mma_kernel<HS, NW, kDrop, C::kKeys, forward_min_blocks<HS, NW, kDrop>()>;
   static LaunchCheck ready;  // one per instance (see cuda_launch.h)
   ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
                config_of(HS, NW, kDrop, "forward"), C::kThreads, C::kSmemBytes);

@@ -29,52 +29,38 @@ struct FwdArgs {
   const int64_t* seed;
 };
 
-// NW warps, each owning MT m-tiles of 16 query rows (MT = 2: every K and V fragment read from
-// shared memory feeds two m-tiles' products, half the ldmatrix traffic per mma), key tiles of KT
-// rows. The kernel's kMinBlocks: the CTAs an SM should hold (__launch_bounds__ caps the
-// registers to fit them); 0, no hint (an explicit 1 costs the hs=64 forward 14 registers).
-template <int HS, int NW, int MT = 1, int KT = 64> struct FwdConfig {
+// NW warps of 16 queries, key tiles of KT rows. The kernel's kMinBlocks: the CTAs an SM should
+// hold (__launch_bounds__ caps the registers to fit them); 0, no hint (an explicit 1 costs the
+// hs=64 forward 14 registers).
+template <int HS, int NW, int KT = 64> struct FwdConfig {
   static constexpr int kThreads = 32 * NW;
-  static constexpr int kRows = 16 * MT * NW;  // queries per CTA, 16 * MT per warp
-  static constexpr int kKeys = KT;            // keys per tile
+  static constexpr int kRows = 16 * NW;  // queries per CTA, 16 per warp
+  static constexpr int kKeys = KT;       // keys per tile
   // shared-memory row pitch in elements: 16 padding bytes put the 8 rows an ldmatrix reads in
   // 8 different 16-byte bank groups (HOPPER.md, "Banks")
   static constexpr int kPitch = HS + 8;
   static constexpr int kSmemBytes = (kRows + 4 * kKeys) * kPitch * 2;  // Q, 2 x (K, V)
 };
 
-// The steps of a warp's 16 * MT queries (m-tile mt: rows r0 + 16 mt .. + 15, Q fragments
-// qf[mt]) against one tile of KT keys from k0 in shared memory (row pitch P), shared by the
-// kernels below. 16-key blocks past an m-tile's last row are skipped; they stay 0 in s and are
-// masked. The forms without [MT] are the one-m-tile case.
-// S = Q K^T, MT x 16 x KT, fp32; each K fragment is read once for all m-tiles
-template <int HS, int KT, int P, int MT>
-__device__ __forceinline__ void tile_scores(float (&s)[MT][KT / 8][4],
-                                            const uint32_t (&qf)[MT][HS / 16][4],
+// The steps of a warp's 16 queries (rows r0 .. r0 + 15, Q fragments qf) against one tile of KT
+// keys from k0 in shared memory (row pitch P), shared by the kernels below. 16-key blocks past
+// the warp's last row are skipped; they stay 0 in s and are masked.
+// S = Q K^T, 16 x KT, fp32
+template <int HS, int KT, int P>
+__device__ __forceinline__ void tile_scores(float (&s)[KT / 8][4], const uint32_t (&qf)[HS / 16][4],
                                             const uint16_t* ks, int k0, int r0, int lane) {
 #pragma unroll
   for (int kk = 0; kk < HS / 16; ++kk) {
 #pragma unroll
     for (int np = 0; np < KT / 16; ++np) {
-      if (k0 + 16 * np > r0 + 16 * MT - 1) continue;
+      if (k0 + 16 * np > r0 + 15) continue;
       uint32_t kf[4];
       ldmatrix_x4(kf, ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * P + kk * 16 +
                           ((lane >> 3) & 1) * 8);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        if (k0 + 16 * np > r0 + 16 * mt + 15) continue;
-        mma_bf16(s[mt][2 * np], qf[mt][kk], kf[0], kf[1]);
-        mma_bf16(s[mt][2 * np + 1], qf[mt][kk], kf[2], kf[3]);
-      }
+      mma_bf16(s[2 * np], qf[kk], kf[0], kf[1]);
+      mma_bf16(s[2 * np + 1], qf[kk], kf[2], kf[3]);
     }
   }
-}
-template <int HS, int KT, int P>
-__device__ __forceinline__ void tile_scores(float (&s)[KT / 8][4], const uint32_t (&qf)[HS / 16][4],
-                                            const uint16_t* ks, int k0, int r0, int lane) {
-  tile_scores<HS, KT, P, 1>(reinterpret_cast<float (&)[1][KT / 8][4]>(s),
-                            reinterpret_cast<const uint32_t (&)[1][HS / 16][4]>(qf), ks, k0, r0,
-                            lane);
 }
 
 // -inf for keys after the row (causal) or past T, on tiles that cross the diagonal or the end
@@ -126,39 +112,22 @@ __device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)
 }
 
 // O += P V: P's accumulators are the A fragments (packed to bf16 here), V^T fragments by
-// ldmatrix.trans, each read once for all m-tiles; key slices past an m-tile's last row left out
-template <int HS, int KT, int P, int MT>
-__device__ __forceinline__ void accumulate_pv(float (&o)[MT][HS / 8][4],
-                                              const float (&s)[MT][KT / 8][4], const uint16_t* vs,
-                                              int k0, int r0, int lane) {
-#pragma unroll
-  for (int kk = 0; kk < KT / 16; ++kk) {
-    if (k0 + 16 * kk > r0 + 16 * MT - 1) continue;
-    uint32_t pf[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) pack_a(pf[mt], s[mt], kk, [](int, int, float x) { return x; });
-#pragma unroll
-    for (int dp = 0; dp < HS / 16; ++dp) {
-      uint32_t vf[4];
-      ldmatrix_x4_trans(vf, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * P + dp * 16 +
-                                (lane >> 4) * 8);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        if (k0 + 16 * kk > r0 + 16 * mt + 15) continue;
-        mma_bf16(o[mt][2 * dp], pf[mt], vf[0], vf[1]);
-        mma_bf16(o[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
-      }
-    }
-  }
-}
+// ldmatrix.trans (attention_tiles.cuh's mma_regs_rows); key slices past row r0 + 15 left out
 template <int HS, int KT, int P>
 __device__ __forceinline__ void accumulate_pv(float (&o)[HS / 8][4], const float (&s)[KT / 8][4],
                                               const uint16_t* vs, int k0, int r0, int lane) {
-  accumulate_pv<HS, KT, P, 1>(reinterpret_cast<float (&)[1][HS / 8][4]>(o),
-                              reinterpret_cast<const float (&)[1][KT / 8][4]>(s), vs, k0, r0, lane);
+  mma_regs_rows<KT / 16, HS, P>(
+      o, vs, lane,
+      [&](uint32_t (&pf)[4], int kk) {
+        pf[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        pf[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        pf[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pf[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      },
+      [&](int kk) { return k0 + 16 * kk > r0 + 15; });
 }
 
-// Dropout of one m-tile's weights (rows r0 .. r0 + 15) from the counter-based stream
+// Dropout of a warp's weights (rows r0 .. r0 + 15) from the counter-based stream
 // (attention_tiles.cuh's keep bits, the ones the backward rebuilds).
 template <int KT>
 __device__ __forceinline__ void drop_weights(float (&s)[KT / 8][4], int k0, int r0, uint32_t bh,
@@ -170,12 +139,11 @@ __device__ __forceinline__ void drop_weights(float (&s)[KT / 8][4], int k0, int 
                     });
 }
 
-template <int HS, int NW, bool kDropout, int MT = 1, int KT = 64, int kMinBlocks = 0>
+template <int HS, int NW, bool kDropout, int KT = 64, int kMinBlocks = 0>
 __global__ void __launch_bounds__(32 * NW, kMinBlocks)
     attention_forward_mma_kernel(const FwdArgs a) {
-  using C = FwdConfig<HS, NW, MT, KT>;
+  using C = FwdConfig<HS, NW, KT>;
   constexpr int P = C::kPitch;
-  constexpr int kWarpRows = 16 * MT;
   GS_DYNAMIC_SHARED(smem);
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][P]
   uint16_t* k_s = q_s + C::kRows * P;                 // [2][KT][P]
@@ -184,7 +152,7 @@ __global__ void __launch_bounds__(32 * NW, kMinBlocks)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int bh = blockIdx.y, b = bh / a.nh, h = bh % a.nh, T = a.T;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * C::kRows;  // longest query blocks first
-  const int wq0 = q0 + kWarpRows * warp;                  // this warp's first query row
+  const int wq0 = q0 + 16 * warp;                         // this warp's first query row
   const int n_tiles = (min(q0 + C::kRows, T) - 1) / KT + 1;
   const uint16_t* k_g = a.k.row(b, h, 0);
   const uint16_t* v_g = a.v.row(b, h, 0);
@@ -207,14 +175,9 @@ __global__ void __launch_bounds__(32 * NW, kMinBlocks)
     key1 = static_cast<uint32_t>(seed >> 32);
   }
 
-  uint32_t qf[MT][HS / 16][4];
-  float o[MT][HS / 8][4] = {};
-  float m[MT][2], l[MT][2];  // rows g and g+8 of each m-tile
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    m[mt][0] = m[mt][1] = -INFINITY;
-    l[mt][0] = l[mt][1] = 0.0f;
-  }
+  uint32_t qf[HS / 16][4];
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g+8
 
   for (int kt = 0; kt < n_tiles; ++kt) {
     const int buf = kt & 1, k0 = kt * KT;
@@ -232,47 +195,33 @@ __global__ void __launch_bounds__(32 * NW, kMinBlocks)
     __syncthreads();
     if (kt == 0) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; ++kk)
-          ldmatrix_x4(qf[mt][kk], q_s + (kWarpRows * warp + 16 * mt + ((lane >> 3) & 1) * 8 +
-                                         (lane & 7)) * P + kk * 16 + (lane >> 4) * 8);
+      for (int kk = 0; kk < HS / 16; ++kk)
+        ldmatrix_x4(qf[kk], q_s + (16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7)) * P +
+                                kk * 16 + (lane >> 4) * 8);
     }
-    if (wq0 < T && k0 <= wq0 + kWarpRows - 1) {
+    if (wq0 < T && k0 <= wq0 + 15) {
       const uint16_t* ks = k_s + buf * KT * P;
       const uint16_t* vs = v_s + buf * KT * P;
-      float s[MT][KT / 8][4] = {};
-      tile_scores<HS, KT, P, MT>(s, qf, ks, k0, wq0, lane);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int r0 = wq0 + 16 * mt;
-        // an m-tile whose rows all come before k0 has no key here (and, with KT a multiple of
-        // 16, saw key 0 in the first tile: its m is finite); accumulate_pv skips it too
-        if (MT > 1 && k0 > r0 + 15) continue;
-        mask_tile<KT>(s[mt], k0, r0, T, lane);
-        online_softmax<HS, KT>(s[mt], m[mt], l[mt], o[mt], a.scale_log2);
-        if (kDropout) drop_weights<KT>(s[mt], k0, r0, bh, key0, key1, a.threshold, lane);
-      }
-      accumulate_pv<HS, KT, P, MT>(o, s, vs, k0, wq0, lane);
+      float s[KT / 8][4] = {};
+      tile_scores<HS, KT, P>(s, qf, ks, k0, wq0, lane);
+      mask_tile<KT>(s, k0, wq0, T, lane);
+      online_softmax<HS, KT>(s, m, l, o, a.scale_log2);
+      if (kDropout) drop_weights<KT>(s, k0, wq0, bh, key0, key1, a.threshold, lane);
+      accumulate_pv<HS, KT, P>(o, s, vs, k0, wq0, lane);
     }
     __syncthreads();  // every warp is done with `buf` before the next prefetch overwrites it
   }
 
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int r0 = wq0 + 16 * mt;
-    if (r0 >= T) break;
-    const float l0 = quad_sum(l[mt][0]), l1 = quad_sum(l[mt][1]);
-    store_tile_bf16<HS>(o[mt], a.drop_scale / l0, a.drop_scale / l1,
-                        q_s + (kWarpRows * warp + 16 * mt) * P, P, a.y.row(b, h, r0), a.y.st,
-                        T - r0, lane);
+  if (wq0 < T) {
+    l[0] = quad_sum(l[0]);
+    l[1] = quad_sum(l[1]);
+    store_tile_bf16<HS>(o, a.drop_scale / l[0], a.drop_scale / l[1], q_s + 16 * warp * P, P,
+                        a.y.row(b, h, wq0), a.y.st, T - wq0, lane);
     if (t == 0) {
-      const float lsum[2] = {l0, l1};
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int row = r0 + g + 8 * hh;
-        if (row < T)
-          a.lse[static_cast<int64_t>(bh) * T + row] = (m[mt][hh] + log2f(lsum[hh])) * kLn2;
+        const int row = wq0 + g + 8 * hh;
+        if (row < T) a.lse[static_cast<int64_t>(bh) * T + row] = (m[hh] + log2f(l[hh])) * kLn2;
       }
     }
   }

@@ -44,10 +44,6 @@ def _heads(qkv: torch.Tensor, nh: int):
     return [t.view(B, T, nh, C3 // 3 // nh).transpose(1, 2) for t in (q, k, v)]
 
 
-def _gptstack(q, k, v):
-    return causal_attention(q, k, v)
-
-
 def _sdpa(backend):
     def run(q, k, v):
         with sdpa_kernel(backend):
@@ -64,7 +60,7 @@ def main() -> None:
     qkv, dy, nh = _inputs(args.preset, args.batch)
     q, k, v = _heads(qkv, nh)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
-    runs = {"gptstack": _gptstack} | {name: _sdpa(b) for name, b in BACKENDS.items()}
+    runs = {"gptstack": causal_attention} | {name: _sdpa(b) for name, b in BACKENDS.items()}
     ok = {}
     for name, fn in runs.items():
         try:
