@@ -78,20 +78,21 @@ __device__ __forceinline__ void mask_tile(float (&s)[KT / 8][4], int k0, int r0,
 }
 
 // The online softmax in the log2 domain for rows g (r = 0, 1) and g+8 (r = 2, 3): s becomes the
-// unnormalized weights, m the running max, l this thread's share of the row sum (undropped), o
-// rescaled by 2^(m_old - m_new). Every row sees at least one key of each tile it is given (key
-// 0 is in every row's first tile), so m is finite from then on and 2^(m_old - m_new) never sees
-// -inf - -inf.
-template <int HS, int KT>
-__device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
-                                               float (&o)[HS / 8][4], float scale_log2) {
+// unnormalized weights, m the running max, l this thread's share of the row sum (undropped), and
+// alpha = 2^(m_old - m_new), the factor by which what was accumulated so far must be rescaled.
+// Every row sees at least one key of its first tile (key 0), so m is finite from then on and
+// 2^(m_old - m_new) never sees -inf - -inf; a later tile wholly above a row (all -inf) leaves m
+// as it is and gives weights 0.
+template <int KT>
+__device__ __forceinline__ void softmax_tile(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], float scale_log2) {
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     float mx = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hh], s[nt][2 * hh + 1]));
     const float m_new = fmaxf(m[hh], quad_max(mx) * scale_log2);
-    const float alpha = fast_exp2(m[hh] - m_new);
+    alpha[hh] = fast_exp2(m[hh] - m_new);
     m[hh] = m_new;
     float sum = 0.0f;
 #pragma unroll
@@ -102,13 +103,29 @@ __device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)
         s[nt][2 * hh + e] = p;
         sum += p;
       }
-    l[hh] = l[hh] * alpha + sum;
-#pragma unroll
-    for (int nt = 0; nt < HS / 8; ++nt) {
-      o[nt][2 * hh] *= alpha;
-      o[nt][2 * hh + 1] *= alpha;
-    }
+    l[hh] = l[hh] * alpha[hh] + sum;
   }
+}
+
+// o's rows g and g+8 times alpha[0] and alpha[1]
+template <int HS>
+__device__ __forceinline__ void rescale_rows(float (&o)[HS / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < HS / 8; ++nt) {
+    o[nt][0] *= alpha[0];
+    o[nt][1] *= alpha[0];
+    o[nt][2] *= alpha[1];
+    o[nt][3] *= alpha[1];
+  }
+}
+
+// softmax_tile, then o rescaled at once
+template <int HS, int KT>
+__device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&o)[HS / 8][4], float scale_log2) {
+  float alpha[2];
+  softmax_tile<KT>(s, m, l, alpha, scale_log2);
+  rescale_rows<HS>(o, alpha);
 }
 
 // O += P V: P's accumulators are the A fragments (packed to bf16 here), V^T fragments by

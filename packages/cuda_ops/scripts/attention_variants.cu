@@ -1,7 +1,8 @@
 // attention_variants.cu: shapes of the bf16 attention forward kernel (csrc/attention_forward.cuh)
 // side by side on one GPU, outside the extension (which builds only the launcher's choices):
 // warps per CTA (16 queries each), keys per tile, and the CTAs per SM that
-// __launch_bounds__ asks registers to fit; then the backward (csrc/attention_backward.cuh) in its
+// __launch_bounds__ asks registers to fit, and the wgmma forward (attention_forward_wgmma.cuh;
+// sm_90a only, after a probe of wgmma's shared-memory layouts); then the backward (csrc/attention_backward.cuh) in its
 // two modes, two-stage and atomic dQ, with CTA sizes and occupancy hints. The model's layout
 // (q, k, v as views of one (B, T, 3C) buffer, and their gradients into one such buffer); no
 // dropout, or with --dropout P the dropout instances with and without the register caps.
@@ -28,6 +29,7 @@
 
 #include "attention_backward.cuh"
 #include "attention_forward.cuh"
+#include "attention_forward_wgmma.cuh"
 
 using namespace gs::attn;
 
@@ -55,6 +57,17 @@ template <int NW, int KT, int MB, bool kDrop = false> Variant variant() {
   const std::string name = std::to_string(NW) + "w, " + std::to_string(KT) + " keys" +
                            (MB ? ", >=" + std::to_string(MB) + " CTA/SM" : "");
   return {name, k, C::kThreads, C::kRows, C::kSmemBytes};
+}
+
+// The wgmma forward (attention_forward_wgmma.cuh): NWG warpgroups of 64 queries, KT keys a tile
+// (kOverlap false: no softmax under the previous tile's P V)
+template <int NWG, int KT, bool kDrop = false, bool kOverlap = true> Variant wgmma_variant() {
+  using C = WgmmaFwdConfig<HS, NWG, KT>;
+  const auto k = attention_forward_wgmma_kernel<HS, NWG, kDrop, KT, kOverlap>;
+  CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  return {"wgmma, " + std::to_string(NWG) + " warpgroup" + (NWG > 1 ? "s, " : ", ") +
+              std::to_string(KT) + " keys" + (kOverlap ? "" : ", no overlap"),
+          k, C::kThreads, C::kRows, C::kSmemBytes};
 }
 
 float bf16_value(uint16_t b) {
@@ -154,6 +167,127 @@ std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, in
   };
 }
 
+// --- the wgmma layout probe ------------------------------------------------------------------
+// One m64n64k16 per layout, on random bf16, against the host's product: A K-major from shared
+// memory or from registers; B K-major, or N-major read with the descriptor's LBO as the step
+// along K and SBO along N (the PTX ISA's canonical no-swizzle layouts, as attention_emu/emu.h
+// models them) and, to tell a misreading apart, with the two swapped. Shared memory gets an
+// image built on the host by the same layout formula the kernel's descriptor describes.
+struct ProbeLayout {
+  uint32_t a_lbo, a_sbo, b_lbo, b_sbo;
+  bool b_nmajor, a_regs;
+};
+
+template <bool kARegs, int kTransB>
+__global__ void wgmma_probe_kernel(const uint16_t* a_img, const uint16_t* b_img,
+                                   const uint16_t* a_rowmajor, float* d_out, ProbeLayout p) {
+  __shared__ __align__(128) uint16_t a_s[64 * 16], b_s[16 * 64];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  for (int i = tid; i < 64 * 16; i += 128) {
+    a_s[i] = a_img[i];
+    b_s[i] = b_img[i];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  float d[8][4] = {};
+  uint32_t af[1][4];  // this warp's 16 rows of A in mma.m16n8k16's A layout
+  auto at = [&](int r, int k) { return uint32_t(a_rowmajor[(16 * warp + r) * 16 + k]); };
+  af[0][0] = at(g, 2 * t) | at(g, 2 * t + 1) << 16;
+  af[0][1] = at(g + 8, 2 * t) | at(g + 8, 2 * t + 1) << 16;
+  af[0][2] = at(g, 2 * t + 8) | at(g, 2 * t + 9) << 16;
+  af[0][3] = at(g + 8, 2 * t + 8) | at(g + 8, 2 * t + 9) << 16;
+  const uint64_t ad = smem_desc(a_s, p.a_lbo, p.a_sbo), bd = smem_desc(b_s, p.b_lbo, p.b_sbo);
+  wgmma_fence();
+  if (kARegs)
+    wgmma_rs<64, kTransB>(d, af[0], bd, false);
+  else
+    wgmma_ss<64, kTransB>(d, ad, bd, false);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_tile(d);
+  fence_tile(af);
+  for (int j = 0; j < 8; ++j)
+    for (int r = 0; r < 4; ++r)
+      d_out[(16 * warp + g + 8 * (r >> 1)) * 64 + 8 * j + 2 * t + (r & 1)] = d[j][r];
+}
+
+bool probe_wgmma_layouts() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n01;
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  };
+  std::vector<uint16_t> A(64 * 16), Bm(16 * 64);  // A[m][k], B[k][n], row-major
+  for (auto& x : A) x = bits(n01(rng));
+  for (auto& x : Bm) x = bits(n01(rng));
+  std::vector<float> ref(64 * 64, 0.0f);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 16; ++k) ref[m * 64 + n] += bf16_value(A[m * 16 + k]) * bf16_value(Bm[k * 64 + n]);
+  // byte offset of (mn, k) in the canonical layouts (emu.h's wgmma_operand)
+  auto offset = [](int mn, int k, bool mn_major, uint32_t lbo, uint32_t sbo) {
+    return mn_major ? (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                    : (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  };
+  uint16_t *a_img, *b_img, *a_rm;
+  float* d;
+  CHECK(cudaMalloc(&a_img, 2048));
+  CHECK(cudaMalloc(&b_img, 2048));
+  CHECK(cudaMalloc(&a_rm, 2048));
+  CHECK(cudaMalloc(&d, 64 * 64 * 4));
+  CHECK(cudaMemcpy(a_rm, A.data(), 2048, cudaMemcpyHostToDevice));
+  struct Named {
+    const char* name;
+    ProbeLayout p;
+    uint32_t img_b_lbo, img_b_sbo;  // the layout the B image is really in
+  };
+  // A: 64 x 16 K-major, k blocks 128 bytes apart, row blocks 256; B: 64 (n) x 16 (k)
+  // K-major likewise; N-major: n blocks 128 bytes apart, k blocks 1024
+  const Named cases[] = {
+      {"A smem, B K-major", {128, 256, 128, 256, false, false}, 128, 256},
+      {"A smem, B N-major (LBO along K)", {128, 256, 1024, 128, true, false}, 1024, 128},
+      {"A smem, B N-major (LBO along N)", {128, 256, 128, 1024, true, false}, 1024, 128},
+      {"A regs, B K-major", {128, 256, 128, 256, false, true}, 128, 256},
+      {"A regs, B N-major (LBO along K)", {128, 256, 1024, 128, true, true}, 1024, 128},
+  };
+  bool ok_all = true;
+  std::printf("wgmma layout probe (m64n64k16, bf16):\n");
+  for (const Named& c : cases) {
+    std::vector<uint16_t> ai(1024), bi(1024);
+    for (int m = 0; m < 64; ++m)
+      for (int k = 0; k < 16; ++k) ai[offset(m, k, false, 128, 256) / 2] = A[m * 16 + k];
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 16; ++k)
+        bi[offset(n, k, c.p.b_nmajor, c.img_b_lbo, c.img_b_sbo) / 2] = Bm[k * 64 + n];
+    CHECK(cudaMemcpy(a_img, ai.data(), 2048, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(b_img, bi.data(), 2048, cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(d, 0xFF, 64 * 64 * 4));
+    const auto kernel = c.p.a_regs ? (c.p.b_nmajor ? wgmma_probe_kernel<true, 1>
+                                                   : wgmma_probe_kernel<true, 0>)
+                                   : (c.p.b_nmajor ? wgmma_probe_kernel<false, 1>
+                                                   : wgmma_probe_kernel<false, 0>);
+    kernel<<<1, 128>>>(a_img, b_img, a_rm, d, c.p);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> out(64 * 64);
+    CHECK(cudaMemcpy(out.data(), d, out.size() * 4, cudaMemcpyDeviceToHost));
+    double err = 0;
+    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::fabs(out[i] - ref[i])));
+    const bool match = err < 1e-3;
+    const bool expected = std::strstr(c.name, "LBO along N") == nullptr;  // emu.h's reading
+    std::printf("  %-34s max abs error %.2e  %s\n", c.name, err,
+                match == expected ? (match ? "ok" : "differs, as it should") : "UNEXPECTED");
+    ok_all = ok_all && match == expected;
+  }
+  CHECK(cudaFree(a_img));
+  CHECK(cudaFree(b_img));
+  CHECK(cudaFree(a_rm));
+  CHECK(cudaFree(d));
+  return ok_all;
+}
+
 int main(int argc, char** argv) {
   int B = 16, nh = 12, T = 1024;
   double dropout = 0.0;
@@ -169,6 +303,7 @@ int main(int argc, char** argv) {
       ++pos;
     }
   }
+  if (!probe_wgmma_layouts()) std::printf("(the wgmma forward rows below will not match)\n");
   const int C = nh * HS;
   const int64_t n_qkv = int64_t(B) * T * 3 * C, n_y = int64_t(B) * T * C;
   std::vector<uint16_t> host(n_qkv);
@@ -209,10 +344,13 @@ int main(int argc, char** argv) {
   // (32 queries a warp, two m-tiles sharing each K/V fragment, lost at 3568f04: 191.7 us
   // against 159.7 at gpt2-124m's shape on an H200; the kernel no longer takes that shape)
   std::vector<Variant> vs =
-      dropout > 0 ? std::vector<Variant>{variant<4, 64, 0, true>(), variant<4, 64, 4, true>()}
+      dropout > 0 ? std::vector<Variant>{variant<4, 64, 0, true>(), variant<4, 64, 4, true>(),
+                                         wgmma_variant<1, 64, true>()}
                   : std::vector<Variant>{variant<4, 64, 4>(), variant<4, 64, 0>(),
                                          variant<8, 64, 0>(), variant<4, 32, 0>(),
-                                         variant<4, 32, 4>()};
+                                         variant<4, 32, 4>(), wgmma_variant<1, 64>(),
+                                         wgmma_variant<1, 64, false, false>(),
+                                         wgmma_variant<2, 64>(), wgmma_variant<1, 128>()};
   auto launch = [&](const Variant& v) {
     const dim3 grid((T + v.rows - 1) / v.rows, B * nh);
     v.kernel<<<grid, v.threads, v.smem>>>(a);

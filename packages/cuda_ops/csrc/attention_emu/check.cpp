@@ -9,7 +9,8 @@
 //       csrc/attention_cpu.cpp csrc/attention_cpu_avx2.cpp -x c++ csrc/attention_cuda.cu -o check
 //   ./check [case ...]
 //
-// A case is "kind:hs:warps:T:dropout:layout", e.g. "bwd:64:4:130:1:packed", or "limits" (the
+// A case is "kind:hs:warps:T:dropout:layout", e.g. "bwd:64:4:130:1:packed" ("wgf": the wgmma
+// forward of attention_forward_wgmma.cuh, warps = its warpgroups, 1 or 2), or "limits" (the
 // emulated launch rules and the launchers' error for a configuration that cannot fit), or "all"
 // (every configuration the dispatcher can launch: head size x warps x dropout x forward /
 // two-stage / atomic backward, launch checks only, one line each with its shared memory);
@@ -26,6 +27,7 @@
 #include "../attention.h"
 #include "../attention_backward.cuh"
 #include "../attention_forward.cuh"
+#include "../attention_forward_wgmma.cuh"
 #include "../attention_simt.cuh"
 #include "runtime.h"
 
@@ -35,7 +37,9 @@ using namespace gs::attn;
 namespace {
 
 struct Case {
-  std::string kind;  // fwd | bwd (two-stage backward) | atm (atomic-dQ backward) | f32
+  // fwd | bwd (two-stage backward) | atm (atomic-dQ backward) | f32 | wgf (the wgmma forward,
+  // attention_forward_wgmma.cuh, launched directly: warps = its warpgroups)
+  std::string kind;
   int hs, warps, T;
   bool dropout;
   bool packed;  // q, k, v as views into one (B, T, 3C) buffer, like the model's c_attn output
@@ -173,6 +177,52 @@ bool run_bf16(const Case& c, std::mt19937& rng) {
     ok = ok && e_q < kBf16Tol && e_k < kBf16Tol && e_v < kBf16Tol;
   }
   std::printf("  %s\n", ok ? "ok" : "FAIL");
+  return ok;
+}
+
+// The wgmma forward (no launcher yet) against the CPU reference: y and lse.
+template <int HS, int NWG, bool kDrop>
+void launch_wgmma_forward(const FwdArgs& a, int B, int nh, int T) {
+  using C = WgmmaFwdConfig<HS, NWG>;
+  const auto kernel = attention_forward_wgmma_kernel<HS, NWG, kDrop>;
+  cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  const unsigned blocks = static_cast<unsigned>((T + C::kRows - 1) / C::kRows);
+  emu::launch_checked(kernel, dim3(blocks, B * nh), dim3(C::kThreads),
+                      C::kSmemBytes, a);
+  if (cudaGetLastError() != cudaSuccess) throw std::runtime_error("wgmma forward: launch refused");
+}
+template <int HS, int NWG>
+void launch_wgmma_forward(const FwdArgs& a, bool drop, int B, int nh, int T) {
+  if (drop)
+    launch_wgmma_forward<HS, NWG, true>(a, B, nh, T);
+  else
+    launch_wgmma_forward<HS, NWG, false>(a, B, nh, T);
+}
+
+bool run_wgmma(const Case& c, std::mt19937& rng) {
+  const Dims d{kB, kNh, c.T, c.hs};
+  const DropoutSpec drop = drop_spec(c);
+  Operands in(c, rng);
+  Bits in_h(in.buf);
+  Out y_ref(c), y(c);
+  std::vector<float> lse_ref(kB * kNh * c.T), lse(lse_ref.size(), NAN);
+  forward_cpu<float>(d, in.v[0], in.v[1], in.v[2], y_ref.vf(), lse_ref.data(), drop, false, 1);
+  const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(c.hs));
+  const FwdArgs a{in_h.view(in.buf, in.v[0]), in_h.view(in.buf, in.v[1]),
+                  in_h.view(in.buf, in.v[2]), y.vh(), lse.data(), kNh, c.T, scale_log2,
+                  drop.threshold, static_cast<float>(drop.scale), &kSeed};
+  const auto go = [&](auto launch) { launch(a, c.dropout, kB, kNh, c.T); };
+  if (c.hs == 32)
+    c.warps == 2 ? go(launch_wgmma_forward<32, 2>) : go(launch_wgmma_forward<32, 1>);
+  else if (c.hs == 64)
+    c.warps == 2 ? go(launch_wgmma_forward<64, 2>) : go(launch_wgmma_forward<64, 1>);
+  else
+    c.warps == 2 ? go(launch_wgmma_forward<128, 2>) : go(launch_wgmma_forward<128, 1>);
+  const double e_y = rel_err(y.from_bits(), y_ref.f), e_lse = rel_err(lse, lse_ref);
+  const bool ok = e_y < kBf16Tol && e_lse < 1e-5;
+  std::printf("wgf hs=%d warpgroups=%d T=%d dropout=%d %s: y %.2e lse %.2e  %s\n", c.hs, c.warps,
+              c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse, ok ? "ok" : "FAIL");
   return ok;
 }
 
@@ -322,6 +372,13 @@ bool run_limits() {
 
 bool run(const Case& c, std::mt19937& rng) {
   if (c.kind == "f32") return run_f32(c, rng);
+  if (c.kind == "wgf") {
+    if (!supported_head_size(c.hs) || (c.warps != 1 && c.warps != 2)) {
+      std::printf("bad case: head size %d, %d warpgroups\n", c.hs, c.warps);
+      return false;
+    }
+    return run_wgmma(c, rng);
+  }
   // warps 0 = the launcher's choice, kSplitKeys = the split-keys forward (then the 4-warp
   // backward)
   const bool warps_ok = c.warps == 4 || c.warps == 8 || c.warps == 0 || c.warps == kSplitKeys;
@@ -363,6 +420,10 @@ int main(int argc, char** argv) {
              "fwd:32:1:64:0:packed",  "fwd:64:1:256:0:packed", "fwd:64:1:130:0:contig",
              "fwd:128:1:300:0:packed", "fwd:64:1:1:0:contig",  "fwd:64:0:200:0:packed",
              "bwd:64:1:130:0:packed",  "bwd:32:1:77:0:contig",
+             // the wgmma forward (warps = warpgroups): one tile, several with a partial last
+             // one, two warpgroups (the first given a tile wholly above its rows), dropout
+             "wgf:64:1:64:0:packed",   "wgf:64:1:150:0:contig", "wgf:64:2:200:1:packed",
+             "wgf:32:2:65:0:contig",   "wgf:128:1:70:1:packed", "wgf:64:2:1:0:packed",
              "limits",                "all"};
   std::mt19937 rng(2024);
   bool ok = true;

@@ -19,6 +19,13 @@
 // an mbarrier not yet initialized, beyond the bytes it expects, or into an exited CTA is an
 // error, and so is a thread's read of bytes st.async delivered before that thread has waited for
 // the phase they complete.
+// Warpgroup MMA (wgmma.mma_async, sm_90a): the 128 threads of a warpgroup issue it together;
+// it runs when they wait for its group (wgmma.wait_group, the latest moment the hardware allows),
+// reading then the A fragment registers, the accumulators and the shared-memory operands named
+// by their descriptors (the canonical layouts without swizzling), so a kernel that touches them
+// before the wait computes a wrong result. An issue needs a wgmma.fence since the thread's last
+// wait, and the operands' bytes must have been published to the async proxy: their writer ran
+// fence.proxy.async after writing them, in an earlier block epoch (or is the reading thread).
 // Floating point: products and sums in fp32 (the tensor cores' exact rounding is not modelled),
 // ex2.approx as exp2f. Errors throw emu::Error.
 #pragma once
@@ -100,6 +107,16 @@ struct Shadow {
   int reader = -1, r_warp = -1;  // reader -2: several threads, all of warp r_warp (-1: several)
   long r_epoch = -1, r_wepoch = -1, r_cepoch = -1;
   long async_bar = -1, async_phase = -1;  // st.async: the mbarrier (offset) and phase it completes
+  long w_proxy = -1;  // the writer's count of fence.proxy.async at the write
+};
+
+// One wgmma.mma_async as issued: where its fragments live until the wait runs it
+struct WgmmaOp {
+  float* d;
+  int n;              // N of m64nNk16
+  const uint32_t* a;  // four A fragment registers, or null: A from shared memory (adesc)
+  uint64_t adesc, bdesc;
+  bool tnsp_b, scale_d;
 };
 
 // An mbarrier: arrivals still pending and transaction bytes still expected in the current phase
@@ -116,11 +133,19 @@ struct Fiber {
   std::map<size_t, long> seen;  // mbarrier offset -> the phases this thread has seen complete
   std::vector<Copy> open;                  // issued, not yet committed
   std::vector<std::vector<Copy>> groups;   // committed, oldest first
+  std::vector<long> proxy_fences;                  // fence.proxy.async: the block epoch of each
+  bool wg_fenced = false;                          // a wgmma.fence since the last wait
+  std::vector<WgmmaOp> wg_open;                    // wgmma issued, not yet committed
+  std::vector<std::vector<WgmmaOp>> wg_groups;     // committed, oldest first
 };
 
 struct WarpSlots {
   uint32_t w[32][8];
   const void* addr[32];
+};
+
+struct WarpgroupSlots {
+  const uint32_t* a[128];  // each thread's A fragment registers of the wgmma being run
 };
 
 struct Block {
@@ -135,6 +160,8 @@ struct Block {
   Barrier block_bar;  // block_bar.gen: the block epoch
   std::vector<Barrier> warp_bar;  // warp_bar[w].gen: warp w's epoch
   std::vector<WarpSlots> slots;
+  std::vector<Barrier> wg_bar;  // per warpgroup of 128 threads (wgmma)
+  std::vector<WarpgroupSlots> wg_slots;
 };
 
 // The CTAs of the cluster being run (launch_cluster) and barrier.cluster over all their threads
@@ -237,6 +264,7 @@ inline void shared_access(const void* p, size_t n, bool write) {
     if (write) {
       if (conflicts_reader(s)) fail("write-after-read race on shared byte " + std::to_string(i));
       s.writer = g_cur;
+      s.w_proxy = static_cast<long>(B.fibers[g_cur].proxy_fences.size());
       s.w_epoch = epoch();
       s.w_wepoch = warp_epoch();
       s.w_cepoch = cluster_epoch();
@@ -423,6 +451,90 @@ inline uint32_t pack_bf16(float lo, float hi) {
 }
 inline float exp2_approx(float x) { return std::exp2(x); }
 
+// --- warpgroup MMA (wgmma) ----------------------------------------------------------------------
+inline void fence_proxy_async() {
+  g_block->fibers[g_cur].proxy_fences.push_back(epoch());
+}
+inline void wgmma_fence() { g_block->fibers[g_cur].wg_fenced = true; }
+
+// One bf16 element of a shared-memory operand by its descriptor: row mn (M or N), column k,
+// in the canonical layouts without swizzling (PTX ISA, "Shared Memory Matrix Layout"): 8 x 8
+// core matrices of 128 contiguous bytes; K-major: 16-byte rows along k, core matrices LBO apart
+// along k and SBO apart along mn; MN-major: 16-byte rows along mn, LBO along k, SBO along mn.
+inline float wgmma_operand(uint64_t desc, int mn, int k, bool mn_major) {
+  if (desc >> 62) fail("wgmma descriptor with a swizzling mode: only no-swizzle is emulated");
+  const size_t start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4,
+               sbo = ((desc >> 32) & 0x3FFF) << 4;
+  const size_t off = mn_major ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                              : start + (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  Block& B = *g_block;
+  if (off + 2 > B.smem.size()) fail("wgmma operand outside the dynamic shared memory");
+  const Shadow& s = B.shadow[off];
+  if (s.writer >= 0 && s.writer != g_cur) {
+    // the writer's first fence after the write, and a barrier after that fence
+    const std::vector<long>& fences = B.fibers[s.writer].proxy_fences;
+    if (static_cast<long>(fences.size()) <= s.w_proxy || fences[s.w_proxy] >= epoch())
+      fail("wgmma reads shared byte " + std::to_string(off) + ", written by thread " +
+           std::to_string(s.writer) + " with no fence.proxy.async and barrier between");
+  }
+  const unsigned char* p = B.smem.data() + off;
+  shared_access(p, 2, false);
+  uint16_t b;
+  std::memcpy(&b, p, 2);
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+inline void wg_sync() { wait_at(g_block->wg_bar[g_cur / 128]); }
+
+// D (64 x N) = A (64 x 16) B (16 x N) [+ D], each thread its own accumulators: warp w of the
+// warpgroup rows 16w.., in mma.m16n8k16's C layout repeated over N / 8 column blocks.
+inline void wgmma_run(const WgmmaOp& op) {
+  const int wg = g_cur / 128, me = g_cur % 128;
+  if (g_block->n < 128 * (wg + 1)) fail("wgmma in a warpgroup of fewer than 128 threads");
+  WarpgroupSlots& S = g_block->wg_slots[wg];
+  S.a[me] = op.a;
+  wg_sync();
+  auto A = [&](int row, int k) {
+    if (!op.a) return wgmma_operand(op.adesc, row, k, false);
+    // A fragment: warp row / 16, mma.m16n8k16's layout within (attention_mma.cuh)
+    const int r = row % 16, src = 32 * (row / 16) + (r & 7) * 4 + ((k & 7) >> 1);
+    if (!S.a[src]) fail("wgmma: threads of one warpgroup disagree on where A is");
+    const uint32_t w = S.a[src][(r >> 3) + 2 * (k >> 3)];
+    return __uint_as_float(k & 1 ? w & 0xFFFF0000u : w << 16);
+  };
+  const int w = me / 32, g = (me % 32) >> 2, t = me & 3;
+  std::vector<float> out(op.n / 2);
+  for (int j = 0; j < op.n / 8; ++j)
+    for (int r = 0; r < 4; ++r) {
+      const int row = 16 * w + g + 8 * (r >> 1), col = 8 * j + 2 * t + (r & 1);
+      float acc = 0.0f;
+      for (int k = 0; k < 16; ++k) acc += A(row, k) * wgmma_operand(op.bdesc, col, k, op.tnsp_b);
+      out[4 * j + r] = (op.scale_d ? op.d[4 * j + r] : 0.0f) + acc;
+    }
+  wg_sync();
+  std::copy(out.begin(), out.end(), op.d);
+}
+
+inline void wgmma_issue(const WgmmaOp& op) {
+  Fiber& f = g_block->fibers[g_cur];
+  if (!f.wg_fenced) fail("wgmma.mma_async without a wgmma.fence since the last wait");
+  f.wg_open.push_back(op);
+}
+inline void wgmma_commit() {
+  Fiber& f = g_block->fibers[g_cur];
+  f.wg_groups.push_back(std::move(f.wg_open));
+  f.wg_open.clear();
+}
+inline void wgmma_wait(int keep) {
+  Fiber& f = g_block->fibers[g_cur];
+  while (static_cast<int>(f.wg_groups.size()) > keep) {
+    const std::vector<WgmmaOp> group = std::move(f.wg_groups.front());
+    f.wg_groups.erase(f.wg_groups.begin());
+    for (const WgmmaOp& op : group) wgmma_run(op);
+  }
+  f.wg_fenced = false;
+}
+
 // --- launch --------------------------------------------------------------------------------------
 inline void fiber_main() {
   try {
@@ -449,11 +561,12 @@ inline void fiber_main() {
     B.block_bar.count = 0;
     ++B.block_bar.gen;
   }
-  Barrier& wb = B.warp_bar[g_cur / 32];
-  --wb.n;
-  if (wb.count >= wb.n && wb.count > 0) {
-    wb.count = 0;
-    ++wb.gen;
+  for (Barrier* b : {&B.warp_bar[g_cur / 32], &B.wg_bar[g_cur / 128]}) {
+    --b->n;
+    if (b->count >= b->n && b->count > 0) {
+      b->count = 0;
+      ++b->gen;
+    }
   }
   swapcontext(&B.fibers[g_cur].ctx, &g_scheduler);
 }
@@ -470,6 +583,10 @@ inline void init_block(Block& B, dim3 block, size_t smem_bytes, dim3 idx, int ra
   B.warp_bar.resize(warps);
   for (int w = 0; w < warps; ++w) B.warp_bar[w].n = std::min(32, B.n - 32 * w);
   B.slots.resize(warps);
+  const int groups = (B.n + 127) / 128;
+  B.wg_bar.resize(groups);
+  for (int w = 0; w < groups; ++w) B.wg_bar[w].n = std::min(128, B.n - 128 * w);
+  B.wg_slots.resize(groups);
   constexpr size_t kStack = 256 * 1024;
   for (int i = 0; i < B.n; ++i) {
     Fiber& f = B.fibers[i];
