@@ -2,10 +2,11 @@
 // side by side on one GPU, outside the extension (which builds only the launcher's choices):
 // warps per CTA (16 queries each), keys per tile, and the CTAs per SM that
 // __launch_bounds__ asks registers to fit, and the wgmma forward (attention_forward_wgmma.cuh;
-// sm_90a only, after a probe of wgmma's shared-memory layouts); then the backward (csrc/attention_backward.cuh) in its
-// two modes, two-stage and atomic dQ, with CTA sizes and occupancy hints. The model's layout
-// (q, k, v as views of one (B, T, 3C) buffer, and their gradients into one such buffer); no
-// dropout, or with --dropout P the dropout instances with and without the register caps.
+// sm_90a only, after a probe of wgmma's shared-memory layouts); then the backward
+// (csrc/attention_backward.cuh) in its two modes, two-stage and atomic dQ, with CTA sizes and
+// occupancy hints, and the wgmma backward (attention_backward_wgmma.cuh, D by its pre-pass).
+// The model's layout (q, k, v as views of one (B, T, 3C) buffer, and their gradients into one
+// such buffer); no dropout, or with --dropout P the dropout instances with and without the register caps.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Xptxas -v -I packages/cuda_ops/csrc \
 //       packages/cuda_ops/scripts/attention_variants.cu -o attention_variants
@@ -28,6 +29,7 @@
 #include <functional>
 
 #include "attention_backward.cuh"
+#include "attention_backward_wgmma.cuh"
 #include "attention_forward.cuh"
 #include "attention_forward_wgmma.cuh"
 
@@ -164,6 +166,22 @@ std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, in
     if (kAtomic)
       attention_dq_convert_kernel<<<(n / 8 + 255) / 256, 256>>>(g.dq_accum, g.dq, nh, T, HS,
                                                                  g.scale, n / 8);
+  };
+}
+
+// The wgmma backward (attention_backward_wgmma.cuh) after its D pre-pass
+template <int NWG, int MB, bool kDrop = false>
+std::function<void()> wgmma_backward_run(BwdArgs g, int B, int nh, int T) {
+  using C = WgmmaBwdConfig<HS, NWG>;
+  const auto k = attention_backward_wgmma_kernel<HS, NWG, kDrop, MB>;
+  CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  g.dq_accum = nullptr;
+  const dim3 grid((T + C::kRows - 1) / C::kRows, B * nh, 2);
+  const int64_t rows = int64_t(B) * nh * T;
+  return [=] {
+    attention_d_rows_kernel<<<(rows * 8 + 255) / 256, 256>>>(
+        g.dy, g.y, const_cast<float*>(g.d_rows), nh, T, HS, rows);
+    k<<<grid, C::kThreads, C::kSmemBytes>>>(g);
   };
 }
 
@@ -427,6 +445,7 @@ int main(int argc, char** argv) {
       {"two-stage, 4w, dropout, >=3 CTA/SM",
        backward_run<4, false, 3, true>(g, nullptr, B, nh, T)},
       {"atomic dQ, 4w, dropout", backward_run<4, true, 0, true>(g, dq_accum, B, nh, T)},
+      {"wgmma, 1 warpgroup, dropout", wgmma_backward_run<1, 0, true>(g, B, nh, T)},
   } : std::vector<Timed>{
       {"two-stage, 4w, >=3 CTA/SM", backward_run<4, false, 3>(g, nullptr, B, nh, T)},
       {"two-stage, 4w", backward_run<4, false, 0>(g, nullptr, B, nh, T)},
@@ -439,6 +458,9 @@ int main(int argc, char** argv) {
       {"atomic dQ, 4w, D pre-pass", backward_run<4, true, 0, false, true>(g, dq_accum, B, nh, T)},
       {"atomic dQ, 4w, >=3 CTA/SM, D pre-pass",
        backward_run<4, true, 3, false, true>(g, dq_accum, B, nh, T)},
+      {"wgmma, 1 warpgroup", wgmma_backward_run<1, 0>(g, B, nh, T)},
+      {"wgmma, 1 warpgroup, >=3 CTA/SM", wgmma_backward_run<1, 3>(g, B, nh, T)},
+      {"wgmma, 2 warpgroups", wgmma_backward_run<2, 0>(g, B, nh, T)},
   };
   std::vector<uint16_t> g0(n_qkv), g1(n_qkv);
   for (size_t i = 0; i < bwd.size(); ++i) {

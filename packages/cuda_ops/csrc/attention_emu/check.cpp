@@ -27,6 +27,7 @@
 #include "../attention.h"
 #include "../attention_backward.cuh"
 #include "../attention_forward.cuh"
+#include "../attention_backward_wgmma.cuh"
 #include "../attention_forward_wgmma.cuh"
 #include "../attention_simt.cuh"
 #include "runtime.h"
@@ -38,7 +39,8 @@ namespace {
 
 struct Case {
   // fwd | bwd (two-stage backward) | atm (atomic-dQ backward) | f32 | wgf (the wgmma forward,
-  // attention_forward_wgmma.cuh, launched directly: warps = its warpgroups)
+  // attention_forward_wgmma.cuh, launched directly: warps = its warpgroups) | wgb (wgf, then
+  // the D pre-pass and the wgmma backward, attention_backward_wgmma.cuh)
   std::string kind;
   int hs, warps, T;
   bool dropout;
@@ -180,49 +182,88 @@ bool run_bf16(const Case& c, std::mt19937& rng) {
   return ok;
 }
 
-// The wgmma forward (no launcher yet) against the CPU reference: y and lse.
-template <int HS, int NWG, bool kDrop>
-void launch_wgmma_forward(const FwdArgs& a, int B, int nh, int T) {
-  using C = WgmmaFwdConfig<HS, NWG>;
-  const auto kernel = attention_forward_wgmma_kernel<HS, NWG, kDrop>;
+// The wgmma kernels (no launcher yet), launched directly, against the CPU reference: the
+// forward's y and lse; with the backward, dq, dk, dv from the kernel's own y.
+template <typename K> void launch_opted_in(K kernel, dim3 grid, int threads, int smem,
+                                           const char* what, auto args) {
   cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  const unsigned blocks = static_cast<unsigned>((T + C::kRows - 1) / C::kRows);
-  emu::launch_checked(kernel, dim3(blocks, B * nh), dim3(C::kThreads),
-                      C::kSmemBytes, a);
-  if (cudaGetLastError() != cudaSuccess) throw std::runtime_error("wgmma forward: launch refused");
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  emu::launch_checked(kernel, grid, dim3(threads), smem, args);
+  if (cudaGetLastError() != cudaSuccess) throw std::runtime_error(std::string(what) + ": refused");
+}
+template <int HS, int NWG, bool kDrop>
+void launch_wgmma(const FwdArgs& f, const BwdArgs* g, int B, int nh, int T) {
+  using F = WgmmaFwdConfig<HS, NWG>;
+  using G = WgmmaBwdConfig<HS, NWG>;
+  const unsigned bh = static_cast<unsigned>(B * nh);
+  if (!g) {
+    launch_opted_in(attention_forward_wgmma_kernel<HS, NWG, kDrop>,
+                    dim3((T + F::kRows - 1) / F::kRows, bh), F::kThreads, F::kSmemBytes,
+                    "wgmma forward", f);
+    return;
+  }
+  const int64_t rows = int64_t(B) * nh * T;
+  emu::launch_checked(attention_d_rows_kernel, dim3(static_cast<unsigned>((rows * 8 + 255) / 256)),
+                      dim3(256), 0, g->dy, g->y, const_cast<float*>(g->d_rows), nh, T, HS, rows);
+  launch_opted_in(attention_backward_wgmma_kernel<HS, NWG, kDrop>,
+                  dim3((T + G::kRows - 1) / G::kRows, bh, 2), G::kThreads, G::kSmemBytes,
+                  "wgmma backward", *g);
 }
 template <int HS, int NWG>
-void launch_wgmma_forward(const FwdArgs& a, bool drop, int B, int nh, int T) {
+void launch_wgmma(const FwdArgs& f, const BwdArgs* g, bool drop, int B, int nh, int T) {
   if (drop)
-    launch_wgmma_forward<HS, NWG, true>(a, B, nh, T);
+    launch_wgmma<HS, NWG, true>(f, g, B, nh, T);
   else
-    launch_wgmma_forward<HS, NWG, false>(a, B, nh, T);
+    launch_wgmma<HS, NWG, false>(f, g, B, nh, T);
+}
+void launch_wgmma(int hs, int nwg, const FwdArgs& f, const BwdArgs* g, bool drop, int B, int nh,
+                  int T) {
+  if (hs == 32)
+    nwg == 2 ? launch_wgmma<32, 2>(f, g, drop, B, nh, T) : launch_wgmma<32, 1>(f, g, drop, B, nh, T);
+  else if (hs == 64)
+    nwg == 2 ? launch_wgmma<64, 2>(f, g, drop, B, nh, T) : launch_wgmma<64, 1>(f, g, drop, B, nh, T);
+  else
+    nwg == 2 ? launch_wgmma<128, 2>(f, g, drop, B, nh, T)
+             : launch_wgmma<128, 1>(f, g, drop, B, nh, T);
 }
 
 bool run_wgmma(const Case& c, std::mt19937& rng) {
   const Dims d{kB, kNh, c.T, c.hs};
   const DropoutSpec drop = drop_spec(c);
-  Operands in(c, rng);
-  Bits in_h(in.buf);
+  Operands in(c, rng), grad(c, rng);  // grad.v[0]: dY
+  Bits in_h(in.buf), grad_h(grad.buf);
   Out y_ref(c), y(c);
   std::vector<float> lse_ref(kB * kNh * c.T), lse(lse_ref.size(), NAN);
   forward_cpu<float>(d, in.v[0], in.v[1], in.v[2], y_ref.vf(), lse_ref.data(), drop, false, 1);
-  const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(c.hs));
-  const FwdArgs a{in_h.view(in.buf, in.v[0]), in_h.view(in.buf, in.v[1]),
-                  in_h.view(in.buf, in.v[2]), y.vh(), lse.data(), kNh, c.T, scale_log2,
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hs));
+  const FwdArgs f{in_h.view(in.buf, in.v[0]), in_h.view(in.buf, in.v[1]),
+                  in_h.view(in.buf, in.v[2]), y.vh(), lse.data(), kNh, c.T, scale * kLog2e,
                   drop.threshold, static_cast<float>(drop.scale), &kSeed};
-  const auto go = [&](auto launch) { launch(a, c.dropout, kB, kNh, c.T); };
-  if (c.hs == 32)
-    c.warps == 2 ? go(launch_wgmma_forward<32, 2>) : go(launch_wgmma_forward<32, 1>);
-  else if (c.hs == 64)
-    c.warps == 2 ? go(launch_wgmma_forward<64, 2>) : go(launch_wgmma_forward<64, 1>);
-  else
-    c.warps == 2 ? go(launch_wgmma_forward<128, 2>) : go(launch_wgmma_forward<128, 1>);
-  const double e_y = rel_err(y.from_bits(), y_ref.f), e_lse = rel_err(lse, lse_ref);
-  const bool ok = e_y < kBf16Tol && e_lse < 1e-5;
-  std::printf("wgf hs=%d warpgroups=%d T=%d dropout=%d %s: y %.2e lse %.2e  %s\n", c.hs, c.warps,
-              c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse, ok ? "ok" : "FAIL");
+  launch_wgmma(c.hs, c.warps, f, nullptr, c.dropout, kB, kNh, c.T);
+  const std::vector<float> yk = y.from_bits();
+  const double e_y = rel_err(yk, y_ref.f), e_lse = rel_err(lse, lse_ref);
+  bool ok = e_y < kBf16Tol && e_lse < 1e-5;
+  std::printf("%s hs=%d warpgroups=%d T=%d dropout=%d %s: y %.2e lse %.2e", c.kind.c_str(), c.hs,
+              c.warps, c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse);
+  if (c.kind == "wgb") {
+    Out yk_f(c);
+    yk_f.f = yk;
+    const View4<const float> yv{yk_f.f.data(), yk_f.sb, yk_f.sh, yk_f.st};
+    Out dq_r(c), dk_r(c), dv_r(c), dq(c), dk(c), dv(c);
+    backward_cpu<float>(d, grad.v[0], in.v[0], in.v[1], in.v[2], yv, lse_ref.data(), dq_r.vf(),
+                        dk_r.vf(), dv_r.vf(), drop, false, 1);
+    std::vector<float> d_rows(lse.size(), NAN);
+    const BwdArgs g{grad_h.view(grad.buf, grad.v[0]), f.q, f.k, f.v,
+                    View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}, lse.data(), dq.vh(),
+                    dk.vh(), dv.vh(), kNh, c.T, scale, scale * kLog2e, drop.threshold,
+                    static_cast<float>(drop.scale), &kSeed, nullptr, d_rows.data()};
+    launch_wgmma(c.hs, c.warps, f, &g, c.dropout, kB, kNh, c.T);
+    const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
+                 e_v = rel_err(dv.from_bits(), dv_r.f);
+    std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
+    ok = ok && e_q < kBf16Tol && e_k < kBf16Tol && e_v < kBf16Tol;
+  }
+  std::printf("  %s\n", ok ? "ok" : "FAIL");
   return ok;
 }
 
@@ -372,7 +413,7 @@ bool run_limits() {
 
 bool run(const Case& c, std::mt19937& rng) {
   if (c.kind == "f32") return run_f32(c, rng);
-  if (c.kind == "wgf") {
+  if (c.kind == "wgf" || c.kind == "wgb") {
     if (!supported_head_size(c.hs) || (c.warps != 1 && c.warps != 2)) {
       std::printf("bad case: head size %d, %d warpgroups\n", c.hs, c.warps);
       return false;
@@ -424,6 +465,9 @@ int main(int argc, char** argv) {
              // one, two warpgroups (the first given a tile wholly above its rows), dropout
              "wgf:64:1:64:0:packed",   "wgf:64:1:150:0:contig", "wgf:64:2:200:1:packed",
              "wgf:32:2:65:0:contig",   "wgf:128:1:70:1:packed", "wgf:64:2:1:0:packed",
+             // then the D pre-pass and the wgmma backward on the kernel's own y and lse
+             "wgb:64:1:150:0:packed",  "wgb:64:2:200:1:contig", "wgb:32:1:64:1:packed",
+             "wgb:128:1:70:0:contig",  "wgb:64:1:1:0:packed",
              "limits",                "all"};
   std::mt19937 rng(2024);
   bool ok = true;
