@@ -184,7 +184,7 @@ void attention_forward(nb::ndarray<> y, nb::ndarray<> lse, nb::ndarray<> q, nb::
 void attention_backward(nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv, nb::ndarray<> dy,
                         nb::ndarray<> q, nb::ndarray<> k, nb::ndarray<> v, nb::ndarray<> y,
                         nb::ndarray<> lse, std::optional<nb::ndarray<>> seed, double dropout_p,
-                        std::optional<nb::ndarray<>> dq_accum, int warps, uintptr_t stream,
+                        std::optional<nb::ndarray<>> scratch, int warps, uintptr_t stream,
                         int num_threads) {
   const char* op = "attention_backward";
   (void)stream;
@@ -196,13 +196,17 @@ void attention_backward(nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv, nb
   const Dims d = dims_of(op, Q);
   const void* L = lse_of(op, lse, Q, d);
   const Drop drop = drop_of(op, dropout_p, seed, Q);
-  float* acc = nullptr;  // the atomic-dQ mode's scratch: contiguous (B, nh, T, hs) float32
-  if (dq_accum) {
-    Tensor A = view(op, "dq_accum", *dq_accum);
-    check_shape(op, "dq_accum", A, {d.B, d.nh, d.T, d.hs});
-    check_dtype(op, "dq_accum", A, {DType::f32});
+  // contiguous float32: (B, nh, T) for the wgmma backward's D, (B, nh, T, hs) for atomic dQ
+  float* acc = nullptr;
+  if (scratch) {
+    Tensor A = view(op, "scratch", *scratch);
+    if (warps == attn::kWgmma)
+      check_shape(op, "scratch", A, {d.B, d.nh, d.T});
+    else
+      check_shape(op, "scratch", A, {d.B, d.nh, d.T, d.hs});
+    check_dtype(op, "scratch", A, {DType::f32});
     if (!A.cuda || A.device_id != Q.device || Q.dtype != DType::bf16)
-      fail(op, "dq_accum is for bfloat16 CUDA tensors only, on q's device");
+      fail(op, "scratch is for bfloat16 CUDA tensors only, on q's device");
     acc = A.ptr<float>();
   }
   (void)acc;
@@ -243,14 +247,16 @@ void register_attention(nb::module_& m) {
         "Causal attention: y = softmax(q k^T / sqrt(hs), j <= i) v (dropout p on the weights), "
         "lse = its log-normalizer. q, k, v, y: (B, nh, T, hs) with unit hs stride; lse: "
         "(B, nh, T). seed: one int64 on q's device, needed when dropout_p > 0. warps: CUDA "
-        "bf16 CTA size, 4 or 8 (0: the default, 4).");
+        "bf16 CTA size, 4 or 8 (0: the default, 4), or 1: the split-keys kernel, 2: the "
+        "warpgroup-MMA (wgmma) kernel.");
   m.def("attention_backward", &attention_backward, "dq"_a, "dk"_a, "dv"_a, "dy"_a, "q"_a, "k"_a,
         "v"_a, "y"_a, "lse"_a, "seed"_a.none(), "dropout_p"_a = 0.0,
-        "dq_accum"_a.none() = nb::none(), "warps"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
+        "scratch"_a.none() = nb::none(), "warps"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
         nb::call_guard<nb::gil_scoped_release>(),
         "Gradients of attention_forward: dq, dk, dv (overwritten) from dy, the inputs, y and "
-        "lse, with the forward's dropout_p and seed. dq_accum (bf16 on CUDA only): a float32 "
-        "(B, nh, T, hs) scratch that selects the atomic-dQ backward (long T).");
+        "lse, with the forward's dropout_p and seed. warps as attention_forward's (2: the "
+        "wgmma backward, which needs scratch). scratch (bf16 on CUDA only), float32: (B, nh, T) "
+        "for the wgmma backward's D = dy . y; (B, nh, T, hs) selects the atomic-dQ backward.");
 }
 
 }  // namespace gs

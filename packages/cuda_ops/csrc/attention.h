@@ -54,8 +54,11 @@ void backward_cpu(const Dims& d, View4<const E> dy, View4<const E> q, View4<cons
 // kernel, so a CUDA graph replays with fresh masks); unused when threshold == 0. `warps`: CTA
 // size of the bf16 kernels, 4 or 8, 0 = the default for the shape; for the forward also
 // kSplitKeys (4 warps sharing 16 queries, the keys split between them; no dropout; opt-in:
-// attention_cuda.cu says why). `stream` is a cudaStream_t.
+// attention_cuda.cu says why); forward and backward also kWgmma, the warpgroup-MMA kernels of
+// attention_forward_wgmma.cuh / attention_backward_wgmma.cuh (sm_90a machine code only: an
+// H100/H200 and a build with sm_90a; opt-in). `stream` is a cudaStream_t.
 constexpr int kSplitKeys = 1;
+constexpr int kWgmma = 2;
 struct CudaLaunch {
   uint32_t threshold = 0;  // DropoutSpec::threshold
   float drop_scale = 1.0f;
@@ -68,13 +71,14 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
                        View4<const bf16_t> v, View4<bf16_t> y, float* lse, const CudaLaunch& l);
 void forward_cuda_f32(const Dims& d, View4<const float> q, View4<const float> k,
                       View4<const float> v, View4<float> y, float* lse, const CudaLaunch& l);
-// dq_accum: nullptr for the deterministic two-stage backward; else a (B, nh, T, hs) float32
-// scratch buffer, and dQ is accumulated there with atomics (FlashAttention-2's way: fewer tile
-// matmuls, for long T; attention_backward.cuh) and converted into dq.
+// scratch, contiguous float32: with warps = kWgmma, (B, nh, T) for D = dY . y, which the wgmma
+// backward takes from a pre-pass (required). Otherwise nullptr for the deterministic two-stage
+// backward, or (B, nh, T, hs): dQ is accumulated there with atomics (FlashAttention-2's way:
+// fewer tile matmuls, for long T; attention_backward.cuh) and converted into dq.
 void backward_cuda_bf16(const Dims& d, View4<const bf16_t> dy, View4<const bf16_t> q,
                         View4<const bf16_t> k, View4<const bf16_t> v, View4<const bf16_t> y,
                         const float* lse, View4<bf16_t> dq, View4<bf16_t> dk, View4<bf16_t> dv,
-                        float* dq_accum, const CudaLaunch& l);
+                        float* scratch, const CudaLaunch& l);
 void backward_cuda_f32(const Dims& d, View4<const float> dy, View4<const float> q,
                        View4<const float> k, View4<const float> v, View4<const float> y,
                        const float* lse, View4<float> dq, View4<float> dk, View4<float> dv,

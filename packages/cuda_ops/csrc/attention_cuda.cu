@@ -8,12 +8,17 @@
 // more than 48 KiB (every hs=64 backward, hs=64 with 8 warps and every hs=128 forward). The
 // CTA size defaults to 4 warps (cta_warps). Built with GS_ATTN_EMULATE (attention_emu/check.cpp)
 // the same launchers run on the CPU against an emulated CUDA runtime that enforces those limits.
+// Opt-in (warps = kWgmma): the warpgroup-MMA kernels of attention_forward_wgmma.cuh and
+// attention_backward_wgmma.cuh, one warpgroup a CTA, where the device runs their sm_90a code.
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "attention.h"
 #include "attention_backward.cuh"
+#include "attention_backward_wgmma.cuh"
 #include "attention_forward.cuh"
+#include "attention_forward_wgmma.cuh"
 #include "attention_simt.cuh"
 #include "cuda_launch.h"
 
@@ -139,6 +144,66 @@ void launch_backward(const BwdArgs& a, const Dims& d, cudaStream_t s) {
   check_launch(op, shape_of(d) + " (dq conversion)");
 }
 
+// The warpgroup-MMA kernels (kWgmma; opt-in): one warpgroup (64 rows) a CTA. LaunchCheck makes
+// sure the device runs their sm_90a machine code: elsewhere their wgmma would trap.
+constexpr int kWgmmaArch = 90;
+
+template <int HS, bool kDrop>
+void launch_forward_wgmma(const FwdArgs& a, const Dims& d, cudaStream_t s) {
+  using C = WgmmaFwdConfig<HS, 1>;
+  const auto kernel = attention_forward_wgmma_kernel<HS, 1, kDrop>;
+  static LaunchCheck ready;
+  ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
+               "hs=" + std::to_string(HS) + ", one warpgroup (wgmma), " +
+                   (kDrop ? "dropout, " : "no dropout, ") + "forward",
+               C::kThreads, C::kSmemBytes, kWgmmaArch);
+  const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh));
+  launch_programmatic(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
+  check_launch("causal_attention", shape_of(d));
+}
+
+// a.d_rows: the (B*nh, T) scratch for D, filled by the pre-pass first
+template <int HS, bool kDrop>
+void launch_backward_wgmma(const BwdArgs& a, const Dims& d, cudaStream_t s) {
+  using C = WgmmaBwdConfig<HS, 1>;
+  const char* op = "causal_attention_backward";
+  const auto kernel = attention_backward_wgmma_kernel<HS, 1, kDrop>;
+  static LaunchCheck ready;
+  ready.ensure(reinterpret_cast<const void*>(kernel), op,
+               "hs=" + std::to_string(HS) + ", one warpgroup (wgmma), " +
+                   (kDrop ? "dropout, " : "no dropout, ") + "backward",
+               C::kThreads, C::kSmemBytes, kWgmmaArch);
+  const int64_t rows = d.B * d.nh * d.T;
+  constexpr int kPrepassThreads = 256;  // 8 a row
+  launch_kernel(attention_d_rows_kernel, dim3(ceil_div(rows * 8, kPrepassThreads)),
+                dim3(kPrepassThreads), 0, s, a.dy, a.y, const_cast<float*>(a.d_rows), a.nh, a.T,
+                HS, rows);
+  check_launch(op, shape_of(d) + " (D pre-pass)");
+  const dim3 grid(ceil_div(d.T, C::kRows), static_cast<unsigned>(d.B * d.nh), 2);
+  launch_kernel(kernel, grid, dim3(C::kThreads), C::kSmemBytes, s, a);
+  check_launch(op, shape_of(d));
+}
+
+template <bool kBackward, typename Args>
+void dispatch_wgmma(const Args& a, const Dims& d, bool drop, cudaStream_t s) {
+  auto run = [&](auto hs) {
+    constexpr int HS = decltype(hs)::value;
+    if constexpr (kBackward)
+      drop ? launch_backward_wgmma<HS, true>(a, d, s) : launch_backward_wgmma<HS, false>(a, d, s);
+    else
+      drop ? launch_forward_wgmma<HS, true>(a, d, s) : launch_forward_wgmma<HS, false>(a, d, s);
+  };
+  switch (d.hs) {
+    case 32: return run(std::integral_constant<int, 32>{});
+    case 64: return run(std::integral_constant<int, 64>{});
+    case 128: return run(std::integral_constant<int, 128>{});
+  }
+  throw std::invalid_argument(std::string("gptstack.cuda_ops.") +
+                              (kBackward ? "causal_attention_backward" : "causal_attention") +
+                              ": head size " + std::to_string(d.hs) +
+                              " has no kernel (32, 64 or 128)");
+}
+
 // Runs Op::run<HS, NW, kDrop>(args...) for the instance the arguments select.
 template <typename Op, int HS, int NW, typename... A> void by_drop(bool drop, const A&... args) {
   if (drop)
@@ -197,6 +262,7 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
             static_cast<int>(d.T), kLog2e / sqrtf(static_cast<float>(d.hs)), l.threshold,
             l.drop_scale, l.seed};
   const cudaStream_t s = as_stream(l.stream);
+  if (l.warps == kWgmma) return dispatch_wgmma<false>(a, d, l.threshold != 0, s);
   if (split_forward(l.warps, l.threshold != 0)) {
     switch (d.hs) {
       case 32: return launch_forward_split<32>(a, d, s);
@@ -210,12 +276,20 @@ void forward_cuda_bf16(const Dims& d, View4<const bf16_t> q, View4<const bf16_t>
 void backward_cuda_bf16(const Dims& d, View4<const bf16_t> dy, View4<const bf16_t> q,
                         View4<const bf16_t> k, View4<const bf16_t> v, View4<const bf16_t> y,
                         const float* lse, View4<bf16_t> dq, View4<bf16_t> dk, View4<bf16_t> dv,
-                        float* dq_accum, const CudaLaunch& l) {
+                        float* scratch, const CudaLaunch& l) {
   const float scale = 1.0f / sqrtf(static_cast<float>(d.hs));
+  const bool wgmma = l.warps == kWgmma;
   BwdArgs a{bits(dy), bits(q), bits(k), bits(v), bits(y), lse, bits(dq), bits(dk), bits(dv),
             static_cast<int>(d.nh), static_cast<int>(d.T), scale, scale * kLog2e, l.threshold,
-            l.drop_scale, l.seed, dq_accum};
+            l.drop_scale, l.seed, wgmma ? nullptr : scratch, wgmma ? scratch : nullptr};
   const cudaStream_t s = as_stream(l.stream);
+  if (wgmma) {
+    if (scratch == nullptr)
+      throw std::invalid_argument(
+          "gptstack.cuda_ops.causal_attention_backward: the wgmma backward needs a (B, nh, T) "
+          "float32 scratch for D");
+    return dispatch_wgmma<true>(a, d, l.threshold != 0, s);
+  }
   dispatch<Backward>("causal_attention_backward", d, cta_warps(l.warps), l.threshold != 0, a,
                      d, s);
 }

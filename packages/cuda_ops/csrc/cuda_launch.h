@@ -162,18 +162,26 @@ constexpr int kDefaultSmemBytes = 48 * 1024;
 // instance's register use (cudaFuncAttributes::maxThreadsPerBlock) and that its static plus
 // `smem_bytes` dynamic shared memory fits the device's opt-in maximum
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin; 227 KiB on the H100/H200), and raises the
-// instance's limit to smem_bytes when that is above 48 KiB. A configuration that cannot run
-// throws std::runtime_error naming the op, the configuration and the limit.
+// instance's limit to smem_bytes when that is above 48 KiB. min_arch > 0: the instance needs
+// machine code of that compute capability (90: wgmma, built only for sm_90a), not code for an
+// older GPU nor PTX compiled at load time (cudaFuncAttributes::binaryVersion, ptxVersion). A
+// configuration that cannot run throws std::runtime_error naming the op, the configuration and
+// the limit.
 class LaunchCheck {
  public:
   void ensure(const void* kernel, const char* op, const std::string& config, int threads,
-              int smem_bytes) {
+              int smem_bytes, int min_arch = 0) {
     int dev = 0;
     expect(cudaGetDevice(&dev), op, config, "cudaGetDevice");
     const unsigned long long bit = 1ull << (dev & 63);
     if (ready_.load(std::memory_order_acquire) & bit) return;
     cudaFuncAttributes fa{};
     expect(cudaFuncGetAttributes(&fa, kernel), op, config, "cudaFuncGetAttributes");
+    if (fa.binaryVersion < min_arch || fa.ptxVersion < min_arch)
+      fail(op, config,
+           "machine code for sm_" + std::to_string(min_arch) + " (an H100 or H200 and a build "
+           "with sm_90a in GPTSTACK_CUDA_ARCHS); here it runs code for sm_" +
+               std::to_string(fa.binaryVersion) + " from PTX " + std::to_string(fa.ptxVersion));
     if (threads > fa.maxThreadsPerBlock)
       fail(op, config,
            std::to_string(threads) + " threads per block, but with " +

@@ -65,6 +65,7 @@ FORWARD_VARIANTS = {
     "gptstack w4": (4, 0, "auto"),
     "gptstack w8": (8, 0, "auto"),
     "gptstack split": ("split", 0, "auto"),  # the split-keys forward (dropout-free only)
+    "gptstack wgmma": ("wgmma", 0, "auto"),  # warpgroup MMA (sm_90 only)
 }
 STEP_VARIANTS = {
     "gptstack": (0, 0, "auto"),
@@ -72,6 +73,7 @@ STEP_VARIANTS = {
     "gptstack w8 stages": (8, 8, "stages"),
     "gptstack w4 atomic": (4, 4, "atomic"),
     "gptstack w8 atomic": (8, 8, "atomic"),
+    "gptstack wgmma": ("wgmma", "wgmma", "stages"),  # warpgroup MMA (sm_90 only)
 }
 INPUT_SETS = 3
 CHECK_TOL = 1e-2  # bf16 against float32

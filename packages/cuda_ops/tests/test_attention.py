@@ -242,8 +242,13 @@ def test_bad_inputs_raise(change, error, gen):
 def test_variant_switch_rejects_unknown_settings():
     with pytest.raises(OpInputError, match="warps"), cuda_variant(forward_warps=6):
         pass
+    with pytest.raises(OpInputError, match="warps"), cuda_variant(backward_warps="split"):
+        pass
     with pytest.raises(OpInputError, match="backward mode"), cuda_variant(backward="fast"):
         pass
+    with pytest.raises(OpInputError, match="no atomic-dQ mode"):
+        with cuda_variant(backward_warps="wgmma", backward="atomic"):
+            pass
 
 
 def test_extension_checks_its_arguments(gen):
@@ -257,9 +262,13 @@ def test_extension_checks_its_arguments(gen):
         _C.attention_forward(y, lse, q, q, q, None, 0.5)
     with pytest.raises(ValueError, match="head size"):
         _C.attention_forward(y[..., :16], lse, q[..., :16], q[..., :16], q[..., :16], None)
-    with pytest.raises(ValueError, match="dq_accum"):  # the atomic mode is bf16 CUDA only
+    with pytest.raises(ValueError, match="scratch"):  # the atomic mode is bf16 CUDA only
         _C.attention_backward(
             y, y.clone(), y.clone(), q, q, q, q, y, lse, None, 0.0, torch.empty(1, 2, 8, 32)
+        )
+    with pytest.raises(ValueError, match="scratch"):  # the wgmma backward's is (B, nh, T)
+        _C.attention_backward(
+            y, y.clone(), y.clone(), q, q, q, q, y, lse, None, 0.0, torch.empty(1, 2, 8, 32), 2
         )
 
 
@@ -369,12 +378,12 @@ def test_kernels_under_emulator(emulator):
 @pytest.mark.slow
 def test_every_launch_configuration_fits(emulator):
     """Every bf16 kernel instance the dispatcher can pick (head size x warps x dropout x forward /
-    two-stage / atomic backward, and the split-keys forward) passes the launch rules a GPU
-    enforces, in one process: above 48 KiB of shared memory each instance must have raised its
+    two-stage / atomic backward, the split-keys forward, the wgmma forward and backward) passes
+    the launch rules a GPU enforces, in one process: above 48 KiB of shared memory each instance must have raised its
     own limit (the H200's first run failed where one instance's opt-in stood in for another's).
     The emulated rules themselves refuse a launch that did not opt in, and a configuration
     beyond the device's maximum gets an error naming the op, the configuration and the limit
-    ("limits")."""
+    ("limits"), and the wgmma kernels where the device runs no sm_90a code name what they need."""
     run = subprocess.run(
         [str(emulator), "limits", "all"], check=False, capture_output=True, text=True, timeout=120
     )
@@ -382,9 +391,11 @@ def test_every_launch_configuration_fits(emulator):
     assert run.returncode == 0, run.stdout + run.stderr
     assert lines[0].startswith("limits:") and lines[0].endswith(" ok")
     configs = [line for line in lines if line.startswith("cfg ")]
-    # x {4, 8} warps x dropout x 3 kinds, + the split-keys forward (no dropout) per head size
-    assert len(configs) == len(HEAD_SIZES) * 2 * 2 * 3 + len(HEAD_SIZES)
+    # x {4, 8} warps x dropout x 3 kinds, + the split-keys forward (no dropout) per head size,
+    # + the wgmma forward and backward x dropout
+    assert len(configs) == len(HEAD_SIZES) * (2 * 2 * 3 + 1 + 2 * 2)
     assert sum("split keys" in line for line in configs) == len(HEAD_SIZES)
+    assert sum(" wgmma " in line for line in configs) == len(HEAD_SIZES) * 4
     for line in configs:
         assert line.endswith(" ok"), line
         smem = int(line.split(": ")[1].split(" bytes")[0])
@@ -452,6 +463,57 @@ def test_cuda_split_keys_forward_refuses_dropout(gen):
     with pytest.raises(ValueError, match="split-keys forward has no dropout"):
         with cuda_variant("split"):
             ops.causal_attention(q, k, v, dropout_p=0.2, seed=seed)
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", PRESET_SHAPES + [(1, 1, 1, 32), (3, 2, 77, 64)])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+def test_cuda_wgmma_matches_reference(shape, dropout_p, gen):
+    """The opt-in warpgroup-MMA forward and backward (sm_90) against float32."""
+    if not _sm90():
+        pytest.skip("wgmma runs on sm_90 GPUs (H100, H200) only")
+    (q, k, v, dy, seed), (y_ref, g_ref) = _cuda_case(shape, dropout_p, gen)
+    with cuda_variant("wgmma", "wgmma"):
+        y, grads = _run(q, k, v, dy, dropout_p=dropout_p, seed=seed)
+    what = f"{shape} p={dropout_p}"
+    assert_close(y, y_ref, torch.bfloat16, f"cuda wgmma y {what}")
+    _assert_grads_close(grads, g_ref, torch.bfloat16, f"cuda wgmma {what}")
+
+
+@pytest.mark.cuda
+def test_cuda_wgmma_graph_capture(gen):
+    """The wgmma kernels and the backward's D pre-pass replay in a CUDA graph."""
+    if not _sm90():
+        pytest.skip("wgmma runs on sm_90 GPUs (H100, H200) only")
+    shape = (4, 6, 256, 64)
+    q, k, v = (t.detach().requires_grad_() for t in _qkv(shape, torch.bfloat16, gen, "cuda"))
+    dy = torch.randn(shape, generator=gen).to(torch.bfloat16).cuda()
+
+    def step():
+        with cuda_variant("wgmma", "wgmma"):
+            y = ops.causal_attention(q, k, v)
+            return (y, *torch.autograd.grad(y, (q, k, v), dy))
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = step()
+    for t in (q, k, v, dy):
+        t.data.copy_(torch.randn(shape, generator=gen).to(torch.bfloat16))
+    g.replay()
+    torch.cuda.synchronize()
+    y_ref, g_ref = _reference(q, k, v, dy)
+    for o, r in zip(outs, (y_ref, *g_ref)):
+        assert_close(o, r, torch.bfloat16, "wgmma graph replay")
 
 
 @pytest.mark.cuda

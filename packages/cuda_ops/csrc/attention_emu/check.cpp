@@ -184,8 +184,8 @@ bool run_bf16(const Case& c, std::mt19937& rng) {
 
 // The wgmma kernels (no launcher yet), launched directly, against the CPU reference: the
 // forward's y and lse; with the backward, dq, dk, dv from the kernel's own y.
-template <typename K> void launch_opted_in(K kernel, dim3 grid, int threads, int smem,
-                                           const char* what, auto args) {
+template <typename K, typename A>
+void launch_opted_in(K kernel, dim3 grid, int threads, int smem, const char* what, A args) {
   cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   emu::launch_checked(kernel, grid, dim3(threads), smem, args);
@@ -304,6 +304,15 @@ int smem_bytes(int hs, int warps, const std::string& kind) {
                   : hs == 64 ? smem_bytes<64>(warps, kind) : smem_bytes<128>(warps, kind);
 }
 
+// Shared memory of the one-warpgroup wgmma instances (attention_*_wgmma.cuh)
+template <int HS> int wgmma_smem_bytes(bool forward) {
+  return forward ? WgmmaFwdConfig<HS, 1>::kSmemBytes : WgmmaBwdConfig<HS, 1>::kSmemBytes;
+}
+int wgmma_smem_bytes(int hs, bool forward) {
+  return hs == 32 ? wgmma_smem_bytes<32>(forward)
+                  : hs == 64 ? wgmma_smem_bytes<64>(forward) : wgmma_smem_bytes<128>(forward);
+}
+
 // Case "all": every configuration the dispatcher can launch, through the launchers with the
 // emulated launch checks only (the kernels do not run), in one process, so that one instance's
 // state cannot stand in for another's (the H200's first run failed exactly so). One line each.
@@ -359,6 +368,33 @@ bool run_all_configs() {
                 error.empty() ? "" : (": " + error).c_str(), ok ? "ok" : "FAIL");
     all_ok = all_ok && ok;
   }
+  for (int hs : {32, 64, 128})  // the wgmma kernels (warps = kWgmma), one warpgroup
+    for (int drop : {0, 1})
+      for (const char* kind : {"fwd", "bwd"}) {
+        const Case c{kind, hs, kWgmma, 130, drop == 1, true};
+        const Dims d{3, 5, c.T, hs};
+        const View4<const bf16_t> in{nullptr, 0, 0, 0};
+        const View4<bf16_t> out{nullptr, 0, 0, 0};
+        float scratch = 0.0f;
+        const long before = emu::g_launches;
+        std::string error;
+        try {
+          if (c.kind == "fwd")
+            forward_cuda_bf16(d, in, in, in, out, nullptr, launch_of(drop_spec(c), kWgmma));
+          else
+            backward_cuda_bf16(d, in, in, in, in, in, nullptr, out, out, out, &scratch,
+                               launch_of(drop_spec(c), kWgmma));
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        const long expected = c.kind == "bwd" ? 2 : 1;  // backward: + the D pre-pass
+        const bool ok = error.empty() && emu::g_launches - before == expected;
+        const int bytes = wgmma_smem_bytes(hs, c.kind == "fwd");
+        std::printf("cfg %s hs=%d wgmma dropout=%d: %d bytes of shared memory%s%s  %s\n", kind,
+                    hs, drop, bytes, bytes > 48 * 1024 ? " (opted in)" : "",
+                    error.empty() ? "" : (": " + error).c_str(), ok ? "ok" : "FAIL");
+        all_ok = all_ok && ok;
+      }
   emu::g_launch_only = false;
   return all_ok;
 }
@@ -404,10 +440,25 @@ bool run_limits() {
                      error.find("102400") != std::string::npos;
   ok = ok && named && cudaGetLastError() == cudaSuccess;
   emu::g_smem_optin = saved_optin;
+  // the wgmma forward where the device runs code for sm_80: the launcher refuses, naming why
+  emu::g_arch = 80;
+  emu::g_device = 8;  // its LaunchCheck has not run here yet
+  std::string wgmma_error;
+  try {
+    const View4<const bf16_t> in{nullptr, 0, 0, 0};
+    forward_cuda_bf16(Dims{1, 1, 64, 64}, in, in, in, View4<bf16_t>{nullptr, 0, 0, 0}, nullptr,
+                      launch_of(DropoutSpec{}, kWgmma));
+  } catch (const std::exception& e) {
+    wgmma_error = e.what();
+  }
+  emu::g_arch = 90;
+  ok = ok && wgmma_error.find("sm_90a") != std::string::npos &&
+       wgmma_error.find("code for sm_80") != std::string::npos;
   emu::g_device = saved_device;
   emu::g_launch_only = false;
   std::printf("limits: 48 KiB without opt-in, opt-in up to the device maximum, grid y <= 65535; "
-              "too large: \"%s\"  %s\n", error.c_str(), ok ? "ok" : "FAIL");
+              "too large: \"%s\"; wgmma on sm_80: \"%s\"  %s\n", error.c_str(),
+              wgmma_error.c_str(), ok ? "ok" : "FAIL");
   return ok;
 }
 

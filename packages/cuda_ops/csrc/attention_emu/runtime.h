@@ -30,11 +30,13 @@ struct cudaFuncAttributes {
   size_t sharedSizeBytes;  // static shared memory: the attention kernels have none
   int maxThreadsPerBlock;
   int numRegs;
+  int ptxVersion, binaryVersion;  // g_arch: the emulated build and device
 };
 
 namespace emu {
 
 inline int g_device = 0;
+inline int g_arch = 90;  // the emulated GPU and build: sm_90a (wgmma runs)
 inline int g_smem_optin = 227 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin of an H200
 inline bool g_launch_only = false;
 inline cudaError_t g_last_error = cudaSuccess;
@@ -98,7 +100,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
   return "unknown error";
 }
 inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
-  *a = cudaFuncAttributes{0, 1024, 0};  // registers are not modelled
+  *a = cudaFuncAttributes{0, 1024, 0, emu::g_arch, emu::g_arch};  // registers are not modelled
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int) {

@@ -58,27 +58,38 @@ _variant = {"forward_warps": 0, "backward_warps": 0, "backward": "auto"}
 # forward_warps="split": 16 queries a CTA with the keys split over its 4 warps (no dropout;
 # csrc/attention_forward.cuh, SplitConfig); opt-in, no faster end to end (attention_cuda.cu)
 SPLIT_KEYS = 1  # the extension's kSplitKeys
+# forward_warps / backward_warps="wgmma": Hopper's warpgroup MMA, one warpgroup (64 rows) a CTA
+# (csrc/attention_forward_wgmma.cuh, attention_backward_wgmma.cuh); opt-in until it is measured
+# to win; needs an sm_90 GPU and a build with sm_90a. The backward takes D = dY . y from a
+# pre-pass into a (B, nh, T) float32 scratch.
+WGMMA = 2  # the extension's kWgmma
 
 
 @contextlib.contextmanager
 def cuda_variant(
     forward_warps: int | str = 0, backward_warps: int = 0, backward: str = "auto"
 ) -> Iterator[None]:
-    """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: the default, 4; the
-    forward also "split": the split-keys kernel) and the backward mode "stages", "atomic" or
-    "auto" (= "stages"). For benchmarks and tests. Each kernel reads the variant when it runs, so
-    the block must hold the backward too (autograd.grad or .backward() inside it); a backward run
-    after the block takes the defaults."""
-    if forward_warps not in (0, 4, 8, "split"):
+    """Within the block, run the bf16 CUDA kernels with 4 or 8 warps per CTA (0: the default, 4;
+    either also "wgmma": the warpgroup-MMA kernels of sm_90 GPUs; the forward also "split": the
+    split-keys kernel) and the backward mode "stages", "atomic" or "auto" (= "stages"; the
+    wgmma backward has only stages). For benchmarks and tests. Each kernel reads the variant when
+    it runs, so the block must hold the backward too (autograd.grad or .backward() inside it); a
+    backward run after the block takes the defaults."""
+    if forward_warps not in (0, 4, 8, "split", "wgmma"):
         raise OpInputError(
-            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8 or 'split'"
+            f"{OP}: forward warps per CTA is {forward_warps!r}; use 0 (default), 4, 8, 'split' "
+            "or 'wgmma'"
         )
-    if backward_warps not in (0, 4, 8):
-        raise OpInputError(f"{OP}: warps per CTA is {backward_warps}; use 0 (default), 4 or 8")
+    if backward_warps not in (0, 4, 8, "wgmma"):
+        raise OpInputError(
+            f"{OP}: warps per CTA is {backward_warps!r}; use 0 (default), 4, 8 or 'wgmma'"
+        )
     if backward not in BACKWARD_MODES:
         raise OpInputError(f"{OP}: backward mode {backward!r}; use one of {BACKWARD_MODES}")
-    if forward_warps == "split":
-        forward_warps = SPLIT_KEYS
+    if backward_warps == "wgmma" and backward == "atomic":
+        raise OpInputError(f"{OP}: the wgmma backward has no atomic-dQ mode; use 'stages'")
+    forward_warps = {"split": SPLIT_KEYS, "wgmma": WGMMA}.get(forward_warps, forward_warps)
+    backward_warps = WGMMA if backward_warps == "wgmma" else backward_warps
     saved = dict(_variant)
     _variant.update(forward_warps=forward_warps, backward_warps=backward_warps, backward=backward)
     try:
@@ -87,12 +98,16 @@ def cuda_variant(
         _variant.update(saved)
 
 
-def _atomic_dq(q: Tensor) -> bool:
-    """Whether the backward of q's call takes the atomic-dQ mode (bf16 CUDA only)."""
+def _backward_scratch(q: Tensor) -> Tensor | None:
+    """The float32 scratch the bf16 CUDA backward of q's call needs: (B, nh, T) for the wgmma
+    kernel's D rows, (B, nh, T, hs) for the atomic-dQ mode; None otherwise."""
     if not (q.is_cuda and q.dtype == torch.bfloat16):
-        return False
-    mode = _variant["backward"]
-    return mode == "atomic"
+        return None
+    if _variant["backward_warps"] == WGMMA:
+        return torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    if _variant["backward"] == "atomic":
+        return torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    return None
 
 
 def _rows_ok(t: Tensor) -> bool:
@@ -166,7 +181,7 @@ def _attention_backward(
     if not _rows_ok(dy) or (dy.is_cuda and dy.data_ptr() % 16):
         dy = dy.contiguous()  # autograd's gradient layout is not ours to choose
     dq, dk, dv = _new_rows(q), _new_rows(q), _new_rows(q)
-    acc = torch.empty(q.shape, dtype=torch.float32, device=q.device) if _atomic_dq(q) else None
+    acc = _backward_scratch(q)
     _C.attention_backward(
         _dl(dq),
         _dl(dk),
