@@ -86,8 +86,8 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
   if (kDropout) seed_key(a.seed, &key0, &key1);
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   // K and V rows as the A operand (K-major), this warpgroup's 64
-  const uint64_t k_desc = smem_desc(k_s + 64 * wg * HS, 128, kBlockRowBytes);
-  const uint64_t v_desc = smem_desc(v_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t k_desc = kmajor_desc(k_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t v_desc = kmajor_desc(v_s + 64 * wg * HS, 128, kBlockRowBytes);
 
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = it & 1, i0 = (qt0 + it) * QT;
@@ -102,8 +102,8 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
     float s[QT / 8][4], dpt[QT / 8][4];  // S^T, dP^T: rows = keys wk0 + g (+8), columns = queries
     wgmma_fence();
     {
-      const uint64_t q_desc = smem_desc(q_t(buf), 128, kBlockRowBytes);
-      const uint64_t dy_desc = smem_desc(dy_t(buf), 128, kBlockRowBytes);
+      const uint64_t q_desc = kmajor_desc(q_t(buf), 128, kBlockRowBytes);
+      const uint64_t dy_desc = kmajor_desc(dy_t(buf), 128, kBlockRowBytes);
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
         wgmma_ss<QT, 0>(s, k_desc + kk * 16, q_desc + kk * 16, kk > 0);
@@ -147,8 +147,8 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
       pack_a(dsf[kk], s, kk, [](int, int, float x) { return x; });
     wgmma_fence();
     {  // dV += P~^T dY, dK += dS^T Q: dY and Q N-major, 16 queries (two block rows) a step
-      const uint64_t q_desc = smem_desc(q_t(buf), kBlockRowBytes, 128);
-      const uint64_t dy_desc = smem_desc(dy_t(buf), kBlockRowBytes, 128);
+      const uint64_t q_desc = nmajor_desc(q_t(buf), kBlockRowBytes, 128);
+      const uint64_t dy_desc = nmajor_desc(dy_t(buf), kBlockRowBytes, 128);
 #pragma unroll
       for (int kk = 0; kk < QT / 16; ++kk)
         wgmma_rs<HS, 1>(dv, pf[kk], dy_desc + kk * 2 * (kBlockRowBytes >> 4), true);
@@ -216,8 +216,8 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
   uint32_t key0 = 0, key1 = 0;
   if (kDropout) seed_key(a.seed, &key0, &key1);
   float dq[HS / 8][4] = {};
-  const uint64_t q_desc = smem_desc(q_s + 64 * wg * HS, 128, kBlockRowBytes);
-  const uint64_t dy_desc = smem_desc(dy_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t q_desc = kmajor_desc(q_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t dy_desc = kmajor_desc(dy_s + 64 * wg * HS, 128, kBlockRowBytes);
 
   for (int kt = 0; kt < n_tiles; ++kt) {
     const int buf = kt & 1, j0 = kt * KT;
@@ -232,8 +232,8 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
     float s[KT / 8][4], dpm[KT / 8][4];  // S, dP: rows = queries wq0 + g (+8), columns = keys
     wgmma_fence();
     {
-      const uint64_t k_desc = smem_desc(k_t(buf), 128, kBlockRowBytes);
-      const uint64_t v_desc = smem_desc(v_t(buf), 128, kBlockRowBytes);
+      const uint64_t k_desc = kmajor_desc(k_t(buf), 128, kBlockRowBytes);
+      const uint64_t v_desc = kmajor_desc(v_t(buf), 128, kBlockRowBytes);
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
         wgmma_ss<KT, 0>(s, q_desc + kk * 16, k_desc + kk * 16, kk > 0);
@@ -267,7 +267,7 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
       pack_a(dsf[kk], s, kk, [](int, int, float x) { return x; });
     wgmma_fence();
     {  // dQ += dS K: K N-major, 16 keys (two block rows) a step
-      const uint64_t k_desc = smem_desc(k_t(buf), kBlockRowBytes, 128);
+      const uint64_t k_desc = nmajor_desc(k_t(buf), kBlockRowBytes, 128);
 #pragma unroll
       for (int kk = 0; kk < KT / 16; ++kk)
         wgmma_rs<HS, 1>(dq, dsf[kk], k_desc + kk * 2 * (kBlockRowBytes >> 4), true);

@@ -39,8 +39,9 @@ template <int HS, int NWG, int KT = 64> struct WgmmaFwdConfig {
 
 // Element (r, c) of a [rows][HS] tile in the core-matrix layout: 8-row x 8-column blocks of 128
 // contiguous bytes, row-block major (a block row of HS / 8 blocks spans HS * 16 bytes).
-// As a K-major operand (rows = M or N, columns = K): LBO = 128, SBO = HS * 16; as an N-major one
-// (rows = K, columns = N): LBO = HS * 16, SBO = 128.
+// As a K-major operand (rows = M or N, columns = K) core matrices lie 128 bytes apart along K and
+// HS * 16 along M/N (kmajor_desc); as an N-major one (rows = K, columns = N), HS * 16 along K and
+// 128 along N (nmajor_desc).
 template <int HS> __device__ __forceinline__ constexpr int core_offset(int r, int c) {
   return ((r / 8) * (HS / 8) + c / 8) * 64 + (r % 8) * 8 + c % 8;
 }
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(128 * NWG) attention_forward_wgmma_kernel(cons
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g+8 of the warp
   float s[KT / 8][4];
   uint32_t pf[KT / 16][4];  // P_{j-1}'s A fragments, 16 keys each: live until its PV is waited for
-  const uint64_t q_desc = smem_desc(q_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t q_desc = kmajor_desc(q_s + 64 * wg * HS, 128, kBlockRowBytes);
 
   // Step j computes S_j = Q K_j and adds P_{j-1} V_{j-1}, so K_j and V_{j-1} must be in: K and V
   // tiles each have two buffers, K_j in j % 2 and V_j in j % 2, loaded one step ahead (step j
@@ -125,14 +126,14 @@ __global__ void __launch_bounds__(128 * NWG) attention_forward_wgmma_kernel(cons
     cp_async_commit();
   };
   auto issue_scores = [&](int j) {  // S_j = Q K_j, 16 columns (two core matrices) at a time
-    const uint64_t k_desc = smem_desc(k_s + (j & 1) * KT * HS, 128, kBlockRowBytes);
+    const uint64_t k_desc = kmajor_desc(k_s + (j & 1) * KT * HS, 128, kBlockRowBytes);
 #pragma unroll
     for (int kk = 0; kk < HS / 16; ++kk)
       wgmma_ss<KT, 0>(s, q_desc + kk * 16, k_desc + kk * 16, kk > 0);
     wgmma_commit();
   };
   auto issue_pv = [&](int j) {  // O += P_j V_j, 16 keys (two block rows of V) at a time
-    const uint64_t v_desc = smem_desc(v_s + (j & 1) * KT * HS, kBlockRowBytes, 128);
+    const uint64_t v_desc = nmajor_desc(v_s + (j & 1) * KT * HS, kBlockRowBytes, 128);
 #pragma unroll
     for (int kk = 0; kk < KT / 16; ++kk)
       wgmma_rs<HS, 1>(o, pf[kk], v_desc + kk * 2 * (kBlockRowBytes >> 4), true);

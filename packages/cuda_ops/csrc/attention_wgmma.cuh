@@ -91,6 +91,24 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint3
          static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
 }
 
+// The descriptors of the kernels' operands: K-major (16-byte rows along K, core matrices
+// k_stride bytes apart along K and mn_stride along M/N) and N-major (rows along N). The PTX
+// ISA's canonical no-swizzle layouts give LBO the step along K in both; defining
+// GS_WGMMA_NMAJOR_LBO_ALONG_N builds the other reading of its prose for N-major operands, in
+// case scripts/attention_variants.cu's layout probe finds the hardware disagreeing.
+__device__ __forceinline__ uint64_t kmajor_desc(const void* p, uint32_t k_stride,
+                                                uint32_t mn_stride) {
+  return smem_desc(p, k_stride, mn_stride);
+}
+__device__ __forceinline__ uint64_t nmajor_desc(const void* p, uint32_t k_stride,
+                                                uint32_t n_stride) {
+#ifdef GS_WGMMA_NMAJOR_LBO_ALONG_N
+  return smem_desc(p, n_stride, k_stride);
+#else
+  return smem_desc(p, k_stride, n_stride);
+#endif
+}
+
 #if defined(GS_WGMMA) && !defined(GS_ATTN_EMULATE)
 template <int N> struct Wgmma;
 template <> struct Wgmma<32> {
