@@ -13,8 +13,9 @@
 // As in the wgmma forward, every warpgroup computes every tile of its CTA (no wgmma on a
 // branch); masking zeroes what lies outside the causal triangle.
 //
-// First version: each wgmma group is waited for at once. Timed against the mma.sync backward by
-// scripts/attention_variants.cu; no launcher uses it yet.
+// Within a tile the softmax weights are computed while the tensor cores compute dP, and dS^T
+// while they add to dV (kOverlap); tiles follow one another (no producer warp, no TMA). Timed
+// against the mma.sync backward by scripts/attention_variants.cu; opt-in in the launchers.
 #pragma once
 
 #include "attention_backward.cuh"
@@ -43,7 +44,7 @@ template <int HS, int NWG> struct WgmmaBwdConfig {
 };
 
 // z = 0: dK, dV of keys [k0, k0 + kRows), over the query tiles from the one holding k0 to the end.
-template <int HS, int NWG, bool kDropout>
+template <int HS, int NWG, bool kDropout, bool kOverlap>
 __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned char* smem) {
   using C = WgmmaBwdConfig<HS, NWG>;
   constexpr int QT = C::kTile;
@@ -107,13 +108,13 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
         wgmma_ss<QT, 0>(s, k_desc + kk * 16, q_desc + kk * 16, kk > 0);
+      wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
         wgmma_ss<QT, 0>(dpt, v_desc + kk * 16, dy_desc + kk * 16, kk > 0);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<kOverlap ? 1 : 0>();  // S^T is in; dP^T may still run
       fence_tile(s);
-      fence_tile(dpt);
     }
     const float *lse_s = lse_t(buf), *d_s = d_t(buf);
 #pragma unroll
@@ -136,6 +137,16 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
     uint32_t pf[QT / 16][4], dsf[QT / 16][4];  // P~^T and dS^T as A fragments, 16 queries each
 #pragma unroll
     for (int kk = 0; kk < QT / 16; ++kk) pack_a(pf[kk], s, kk, kept);
+    wgmma_wait<0>();
+    fence_tile(dpt);
+    // dV += P~^T dY (dY N-major, 16 queries, two block rows, a step) while dS^T is computed
+    const uint64_t dy_n_desc = nmajor_desc(dy_t(buf), kBlockRowBytes, 128);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < QT / 16; ++kk)
+      wgmma_rs<HS, 1>(dv, pf[kk], dy_n_desc + kk * 2 * (kBlockRowBytes >> 4), true);
+    wgmma_commit();
+    if (!kOverlap) wgmma_wait<0>();
 #pragma unroll
     for (int nt = 0; nt < QT / 8; ++nt) {
       const float2 D = lds(reinterpret_cast<const float2*>(d_s + nt * 8 + 2 * t));
@@ -146,12 +157,8 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
     for (int kk = 0; kk < QT / 16; ++kk)
       pack_a(dsf[kk], s, kk, [](int, int, float x) { return x; });
     wgmma_fence();
-    {  // dV += P~^T dY, dK += dS^T Q: dY and Q N-major, 16 queries (two block rows) a step
+    {  // dK += dS^T Q: Q N-major
       const uint64_t q_desc = nmajor_desc(q_t(buf), kBlockRowBytes, 128);
-      const uint64_t dy_desc = nmajor_desc(dy_t(buf), kBlockRowBytes, 128);
-#pragma unroll
-      for (int kk = 0; kk < QT / 16; ++kk)
-        wgmma_rs<HS, 1>(dv, pf[kk], dy_desc + kk * 2 * (kBlockRowBytes >> 4), true);
 #pragma unroll
       for (int kk = 0; kk < QT / 16; ++kk)
         wgmma_rs<HS, 1>(dk, dsf[kk], q_desc + kk * 2 * (kBlockRowBytes >> 4), true);
@@ -175,7 +182,7 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
 }
 
 // z = 1: dQ of queries [q0, q0 + kRows), over the key tiles up to their diagonal.
-template <int HS, int NWG, bool kDropout>
+template <int HS, int NWG, bool kDropout, bool kOverlap>
 __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigned char* smem) {
   using C = WgmmaBwdConfig<HS, NWG>;
   constexpr int KT = C::kTile;
@@ -237,29 +244,36 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
         wgmma_ss<KT, 0>(s, q_desc + kk * 16, k_desc + kk * 16, kk > 0);
+      wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
         wgmma_ss<KT, 0>(dpm, dy_desc + kk * 16, v_desc + kk * 16, kk > 0);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<kOverlap ? 1 : 0>();  // S is in; dP may still run
       fence_tile(s);
-      fence_tile(dpm);
     }
+#pragma unroll
+    for (int nt = 0; nt < KT / 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {  // P
+        const int key = j0 + nt * 8 + 2 * t + (r & 1), row = wq0 + g + 8 * (r >> 1);
+        const bool visible = key <= row && key < T && row < T;
+        s[nt][r] = visible
+                       ? fast_exp2(fmaf(s[nt][r], a.scale_log2, -((r >> 1) ? lse_g8 : lse_g)))
+                       : 0.0f;
+      }
     const uint32_t keep =
         kDropout ? keep_bits_rows<KT>(key0, key1, bh, wq0, j0, wq0 + 15, a.threshold, g, t) : ~0u;
+    wgmma_wait<0>();
+    fence_tile(dpm);
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int key = j0 + nt * 8 + 2 * t + (r & 1), row = wq0 + g + 8 * (r >> 1);
-        const bool visible = key <= row && key < T && row < T;
-        const float p =
-            visible ? fast_exp2(fmaf(s[nt][r], a.scale_log2, -((r >> 1) ? lse_g8 : lse_g)))
-                    : 0.0f;
         const float dp = kDropout ? (((keep >> (nt * 4 + r)) & 1u) ? dpm[nt][r] * a.drop_scale
                                                                    : 0.0f)
                                   : dpm[nt][r];
-        s[nt][r] = p * (dp - ((r >> 1) ? D_g8 : D_g));  // dS
+        s[nt][r] *= dp - ((r >> 1) ? D_g8 : D_g);  // dS
       }
     uint32_t dsf[KT / 16][4];
 #pragma unroll
@@ -284,15 +298,17 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
 }
 
 // grid (ceil(T / 64 NWG), B*nh, 2); a.d_rows from attention_d_rows_kernel. kMinBlocks: the
-// CTAs an SM should hold (__launch_bounds__; 0, no hint).
-template <int HS, int NWG, bool kDropout, int kMinBlocks = 0>
+// CTAs an SM should hold (__launch_bounds__; 0, no hint). kOverlap: the softmax weights are
+// computed while the tensor cores compute dP (and dS^T while they add to dV); false: each
+// group is waited for at once.
+template <int HS, int NWG, bool kDropout, int kMinBlocks = 0, bool kOverlap = true>
 __global__ void __launch_bounds__(128 * NWG, kMinBlocks)
     attention_backward_wgmma_kernel(const BwdArgs a) {
   GS_DYNAMIC_SHARED(smem);
   if (blockIdx.z == 0)
-    wgmma_backward_keys<HS, NWG, kDropout>(a, smem);
+    wgmma_backward_keys<HS, NWG, kDropout, kOverlap>(a, smem);
   else
-    wgmma_backward_queries<HS, NWG, kDropout>(a, smem);
+    wgmma_backward_queries<HS, NWG, kDropout, kOverlap>(a, smem);
 }
 
 }  // namespace gs::attn

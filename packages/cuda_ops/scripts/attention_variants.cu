@@ -170,10 +170,10 @@ std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, in
 }
 
 // The wgmma backward (attention_backward_wgmma.cuh) after its D pre-pass
-template <int NWG, int MB, bool kDrop = false>
+template <int NWG, int MB, bool kDrop = false, bool kOverlap = true>
 std::function<void()> wgmma_backward_run(BwdArgs g, int B, int nh, int T) {
   using C = WgmmaBwdConfig<HS, NWG>;
-  const auto k = attention_backward_wgmma_kernel<HS, NWG, kDrop, MB>;
+  const auto k = attention_backward_wgmma_kernel<HS, NWG, kDrop, MB, kOverlap>;
   CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   g.dq_accum = nullptr;
   const dim3 grid((T + C::kRows - 1) / C::kRows, B * nh, 2);
@@ -459,6 +459,7 @@ int main(int argc, char** argv) {
       {"atomic dQ, 4w, >=3 CTA/SM, D pre-pass",
        backward_run<4, true, 3, false, true>(g, dq_accum, B, nh, T)},
       {"wgmma, 1 warpgroup", wgmma_backward_run<1, 0>(g, B, nh, T)},
+      {"wgmma, 1 warpgroup, no overlap", wgmma_backward_run<1, 0, false, false>(g, B, nh, T)},
       {"wgmma, 1 warpgroup, >=3 CTA/SM", wgmma_backward_run<1, 3>(g, B, nh, T)},
       {"wgmma, 2 warpgroups", wgmma_backward_run<2, 0>(g, B, nh, T)},
   };
