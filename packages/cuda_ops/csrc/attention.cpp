@@ -10,6 +10,7 @@
 // wrapper's (attention.py), so a direct _C call cannot read out of bounds.
 #include <nanobind/stl/optional.h>
 
+#include <atomic>
 #include <cmath>
 #include <optional>
 
@@ -240,6 +241,12 @@ void attention_backward(nb::ndarray<> dq, nb::ndarray<> dk, nb::ndarray<> dv, nb
 
 }  // namespace
 
+// The switch read by attention.py: bf16 CUDA calls in the default variant go to the wgmma
+// kernels (kWgmma) where the device is an sm_90 GPU. Off by default until they win.
+static std::atomic<bool> g_attention_wgmma{false};
+bool attention_wgmma_enabled() { return g_attention_wgmma.load(std::memory_order_relaxed); }
+void set_attention_wgmma(bool enabled) { g_attention_wgmma = enabled; }
+
 void register_attention(nb::module_& m) {
   m.def("attention_forward", &attention_forward, "y"_a, "lse"_a, "q"_a, "k"_a, "v"_a,
         "seed"_a.none(), "dropout_p"_a = 0.0, "warps"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
@@ -257,6 +264,10 @@ void register_attention(nb::module_& m) {
         "lse, with the forward's dropout_p and seed. warps as attention_forward's (2: the "
         "wgmma backward, which needs scratch). scratch (bf16 on CUDA only), float32: (B, nh, T) "
         "for the wgmma backward's D = dy . y; (B, nh, T, hs) selects the atomic-dQ backward.");
+  m.def("set_attention_wgmma", &set_attention_wgmma, "enabled"_a,
+        "CUDA bf16 on sm_90 GPUs: causal_attention's default variant runs the warpgroup-MMA "
+        "kernels (attention_forward_wgmma.cuh, attention_backward_wgmma.cuh; default False).");
+  m.def("attention_wgmma", &attention_wgmma_enabled);
 }
 
 }  // namespace gs

@@ -4,6 +4,7 @@ backend, torch.compile, CUDA graphs, and the CUDA kernels' device code under the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import subprocess
@@ -379,8 +380,9 @@ def test_kernels_under_emulator(emulator):
 def test_every_launch_configuration_fits(emulator):
     """Every bf16 kernel instance the dispatcher can pick (head size x warps x dropout x forward /
     two-stage / atomic backward, the split-keys forward, the wgmma forward and backward) passes
-    the launch rules a GPU enforces, in one process: above 48 KiB of shared memory each instance must have raised its
-    own limit (the H200's first run failed where one instance's opt-in stood in for another's).
+    the launch rules a GPU enforces, in one process: above 48 KiB of shared memory each
+    instance must have raised its own limit (the H200's first run failed where one instance's
+    opt-in stood in for another's).
     The emulated rules themselves refuse a launch that did not opt in, and a configuration
     beyond the device's maximum gets an error naming the op, the configuration and the limit
     ("limits"), and the wgmma kernels where the device runs no sm_90a code name what they need."""
@@ -482,6 +484,23 @@ def test_cuda_wgmma_matches_reference(shape, dropout_p, gen):
     what = f"{shape} p={dropout_p}"
     assert_close(y, y_ref, torch.bfloat16, f"cuda wgmma y {what}")
     _assert_grads_close(grads, g_ref, torch.bfloat16, f"cuda wgmma {what}")
+
+
+@pytest.mark.cuda
+def test_cuda_wgmma_switch_routes_the_default_variant(gen):
+    """_C.set_attention_wgmma(True): the default variant runs the wgmma kernels on sm_90 (the
+    same results as asking for them), the mma.sync kernels elsewhere."""
+    (q, k, v, dy, seed), (y_ref, g_ref) = _cuda_case((2, 3, 77, 64), 0.0, gen)
+    with cuda_variant("wgmma", "wgmma") if _sm90() else contextlib.nullcontext():
+        want = _run(q, k, v, dy, dropout_p=0.0, seed=seed)
+    _C.set_attention_wgmma(True)
+    try:
+        got = _run(q, k, v, dy, dropout_p=0.0, seed=seed)
+    finally:
+        _C.set_attention_wgmma(False)
+    for a, b in zip((got[0], *got[1]), (want[0], *want[1])):
+        assert torch.equal(a, b)  # the same kernels: the same bits
+    assert_close(got[0], y_ref, torch.bfloat16, "switched y")
 
 
 @pytest.mark.cuda

@@ -28,6 +28,7 @@ attention backend "gptstack" (`gptstack_attention`, below) when gptstack.model i
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -98,12 +99,29 @@ def cuda_variant(
         _variant.update(saved)
 
 
-def _backward_scratch(q: Tensor) -> Tensor | None:
+@functools.cache
+def _sm90(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] == 9
+
+
+def _warps(q: Tensor, which: str) -> int:
+    """The CTA size the bf16 CUDA kernels of q's call run with: the variant's, or WGMMA where
+    the variant is the default, the switch _C.set_attention_wgmma is on and q is on an sm_90 GPU
+    (the backward: in its two-stage mode)."""
+    warps = _variant[which]
+    if warps != 0 or not (q.is_cuda and q.dtype == torch.bfloat16) or not _C.attention_wgmma():
+        return warps
+    if which == "backward_warps" and _variant["backward"] == "atomic":
+        return warps
+    return WGMMA if _sm90(q.device.index or 0) else warps
+
+
+def _backward_scratch(q: Tensor, warps: int) -> Tensor | None:
     """The float32 scratch the bf16 CUDA backward of q's call needs: (B, nh, T) for the wgmma
     kernel's D rows, (B, nh, T, hs) for the atomic-dQ mode; None otherwise."""
     if not (q.is_cuda and q.dtype == torch.bfloat16):
         return None
-    if _variant["backward_warps"] == WGMMA:
+    if warps == WGMMA:
         return torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     if _variant["backward"] == "atomic":
         return torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -151,7 +169,7 @@ def _attention_impl(
         _dl(v),
         _dl(seed),
         dropout_p,
-        _variant["forward_warps"],
+        _warps(q, "forward_warps"),
         stream_of(q),
         threads(),
     )
@@ -181,7 +199,8 @@ def _attention_backward(
     if not _rows_ok(dy) or (dy.is_cuda and dy.data_ptr() % 16):
         dy = dy.contiguous()  # autograd's gradient layout is not ours to choose
     dq, dk, dv = _new_rows(q), _new_rows(q), _new_rows(q)
-    acc = _backward_scratch(q)
+    warps = _warps(q, "backward_warps")
+    acc = _backward_scratch(q, warps)
     _C.attention_backward(
         _dl(dq),
         _dl(dk),
@@ -195,7 +214,7 @@ def _attention_backward(
         _dl(seed),
         dropout_p,
         _dl(acc),
-        _variant["backward_warps"],
+        warps,
         stream_of(q),
         threads(),
     )

@@ -5,9 +5,9 @@ benchmarks (no config key sets them).
     set_switch("cross_entropy_staged", "0")     # the value as text, in the switch's type
 
 Each switch is a pair in the extension, `_C.set_X(value)` and its getter `_C.X()`: the staged
-loss kernel, programmatic launch, the decoder's register rows, the CPU path. Records name their
-state (gptstack.bench.environment) and benchmarks/switches/sitecustomize.py sets them for a
-whole process.
+loss kernel, programmatic launch, the decoder's register rows, the wgmma attention kernels, the
+CPU path. Records name their state (gptstack.bench.environment) and
+benchmarks/switches/sitecustomize.py sets them for a whole process.
 """
 
 from __future__ import annotations
