@@ -189,8 +189,9 @@ std::function<void()> wgmma_backward_run(BwdArgs g, int B, int nh, int T) {
 // One m64n64k16 per layout, on random bf16, against the host's product: A K-major from shared
 // memory or from registers; B K-major, or N-major read with the descriptor's LBO as the step
 // along K and SBO along N (the PTX ISA's canonical no-swizzle layouts, as attention_emu/emu.h
-// models them) and, to tell a misreading apart, with the two swapped. Shared memory gets an
-// image built on the host by the same layout formula the kernel's descriptor describes.
+// models them; the other reading of its prose, the two swapped, would read past these
+// operands: an illegal address on an H100, 2026-12-07). Shared memory gets an image built on
+// the host by the same layout formula the kernel's descriptor describes.
 struct ProbeLayout {
   uint32_t a_lbo, a_sbo, b_lbo, b_sbo;
   bool b_nmajor, a_regs;
@@ -266,7 +267,6 @@ bool probe_wgmma_layouts() {
   const Named cases[] = {
       {"A smem, B K-major", {128, 256, 128, 256, false, false}, 128, 256},
       {"A smem, B N-major (LBO along K)", {128, 256, 1024, 128, true, false}, 1024, 128},
-      {"A smem, B N-major (LBO along N)", {128, 256, 128, 1024, true, false}, 1024, 128},
       {"A regs, B K-major", {128, 256, 128, 256, false, true}, 128, 256},
       {"A regs, B N-major (LBO along K)", {128, 256, 1024, 128, true, true}, 1024, 128},
   };
@@ -294,10 +294,8 @@ bool probe_wgmma_layouts() {
     double err = 0;
     for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::fabs(out[i] - ref[i])));
     const bool match = err < 1e-3;
-    const bool expected = std::strstr(c.name, "LBO along N") == nullptr;  // emu.h's reading
-    std::printf("  %-34s max abs error %.2e  %s\n", c.name, err,
-                match == expected ? (match ? "ok" : "differs, as it should") : "UNEXPECTED");
-    ok_all = ok_all && match == expected;
+    std::printf("  %-34s max abs error %.2e  %s\n", c.name, err, match ? "ok" : "UNEXPECTED");
+    ok_all = ok_all && match;
   }
   CHECK(cudaFree(a_img));
   CHECK(cudaFree(b_img));
