@@ -23,18 +23,20 @@
 
 namespace gs::attn {
 
-template <int HS, int NWG> struct WgmmaBwdConfig {
+template <int HS, int NWG, bool kSwizzle = false> struct WgmmaBwdConfig {
   static constexpr int kThreads = 128 * NWG;
   static constexpr int kRows = 64 * NWG;  // rows a CTA owns, 64 per warpgroup
   static constexpr int kTile = 64;        // rows per streamed tile
   static constexpr int kRowBytes = kRows * HS * 2;
   static constexpr int kTileBytes = kTile * HS * 2;
-  // keys: K, V rows + 2 x (Q, dY tiles, lse and D of the tile)
-  static constexpr int kKeyStage = 2 * kTileBytes + 2 * kTile * 4;
+  // keys: K, V rows + 2 x (Q, dY tiles, lse and D of the tile), a stage rounded up to 1 KiB so
+  // that every tile starts 1,024-byte aligned (swizzled tiles need it)
+  static constexpr int kKeyStage = (2 * kTileBytes + 2 * kTile * 4 + 1023) / 1024 * 1024;
   static constexpr int kSmemKeys = 2 * kRowBytes + 2 * kKeyStage;
   // queries: Q, dY rows + 2 x (K, V tiles)
   static constexpr int kSmemQueries = 2 * kRowBytes + 2 * 2 * kTileBytes;
-  static constexpr int kSmemBytes = kSmemKeys > kSmemQueries ? kSmemKeys : kSmemQueries;
+  static constexpr int kSmemBytes = (kSmemKeys > kSmemQueries ? kSmemKeys : kSmemQueries) +
+                                    WgmmaTile<HS, kSwizzle>::kAlignSlack;
   // outputs leave through padded [16][HS + 8] stages per warp, in shared memory no longer read:
   // two a warp on the key side (dK, dV), in place of everything; one for dQ, of the K/V tiles
   static constexpr int kStagePitch = HS + 8;
@@ -44,11 +46,11 @@ template <int HS, int NWG> struct WgmmaBwdConfig {
 };
 
 // z = 0: dK, dV of keys [k0, k0 + kRows), over the query tiles from the one holding k0 to the end.
-template <int HS, int NWG, bool kDropout, bool kOverlap>
+template <int HS, int NWG, bool kDropout, bool kOverlap, bool kSwizzle>
 __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned char* smem) {
-  using C = WgmmaBwdConfig<HS, NWG>;
+  using C = WgmmaBwdConfig<HS, NWG, kSwizzle>;
+  using Tile = WgmmaTile<HS, kSwizzle>;
   constexpr int QT = C::kTile;
-  constexpr uint32_t kBlockRowBytes = HS * 16;  // 8 rows of a tile
   uint16_t* k_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][HS]
   uint16_t* v_s = k_s + C::kRows * HS;                // [kRows][HS]
   unsigned char* stages = smem + 2 * C::kRowBytes;    // 2 x (Q, dY [QT][HS], lse, D [QT])
@@ -66,13 +68,13 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
   const float* lse_g = a.lse + static_cast<int64_t>(bh) * T;
   const float* d_rows_g = a.d_rows + static_cast<int64_t>(bh) * T;
 
-  load_rows_core_async<C::kRows, HS, C::kThreads>(k_s, a.k.row(b, h, k0), a.k.st, T - k0, tid);
-  load_rows_core_async<C::kRows, HS, C::kThreads>(v_s, a.v.row(b, h, k0), a.v.st, T - k0, tid);
+  Tile::template load<C::kRows, C::kThreads>(k_s, a.k.row(b, h, k0), a.k.st, T - k0, tid);
+  Tile::template load<C::kRows, C::kThreads>(v_s, a.v.row(b, h, k0), a.v.st, T - k0, tid);
   cp_async_commit();
   auto issue = [&](int it, int buf) {
     const int i0 = (qt0 + it) * QT;
-    load_rows_core_async<QT, HS, C::kThreads>(q_t(buf), a.q.row(b, h, i0), a.q.st, T - i0, tid);
-    load_rows_core_async<QT, HS, C::kThreads>(dy_t(buf), a.dy.row(b, h, i0), a.dy.st, T - i0,
+    Tile::template load<QT, C::kThreads>(q_t(buf), a.q.row(b, h, i0), a.q.st, T - i0, tid);
+    Tile::template load<QT, C::kThreads>(dy_t(buf), a.dy.row(b, h, i0), a.dy.st, T - i0,
                                               tid);
     if (tid < QT) {
       const bool ok = i0 + tid < T;
@@ -87,8 +89,8 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
   if (kDropout) seed_key(a.seed, &key0, &key1);
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   // K and V rows as the A operand (K-major), this warpgroup's 64
-  const uint64_t k_desc = kmajor_desc(k_s + 64 * wg * HS, 128, kBlockRowBytes);
-  const uint64_t v_desc = kmajor_desc(v_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t k_desc = Tile::kmajor(k_s + 64 * wg * HS);
+  const uint64_t v_desc = Tile::kmajor(v_s + 64 * wg * HS);
 
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = it & 1, i0 = (qt0 + it) * QT;
@@ -103,15 +105,15 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
     float s[QT / 8][4], dpt[QT / 8][4];  // S^T, dP^T: rows = keys wk0 + g (+8), columns = queries
     wgmma_fence();
     {
-      const uint64_t q_desc = kmajor_desc(q_t(buf), 128, kBlockRowBytes);
-      const uint64_t dy_desc = kmajor_desc(dy_t(buf), 128, kBlockRowBytes);
+      const uint64_t q_desc = Tile::kmajor(q_t(buf));
+      const uint64_t dy_desc = Tile::kmajor(dy_t(buf));
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<QT, 0>(s, k_desc + kk * 16, q_desc + kk * 16, kk > 0);
+        wgmma_ss<QT, 0>(s, k_desc + kk * Tile::kKStep, q_desc + kk * Tile::kKStep, kk > 0);
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<QT, 0>(dpt, v_desc + kk * 16, dy_desc + kk * 16, kk > 0);
+        wgmma_ss<QT, 0>(dpt, v_desc + kk * Tile::kKStep, dy_desc + kk * Tile::kKStep, kk > 0);
       wgmma_commit();
       wgmma_wait<kOverlap ? 1 : 0>();  // S^T is in; dP^T may still run
       fence_tile(s);
@@ -140,11 +142,11 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
     wgmma_wait<0>();
     fence_tile(dpt);
     // dV += P~^T dY (dY N-major, 16 queries, two block rows, a step) while dS^T is computed
-    const uint64_t dy_n_desc = nmajor_desc(dy_t(buf), kBlockRowBytes, 128);
+    const uint64_t dy_n_desc = Tile::nmajor(dy_t(buf));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < QT / 16; ++kk)
-      wgmma_rs<HS, 1>(dv, pf[kk], dy_n_desc + kk * 2 * (kBlockRowBytes >> 4), true);
+      wgmma_rs<HS, 1>(dv, pf[kk], dy_n_desc + kk * Tile::kNStep, true);
     wgmma_commit();
     if (!kOverlap) wgmma_wait<0>();
 #pragma unroll
@@ -158,10 +160,10 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
       pack_a(dsf[kk], s, kk, [](int, int, float x) { return x; });
     wgmma_fence();
     {  // dK += dS^T Q: Q N-major
-      const uint64_t q_desc = nmajor_desc(q_t(buf), kBlockRowBytes, 128);
+      const uint64_t q_desc = Tile::nmajor(q_t(buf));
 #pragma unroll
       for (int kk = 0; kk < QT / 16; ++kk)
-        wgmma_rs<HS, 1>(dk, dsf[kk], q_desc + kk * 2 * (kBlockRowBytes >> 4), true);
+        wgmma_rs<HS, 1>(dk, dsf[kk], q_desc + kk * Tile::kNStep, true);
       wgmma_commit();
       wgmma_wait<0>();
       fence_tile(dk);
@@ -182,11 +184,11 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
 }
 
 // z = 1: dQ of queries [q0, q0 + kRows), over the key tiles up to their diagonal.
-template <int HS, int NWG, bool kDropout, bool kOverlap>
+template <int HS, int NWG, bool kDropout, bool kOverlap, bool kSwizzle>
 __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigned char* smem) {
-  using C = WgmmaBwdConfig<HS, NWG>;
+  using C = WgmmaBwdConfig<HS, NWG, kSwizzle>;
+  using Tile = WgmmaTile<HS, kSwizzle>;
   constexpr int KT = C::kTile;
-  constexpr uint32_t kBlockRowBytes = HS * 16;
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][HS]
   uint16_t* dy_s = q_s + C::kRows * HS;               // [kRows][HS]
   uint16_t* kv_s = dy_s + C::kRows * HS;              // 2 x (K, V [KT][HS])
@@ -200,14 +202,14 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
   const int wq0 = q0 + 16 * warp;
   const int n_tiles = (min(q0 + C::kRows, T) - 1) / KT + 1;
 
-  load_rows_core_async<C::kRows, HS, C::kThreads>(q_s, a.q.row(b, h, q0), a.q.st, T - q0, tid);
-  load_rows_core_async<C::kRows, HS, C::kThreads>(dy_s, a.dy.row(b, h, q0), a.dy.st, T - q0,
+  Tile::template load<C::kRows, C::kThreads>(q_s, a.q.row(b, h, q0), a.q.st, T - q0, tid);
+  Tile::template load<C::kRows, C::kThreads>(dy_s, a.dy.row(b, h, q0), a.dy.st, T - q0,
                                                   tid);
   cp_async_commit();
   auto issue = [&](int kt, int buf) {
     const int j0 = kt * KT;
-    load_rows_core_async<KT, HS, C::kThreads>(k_t(buf), a.k.row(b, h, j0), a.k.st, T - j0, tid);
-    load_rows_core_async<KT, HS, C::kThreads>(v_t(buf), a.v.row(b, h, j0), a.v.st, T - j0, tid);
+    Tile::template load<KT, C::kThreads>(k_t(buf), a.k.row(b, h, j0), a.k.st, T - j0, tid);
+    Tile::template load<KT, C::kThreads>(v_t(buf), a.v.row(b, h, j0), a.v.st, T - j0, tid);
     cp_async_commit();
   };
   issue(0, 0);
@@ -223,8 +225,8 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
   uint32_t key0 = 0, key1 = 0;
   if (kDropout) seed_key(a.seed, &key0, &key1);
   float dq[HS / 8][4] = {};
-  const uint64_t q_desc = kmajor_desc(q_s + 64 * wg * HS, 128, kBlockRowBytes);
-  const uint64_t dy_desc = kmajor_desc(dy_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t q_desc = Tile::kmajor(q_s + 64 * wg * HS);
+  const uint64_t dy_desc = Tile::kmajor(dy_s + 64 * wg * HS);
 
   for (int kt = 0; kt < n_tiles; ++kt) {
     const int buf = kt & 1, j0 = kt * KT;
@@ -239,15 +241,15 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
     float s[KT / 8][4], dpm[KT / 8][4];  // S, dP: rows = queries wq0 + g (+8), columns = keys
     wgmma_fence();
     {
-      const uint64_t k_desc = kmajor_desc(k_t(buf), 128, kBlockRowBytes);
-      const uint64_t v_desc = kmajor_desc(v_t(buf), 128, kBlockRowBytes);
+      const uint64_t k_desc = Tile::kmajor(k_t(buf));
+      const uint64_t v_desc = Tile::kmajor(v_t(buf));
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<KT, 0>(s, q_desc + kk * 16, k_desc + kk * 16, kk > 0);
+        wgmma_ss<KT, 0>(s, q_desc + kk * Tile::kKStep, k_desc + kk * Tile::kKStep, kk > 0);
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<KT, 0>(dpm, dy_desc + kk * 16, v_desc + kk * 16, kk > 0);
+        wgmma_ss<KT, 0>(dpm, dy_desc + kk * Tile::kKStep, v_desc + kk * Tile::kKStep, kk > 0);
       wgmma_commit();
       wgmma_wait<kOverlap ? 1 : 0>();  // S is in; dP may still run
       fence_tile(s);
@@ -281,10 +283,10 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
       pack_a(dsf[kk], s, kk, [](int, int, float x) { return x; });
     wgmma_fence();
     {  // dQ += dS K: K N-major, 16 keys (two block rows) a step
-      const uint64_t k_desc = nmajor_desc(k_t(buf), kBlockRowBytes, 128);
+      const uint64_t k_desc = Tile::nmajor(k_t(buf));
 #pragma unroll
       for (int kk = 0; kk < KT / 16; ++kk)
-        wgmma_rs<HS, 1>(dq, dsf[kk], k_desc + kk * 2 * (kBlockRowBytes >> 4), true);
+        wgmma_rs<HS, 1>(dq, dsf[kk], k_desc + kk * Tile::kNStep, true);
       wgmma_commit();
       wgmma_wait<0>();
       fence_tile(dq);
@@ -301,14 +303,17 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
 // CTAs an SM should hold (__launch_bounds__; 0, no hint). kOverlap: the softmax weights are
 // computed while the tensor cores compute dP (and dS^T while they add to dV); false: each
 // group is waited for at once.
-template <int HS, int NWG, bool kDropout, int kMinBlocks = 0, bool kOverlap = true>
+// kSwizzle: tiles with 128-byte swizzling (hs = 64 only; WgmmaTile).
+template <int HS, int NWG, bool kDropout, int kMinBlocks = 0, bool kOverlap = true,
+          bool kSwizzle = false>
 __global__ void __launch_bounds__(128 * NWG, kMinBlocks)
     attention_backward_wgmma_kernel(const BwdArgs a) {
-  GS_DYNAMIC_SHARED(smem);
+  GS_DYNAMIC_SHARED(smem_base);
+  unsigned char* smem = kSwizzle ? align_1024(smem_base) : smem_base;
   if (blockIdx.z == 0)
-    wgmma_backward_keys<HS, NWG, kDropout, kOverlap>(a, smem);
+    wgmma_backward_keys<HS, NWG, kDropout, kOverlap, kSwizzle>(a, smem);
   else
-    wgmma_backward_queries<HS, NWG, kDropout, kOverlap>(a, smem);
+    wgmma_backward_queries<HS, NWG, kDropout, kOverlap, kSwizzle>(a, smem);
 }
 
 }  // namespace gs::attn

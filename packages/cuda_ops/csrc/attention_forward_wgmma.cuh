@@ -25,43 +25,68 @@
 
 namespace gs::attn {
 
-// NWG warpgroups of 64 queries, key tiles of KT rows. Tiles are [rows][HS] in the core-matrix
-// layout (core_offset): no padding, so Q, two K and two V tiles take (64 NWG + 4 KT) HS 2 bytes.
-template <int HS, int NWG, int KT = 64> struct WgmmaFwdConfig {
+// A [rows][HS] tile of bf16 in shared memory as wgmma reads it, filled by cp.async:
+//  - kSwizzle false, any HS: the core-matrix layout, 8-row x 8-column blocks of 128 contiguous
+//    bytes, row-block major (a block row of HS / 8 blocks spans HS * 16 bytes). Chunk i of the
+//    copy lands at byte 16 i: 8 consecutive chunks are rows r..r+7 of one 8-column block, so the
+//    stores are consecutive in shared memory and a warp reads 8 rows x 64 bytes. As a K-major
+//    operand (rows = M or N, columns = K) core matrices lie 128 bytes apart along K and HS * 16
+//    along M/N; as an N-major one (rows = K, columns = N), HS * 16 along K and 128 along N.
+//  - kSwizzle true, HS = 64: row-major 128-byte rows with 128-byte swizzling (sw128_desc; the
+//    layout TMA and cuDNN use); 8 threads copy one row, each to its swizzled chunk (no conflicts).
+// kmajor / nmajor: the descriptor of the tile as a K-major / N-major operand; kKStep / kNStep:
+// what to add to it for the next 16 columns (K-major) / 16 rows (N-major).
+template <int HS, bool kSwizzle> struct WgmmaTile {
+  static_assert(!kSwizzle || HS == 64, "the 128-byte swizzled tile holds rows of 64 bf16");
+  static constexpr uint32_t kBlockRowBytes = HS * 16;  // 8 rows
+  static constexpr uint64_t kKStep = kSwizzle ? 32 >> 4 : 256 >> 4;
+  static constexpr uint64_t kNStep = kSwizzle ? 2048 >> 4 : (2 * kBlockRowBytes) >> 4;
+  static constexpr int kAlignSlack = kSwizzle ? 1024 : 0;  // align_1024's bytes
+
+  __device__ static uint64_t kmajor(const uint16_t* p) {
+    return kSwizzle ? sw128_desc(p) : kmajor_desc(p, 128, kBlockRowBytes);
+  }
+  __device__ static uint64_t nmajor(const uint16_t* p) {
+    return kSwizzle ? sw128_desc(p) : nmajor_desc(p, kBlockRowBytes, 128);
+  }
+
+  // Copy ROWS rows (global row stride row_stride, rows_valid of them real, the rest zeros)
+  template <int ROWS, int THREADS>
+  __device__ static void load(uint16_t* dst, const uint16_t* src, int64_t row_stride,
+                              int rows_valid, int tid) {
+    constexpr int kBlocks = HS / 8;  // 16-byte chunks a row
+#pragma unroll
+    for (int i = tid; i < ROWS * kBlocks; i += THREADS) {
+      int r, c, at;  // row, first column, destination element
+      if (kSwizzle) {
+        r = i / 8;
+        c = (i % 8) * 8;
+        at = r * 64 + (((i % 8) ^ (r % 8)) * 8);
+      } else {
+        const int block = i / 8;
+        r = (block / kBlocks) * 8 + i % 8;
+        c = (block % kBlocks) * 8;
+        at = 8 * i;
+      }
+      const bool ok = r < rows_valid;
+      cp_async_16(dst + at, src + (ok ? r : 0) * row_stride + c, ok ? 16 : 0);
+    }
+  }
+};
+
+// NWG warpgroups of 64 queries, key tiles of KT rows. Tiles are [rows][HS] as WgmmaTile lays
+// them out: no padding, so Q, two K and two V tiles take (64 NWG + 4 KT) HS 2 bytes (and 1 KiB
+// to align swizzled ones).
+template <int HS, int NWG, int KT = 64, bool kSwizzle = false> struct WgmmaFwdConfig {
   static constexpr int kThreads = 128 * NWG;
   static constexpr int kRows = 64 * NWG;  // queries per CTA
   static constexpr int kKeys = KT;
-  static constexpr int kSmemBytes = (kRows + 4 * KT) * HS * 2;
+  static constexpr int kSmemBytes =
+      (kRows + 4 * KT) * HS * 2 + WgmmaTile<HS, kSwizzle>::kAlignSlack;
   // the output goes out through a padded [16][HS + 8] stage per warp, in the K/V tiles' space
   static constexpr int kStagePitch = HS + 8;
   static_assert(4 * NWG * 16 * kStagePitch <= 4 * KT * HS, "the output stages fit in K/V's space");
 };
-
-// Element (r, c) of a [rows][HS] tile in the core-matrix layout: 8-row x 8-column blocks of 128
-// contiguous bytes, row-block major (a block row of HS / 8 blocks spans HS * 16 bytes).
-// As a K-major operand (rows = M or N, columns = K) core matrices lie 128 bytes apart along K and
-// HS * 16 along M/N (kmajor_desc); as an N-major one (rows = K, columns = N), HS * 16 along K and
-// 128 along N (nmajor_desc).
-template <int HS> __device__ __forceinline__ constexpr int core_offset(int r, int c) {
-  return ((r / 8) * (HS / 8) + c / 8) * 64 + (r % 8) * 8 + c % 8;
-}
-
-// Copy ROWS rows of HS bf16 (global row stride row_stride, rows_valid of them real, the rest
-// zeros) into the core-matrix layout, one 16-byte cp.async a chunk. Chunk i lands at byte 16 i:
-// 8 consecutive chunks are rows r..r+7 of one 8-column block, so each thread's stores are
-// consecutive in shared memory (no bank conflicts) and a warp reads 8 rows x 64 bytes.
-template <int ROWS, int HS, int THREADS>
-__device__ __forceinline__ void load_rows_core_async(uint16_t* dst, const uint16_t* src,
-                                                     int64_t row_stride, int rows_valid,
-                                                     int tid) {
-  constexpr int kBlocks = HS / 8;  // 8-column blocks a row
-#pragma unroll
-  for (int i = tid; i < ROWS * kBlocks; i += THREADS) {
-    const int block = i / 8, r = (block / kBlocks) * 8 + i % 8, c = (block % kBlocks) * 8;
-    const bool ok = r < rows_valid;
-    cp_async_16(dst + 8 * i, src + (ok ? r : 0) * row_stride + c, ok ? 16 : 0);
-  }
-}
 
 // kOverlap: S_j's softmax runs while the tensor cores add P_{j-1} V_{j-1} (FlashAttention-3's
 // intra-warpgroup pipelining, section 3.2); false: each group is waited for before the softmax.
@@ -70,11 +95,16 @@ __device__ __forceinline__ void load_rows_core_async(uint16_t* dst, const uint16
 // warpgroup's last, with two): the wgmma issues then sit on no branch, which ptxas needs in order
 // not to serialize them (its warning C7520). Such a tile is masked to -inf, and the first tile
 // holds key 0, which every row sees, so the running max stays finite (softmax_tile).
-template <int HS, int NWG, bool kDropout, int KT = 64, bool kOverlap = true>
-__global__ void __launch_bounds__(128 * NWG) attention_forward_wgmma_kernel(const FwdArgs a) {
-  using C = WgmmaFwdConfig<HS, NWG, KT>;
-  constexpr uint32_t kBlockRowBytes = HS * 16;  // 8 rows of a tile
-  GS_DYNAMIC_SHARED(smem);
+// kSwizzle: tiles with 128-byte swizzling (hs = 64 only; WgmmaTile). kMinBlocks: the CTAs an
+// SM should hold (__launch_bounds__; 0, no hint).
+template <int HS, int NWG, bool kDropout, int KT = 64, bool kOverlap = true, bool kSwizzle = false,
+          int kMinBlocks = 0>
+__global__ void __launch_bounds__(128 * NWG, kMinBlocks)
+    attention_forward_wgmma_kernel(const FwdArgs a) {
+  using C = WgmmaFwdConfig<HS, NWG, KT, kSwizzle>;
+  using Tile = WgmmaTile<HS, kSwizzle>;
+  GS_DYNAMIC_SHARED(smem_base);
+  unsigned char* smem = kSwizzle ? align_1024(smem_base) : smem_base;
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);  // [kRows][HS]
   uint16_t* k_s = q_s + C::kRows * HS;                // [2][KT][HS]
   uint16_t* v_s = k_s + 2 * KT * HS;                  // [2][KT][HS]
@@ -90,8 +120,8 @@ __global__ void __launch_bounds__(128 * NWG) attention_forward_wgmma_kernel(cons
 
   pdl_launch_dependents();  // as the mma.sync kernel: nothing is read before pdl_wait
   pdl_wait();
-  load_rows_core_async<C::kRows, HS, C::kThreads>(q_s, a.q.row(b, h, q0), a.q.st, T - q0, tid);
-  load_rows_core_async<KT, HS, C::kThreads>(k_s, k_g, a.k.st, T, tid);
+  Tile::template load<C::kRows, C::kThreads>(q_s, a.q.row(b, h, q0), a.q.st, T - q0, tid);
+  Tile::template load<KT, C::kThreads>(k_s, k_g, a.k.st, T, tid);
   cp_async_commit();
 
   uint32_t key0 = 0, key1 = 0;
@@ -105,7 +135,7 @@ __global__ void __launch_bounds__(128 * NWG) attention_forward_wgmma_kernel(cons
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g+8 of the warp
   float s[KT / 8][4];
   uint32_t pf[KT / 16][4];  // P_{j-1}'s A fragments, 16 keys each: live until its PV is waited for
-  const uint64_t q_desc = kmajor_desc(q_s + 64 * wg * HS, 128, kBlockRowBytes);
+  const uint64_t q_desc = Tile::kmajor(q_s + 64 * wg * HS);
 
   // Step j computes S_j = Q K_j and adds P_{j-1} V_{j-1}, so K_j and V_{j-1} must be in: K and V
   // tiles each have two buffers, K_j in j % 2 and V_j in j % 2, loaded one step ahead (step j
@@ -117,26 +147,25 @@ __global__ void __launch_bounds__(128 * NWG) attention_forward_wgmma_kernel(cons
     // buffers the loads below overwrite
     __syncthreads();
     if (j + 1 < n_tiles)
-      load_rows_core_async<KT, HS, C::kThreads>(k_s + ((j + 1) & 1) * KT * HS,
-                                                k_g + (j + 1) * KT * a.k.st, a.k.st,
-                                                T - (j + 1) * KT, tid);
+      Tile::template load<KT, C::kThreads>(k_s + ((j + 1) & 1) * KT * HS,
+                                           k_g + (j + 1) * KT * a.k.st, a.k.st,
+                                           T - (j + 1) * KT, tid);
     if (j < n_tiles)
-      load_rows_core_async<KT, HS, C::kThreads>(v_s + (j & 1) * KT * HS, v_g + j * KT * a.v.st,
-                                                a.v.st, T - j * KT, tid);
+      Tile::template load<KT, C::kThreads>(v_s + (j & 1) * KT * HS, v_g + j * KT * a.v.st,
+                                           a.v.st, T - j * KT, tid);
     cp_async_commit();
   };
-  auto issue_scores = [&](int j) {  // S_j = Q K_j, 16 columns (two core matrices) at a time
-    const uint64_t k_desc = kmajor_desc(k_s + (j & 1) * KT * HS, 128, kBlockRowBytes);
+  auto issue_scores = [&](int j) {  // S_j = Q K_j, 16 columns at a time
+    const uint64_t k_desc = Tile::kmajor(k_s + (j & 1) * KT * HS);
 #pragma unroll
     for (int kk = 0; kk < HS / 16; ++kk)
-      wgmma_ss<KT, 0>(s, q_desc + kk * 16, k_desc + kk * 16, kk > 0);
+      wgmma_ss<KT, 0>(s, q_desc + kk * Tile::kKStep, k_desc + kk * Tile::kKStep, kk > 0);
     wgmma_commit();
   };
-  auto issue_pv = [&](int j) {  // O += P_j V_j, 16 keys (two block rows of V) at a time
-    const uint64_t v_desc = nmajor_desc(v_s + (j & 1) * KT * HS, kBlockRowBytes, 128);
+  auto issue_pv = [&](int j) {  // O += P_j V_j, 16 keys at a time
+    const uint64_t v_desc = Tile::nmajor(v_s + (j & 1) * KT * HS);
 #pragma unroll
-    for (int kk = 0; kk < KT / 16; ++kk)
-      wgmma_rs<HS, 1>(o, pf[kk], v_desc + kk * 2 * (kBlockRowBytes >> 4), true);
+    for (int kk = 0; kk < KT / 16; ++kk) wgmma_rs<HS, 1>(o, pf[kk], v_desc + kk * Tile::kNStep, true);
     wgmma_commit();
   };
   auto softmax = [&](int j, float (&alpha)[2]) {  // S_j -> weights, alpha for O

@@ -109,6 +109,26 @@ __device__ __forceinline__ uint64_t nmajor_desc(const void* p, uint32_t k_stride
 #endif
 }
 
+// The same with 128-byte swizzling (the canonical layouts' Swizzle<3,4,3>: within each
+// 1,024-byte atom of eight 128-byte rows, 16-byte chunk c of row r lies at chunk c ^ (r % 8)),
+// for a tile whose row is 64 bf16: K-major, the next 8 rows SBO = 1,024 bytes on (LBO unused);
+// N-major, the next 8 rows along K SBO = 1,024 bytes on (LBO, the next 64 columns, unused).
+// The atoms must start 1,024-byte aligned in the shared window (align_1024).
+__device__ __forceinline__ uint64_t sw128_desc(const void* p) {
+  return smem_desc(p, 16, 1024) | (uint64_t{1} << 62);
+}
+
+// p rounded up to the next 1,024-byte boundary of the shared window (the swizzle atoms'); a
+// kernel that uses it allocates 1,024 bytes more
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+#ifdef GS_ATTN_EMULATE
+  const uint32_t addr = static_cast<uint32_t>(emu::smem_offset(p, 1, 1));
+#else
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+#endif
+  return p + ((1024 - addr % 1024) % 1024);
+}
+
 #if defined(GS_WGMMA) && !defined(GS_ATTN_EMULATE)
 template <int N> struct Wgmma;
 template <> struct Wgmma<32> {

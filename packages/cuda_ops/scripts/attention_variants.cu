@@ -63,12 +63,14 @@ template <int NW, int KT, int MB, bool kDrop = false> Variant variant() {
 
 // The wgmma forward (attention_forward_wgmma.cuh): NWG warpgroups of 64 queries, KT keys a tile
 // (kOverlap false: no softmax under the previous tile's P V)
-template <int NWG, int KT, bool kDrop = false, bool kOverlap = true> Variant wgmma_variant() {
-  using C = WgmmaFwdConfig<HS, NWG, KT>;
-  const auto k = attention_forward_wgmma_kernel<HS, NWG, kDrop, KT, kOverlap>;
+template <int NWG, int KT, bool kDrop = false, bool kOverlap = true, bool kSw = false, int MB = 0>
+Variant wgmma_variant() {
+  using C = WgmmaFwdConfig<HS, NWG, KT, kSw>;
+  const auto k = attention_forward_wgmma_kernel<HS, NWG, kDrop, KT, kOverlap, kSw, MB>;
   CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   return {"wgmma, " + std::to_string(NWG) + " warpgroup" + (NWG > 1 ? "s, " : ", ") +
-              std::to_string(KT) + " keys" + (kOverlap ? "" : ", no overlap"),
+              std::to_string(KT) + " keys" + (kOverlap ? "" : ", no overlap") +
+              (kSw ? ", swizzled" : "") + (MB ? ", >=" + std::to_string(MB) + " CTA/SM" : ""),
           k, C::kThreads, C::kRows, C::kSmemBytes};
 }
 
@@ -170,10 +172,10 @@ std::function<void()> backward_run(BwdArgs g, float* dq_accum, int B, int nh, in
 }
 
 // The wgmma backward (attention_backward_wgmma.cuh) after its D pre-pass
-template <int NWG, int MB, bool kDrop = false, bool kOverlap = true>
+template <int NWG, int MB, bool kDrop = false, bool kOverlap = true, bool kSw = false>
 std::function<void()> wgmma_backward_run(BwdArgs g, int B, int nh, int T) {
-  using C = WgmmaBwdConfig<HS, NWG>;
-  const auto k = attention_backward_wgmma_kernel<HS, NWG, kDrop, MB, kOverlap>;
+  using C = WgmmaBwdConfig<HS, NWG, kSw>;
+  const auto k = attention_backward_wgmma_kernel<HS, NWG, kDrop, MB, kOverlap, kSw>;
   CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   g.dq_accum = nullptr;
   const dim3 grid((T + C::kRows - 1) / C::kRows, B * nh, 2);
@@ -187,22 +189,23 @@ std::function<void()> wgmma_backward_run(BwdArgs g, int B, int nh, int T) {
 
 // --- the wgmma layout probe ------------------------------------------------------------------
 // One m64n64k16 per layout, on random bf16, against the host's product: A K-major from shared
-// memory or from registers; B K-major, or N-major read with the descriptor's LBO as the step
-// along K and SBO along N (the PTX ISA's canonical no-swizzle layouts, as attention_emu/emu.h
-// models them; the other reading of its prose, the two swapped, would read past these
-// operands: an illegal address on an H100, 2026-12-07). Shared memory gets an image built on
-// the host by the same layout formula the kernel's descriptor describes.
+// memory or from registers; B K-major or N-major; without swizzling (core matrices: LBO the
+// step along K, SBO along M/N, the PTX ISA's canonical layouts as attention_emu/emu.h models
+// them) and with 128-byte swizzling (sw128_desc). Shared memory gets an image built on the host
+// by the layout formula the descriptor describes. (The other reading of the no-swizzle N-major
+// strides, the two swapped, read past these operands: an illegal address on an H100,
+// 2026-12-07; the canonical one matched.)
 struct ProbeLayout {
-  uint32_t a_lbo, a_sbo, b_lbo, b_sbo;
-  bool b_nmajor, a_regs;
+  bool b_nmajor, a_regs, sw128;
 };
+constexpr int kProbeBytes = 8192;  // an operand image: 64 rows of 128 bytes at most
 
 template <bool kARegs, int kTransB>
 __global__ void wgmma_probe_kernel(const uint16_t* a_img, const uint16_t* b_img,
                                    const uint16_t* a_rowmajor, float* d_out, ProbeLayout p) {
-  __shared__ __align__(128) uint16_t a_s[64 * 16], b_s[16 * 64];
+  __shared__ __align__(1024) uint16_t a_s[kProbeBytes / 2], b_s[kProbeBytes / 2];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-  for (int i = tid; i < 64 * 16; i += 128) {
+  for (int i = tid; i < kProbeBytes / 2; i += 128) {
     a_s[i] = a_img[i];
     b_s[i] = b_img[i];
   }
@@ -215,7 +218,10 @@ __global__ void wgmma_probe_kernel(const uint16_t* a_img, const uint16_t* b_img,
   af[0][1] = at(g + 8, 2 * t) | at(g + 8, 2 * t + 1) << 16;
   af[0][2] = at(g, 2 * t + 8) | at(g, 2 * t + 9) << 16;
   af[0][3] = at(g + 8, 2 * t + 8) | at(g + 8, 2 * t + 9) << 16;
-  const uint64_t ad = smem_desc(a_s, p.a_lbo, p.a_sbo), bd = smem_desc(b_s, p.b_lbo, p.b_sbo);
+  const uint64_t ad = p.sw128 ? sw128_desc(a_s) : kmajor_desc(a_s, 128, 256);
+  const uint64_t bd = p.sw128      ? sw128_desc(b_s)
+                      : p.b_nmajor ? nmajor_desc(b_s, 1024, 128)
+                                   : kmajor_desc(b_s, 128, 256);
   wgmma_fence();
   if (kARegs)
     wgmma_rs<64, kTransB>(d, af[0], bd, false);
@@ -244,43 +250,50 @@ bool probe_wgmma_layouts() {
   std::vector<float> ref(64 * 64, 0.0f);
   for (int m = 0; m < 64; ++m)
     for (int n = 0; n < 64; ++n)
-      for (int k = 0; k < 16; ++k) ref[m * 64 + n] += bf16_value(A[m * 16 + k]) * bf16_value(Bm[k * 64 + n]);
-  // byte offset of (mn, k) in the canonical layouts (emu.h's wgmma_operand)
-  auto offset = [](int mn, int k, bool mn_major, uint32_t lbo, uint32_t sbo) {
-    return mn_major ? (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
-                    : (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+      for (int k = 0; k < 16; ++k)
+        ref[m * 64 + n] += bf16_value(A[m * 16 + k]) * bf16_value(Bm[k * 64 + n]);
+  // byte offset of (mn, k) as the probe kernel's descriptors describe it (emu.h's
+  // wgmma_operand): no swizzling, A and K-major B core matrices 128 bytes apart along k and
+  // 256 along mn, N-major B 1024 along k and 128 along n; 128-byte swizzling, rows of 128 bytes
+  auto offset = [](int mn, int k, bool mn_major, bool sw) {
+    if (!sw)
+      return mn_major ? (mn % 8) * 2 + (mn / 8) * 128 + (k % 8) * 16 + (k / 8) * 1024
+                      : (mn % 8) * 16 + (mn / 8) * 256 + (k % 8) * 2 + (k / 8) * 128;
+    const int off = mn_major ? mn * 2 + (k % 8) * 128 + (k / 8) * 1024
+                             : (mn % 8) * 128 + (mn / 8) * 1024 + k * 2;
+    return off ^ (((off >> 7) & 7) << 4);
   };
   uint16_t *a_img, *b_img, *a_rm;
   float* d;
-  CHECK(cudaMalloc(&a_img, 2048));
-  CHECK(cudaMalloc(&b_img, 2048));
+  CHECK(cudaMalloc(&a_img, kProbeBytes));
+  CHECK(cudaMalloc(&b_img, kProbeBytes));
   CHECK(cudaMalloc(&a_rm, 2048));
   CHECK(cudaMalloc(&d, 64 * 64 * 4));
   CHECK(cudaMemcpy(a_rm, A.data(), 2048, cudaMemcpyHostToDevice));
   struct Named {
     const char* name;
     ProbeLayout p;
-    uint32_t img_b_lbo, img_b_sbo;  // the layout the B image is really in
   };
-  // A: 64 x 16 K-major, k blocks 128 bytes apart, row blocks 256; B: 64 (n) x 16 (k)
-  // K-major likewise; N-major: n blocks 128 bytes apart, k blocks 1024
   const Named cases[] = {
-      {"A smem, B K-major", {128, 256, 128, 256, false, false}, 128, 256},
-      {"A smem, B N-major (LBO along K)", {128, 256, 1024, 128, true, false}, 1024, 128},
-      {"A regs, B K-major", {128, 256, 128, 256, false, true}, 128, 256},
-      {"A regs, B N-major (LBO along K)", {128, 256, 1024, 128, true, true}, 1024, 128},
+      {"A smem, B K-major", {false, false, false}},
+      {"A smem, B N-major", {true, false, false}},
+      {"A regs, B K-major", {false, true, false}},
+      {"A regs, B N-major", {true, true, false}},
+      {"A smem, B K-major, 128B swizzle", {false, false, true}},
+      {"A smem, B N-major, 128B swizzle", {true, false, true}},
+      {"A regs, B N-major, 128B swizzle", {true, true, true}},
   };
   bool ok_all = true;
   std::printf("wgmma layout probe (m64n64k16, bf16):\n");
   for (const Named& c : cases) {
-    std::vector<uint16_t> ai(1024), bi(1024);
+    std::vector<uint16_t> ai(kProbeBytes / 2), bi(kProbeBytes / 2);
     for (int m = 0; m < 64; ++m)
-      for (int k = 0; k < 16; ++k) ai[offset(m, k, false, 128, 256) / 2] = A[m * 16 + k];
+      for (int k = 0; k < 16; ++k) ai[offset(m, k, false, c.p.sw128) / 2] = A[m * 16 + k];
     for (int n = 0; n < 64; ++n)
       for (int k = 0; k < 16; ++k)
-        bi[offset(n, k, c.p.b_nmajor, c.img_b_lbo, c.img_b_sbo) / 2] = Bm[k * 64 + n];
-    CHECK(cudaMemcpy(a_img, ai.data(), 2048, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(b_img, bi.data(), 2048, cudaMemcpyHostToDevice));
+        bi[offset(n, k, c.p.b_nmajor, c.p.sw128) / 2] = Bm[k * 64 + n];
+    CHECK(cudaMemcpy(a_img, ai.data(), kProbeBytes, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(b_img, bi.data(), kProbeBytes, cudaMemcpyHostToDevice));
     CHECK(cudaMemset(d, 0xFF, 64 * 64 * 4));
     const auto kernel = c.p.a_regs ? (c.p.b_nmajor ? wgmma_probe_kernel<true, 1>
                                                    : wgmma_probe_kernel<true, 0>)
@@ -366,6 +379,7 @@ int main(int argc, char** argv) {
                                          variant<8, 64, 0>(), variant<4, 32, 0>(),
                                          variant<4, 32, 4>(), wgmma_variant<1, 64>(),
                                          wgmma_variant<1, 64, false, false>(),
+                                         wgmma_variant<1, 64, false, true, true, 4>(),
                                          wgmma_variant<2, 64>(), wgmma_variant<1, 128>()};
   auto launch = [&](const Variant& v) {
     const dim3 grid((T + v.rows - 1) / v.rows, B * nh);
@@ -458,6 +472,7 @@ int main(int argc, char** argv) {
        backward_run<4, true, 3, false, true>(g, dq_accum, B, nh, T)},
       {"wgmma, 1 warpgroup", wgmma_backward_run<1, 0>(g, B, nh, T)},
       {"wgmma, 1 warpgroup, no overlap", wgmma_backward_run<1, 0, false, false>(g, B, nh, T)},
+      {"wgmma, 1 warpgroup, swizzled", wgmma_backward_run<1, 0, false, true, true>(g, B, nh, T)},
       {"wgmma, 1 warpgroup, >=3 CTA/SM", wgmma_backward_run<1, 3>(g, B, nh, T)},
       {"wgmma, 2 warpgroups", wgmma_backward_run<2, 0>(g, B, nh, T)},
   };

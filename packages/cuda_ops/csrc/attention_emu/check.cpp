@@ -40,7 +40,8 @@ namespace {
 struct Case {
   // fwd | bwd (two-stage backward) | atm (atomic-dQ backward) | f32 | wgf (the wgmma forward,
   // attention_forward_wgmma.cuh, launched directly: warps = its warpgroups) | wgb (wgf, then
-  // the D pre-pass and the wgmma backward, attention_backward_wgmma.cuh)
+  // the D pre-pass and the wgmma backward, attention_backward_wgmma.cuh) | wsf, wsb (the same
+  // with 128-byte swizzled tiles: hs 64, one warpgroup)
   std::string kind;
   int hs, warps, T;
   bool dropout;
@@ -191,13 +192,13 @@ void launch_opted_in(K kernel, dim3 grid, int threads, int smem, const char* wha
   emu::launch_checked(kernel, grid, dim3(threads), smem, args);
   if (cudaGetLastError() != cudaSuccess) throw std::runtime_error(std::string(what) + ": refused");
 }
-template <int HS, int NWG, bool kDrop>
+template <int HS, int NWG, bool kDrop, bool kSw = false>
 void launch_wgmma(const FwdArgs& f, const BwdArgs* g, int B, int nh, int T) {
-  using F = WgmmaFwdConfig<HS, NWG>;
-  using G = WgmmaBwdConfig<HS, NWG>;
+  using F = WgmmaFwdConfig<HS, NWG, 64, kSw>;
+  using G = WgmmaBwdConfig<HS, NWG, kSw>;
   const unsigned bh = static_cast<unsigned>(B * nh);
   if (!g) {
-    launch_opted_in(attention_forward_wgmma_kernel<HS, NWG, kDrop>,
+    launch_opted_in(attention_forward_wgmma_kernel<HS, NWG, kDrop, 64, true, kSw>,
                     dim3((T + F::kRows - 1) / F::kRows, bh), F::kThreads, F::kSmemBytes,
                     "wgmma forward", f);
     return;
@@ -205,7 +206,7 @@ void launch_wgmma(const FwdArgs& f, const BwdArgs* g, int B, int nh, int T) {
   const int64_t rows = int64_t(B) * nh * T;
   emu::launch_checked(attention_d_rows_kernel, dim3(static_cast<unsigned>((rows * 8 + 255) / 256)),
                       dim3(256), 0, g->dy, g->y, const_cast<float*>(g->d_rows), nh, T, HS, rows);
-  launch_opted_in(attention_backward_wgmma_kernel<HS, NWG, kDrop>,
+  launch_opted_in(attention_backward_wgmma_kernel<HS, NWG, kDrop, 0, true, kSw>,
                   dim3((T + G::kRows - 1) / G::kRows, bh, 2), G::kThreads, G::kSmemBytes,
                   "wgmma backward", *g);
 }
@@ -217,7 +218,12 @@ void launch_wgmma(const FwdArgs& f, const BwdArgs* g, bool drop, int B, int nh, 
     launch_wgmma<HS, NWG, false>(f, g, B, nh, T);
 }
 void launch_wgmma(int hs, int nwg, const FwdArgs& f, const BwdArgs* g, bool drop, int B, int nh,
-                  int T) {
+                  int T, bool swizzled) {
+  if (swizzled) {  // hs = 64, one warpgroup
+    drop ? launch_wgmma<64, 1, true, true>(f, g, B, nh, T)
+         : launch_wgmma<64, 1, false, true>(f, g, B, nh, T);
+    return;
+  }
   if (hs == 32)
     nwg == 2 ? launch_wgmma<32, 2>(f, g, drop, B, nh, T) : launch_wgmma<32, 1>(f, g, drop, B, nh, T);
   else if (hs == 64)
@@ -239,13 +245,14 @@ bool run_wgmma(const Case& c, std::mt19937& rng) {
   const FwdArgs f{in_h.view(in.buf, in.v[0]), in_h.view(in.buf, in.v[1]),
                   in_h.view(in.buf, in.v[2]), y.vh(), lse.data(), kNh, c.T, scale * kLog2e,
                   drop.threshold, static_cast<float>(drop.scale), &kSeed};
-  launch_wgmma(c.hs, c.warps, f, nullptr, c.dropout, kB, kNh, c.T);
+  const bool swizzled = c.kind[1] == 's';  // wsf, wsb
+  launch_wgmma(c.hs, c.warps, f, nullptr, c.dropout, kB, kNh, c.T, swizzled);
   const std::vector<float> yk = y.from_bits();
   const double e_y = rel_err(yk, y_ref.f), e_lse = rel_err(lse, lse_ref);
   bool ok = e_y < kBf16Tol && e_lse < 1e-5;
   std::printf("%s hs=%d warpgroups=%d T=%d dropout=%d %s: y %.2e lse %.2e", c.kind.c_str(), c.hs,
               c.warps, c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse);
-  if (c.kind == "wgb") {
+  if (c.kind == "wgb" || c.kind == "wsb") {
     Out yk_f(c);
     yk_f.f = yk;
     const View4<const float> yv{yk_f.f.data(), yk_f.sb, yk_f.sh, yk_f.st};
@@ -257,7 +264,7 @@ bool run_wgmma(const Case& c, std::mt19937& rng) {
                     View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}, lse.data(), dq.vh(),
                     dk.vh(), dv.vh(), kNh, c.T, scale, scale * kLog2e, drop.threshold,
                     static_cast<float>(drop.scale), &kSeed, nullptr, d_rows.data()};
-    launch_wgmma(c.hs, c.warps, f, &g, c.dropout, kB, kNh, c.T);
+    launch_wgmma(c.hs, c.warps, f, &g, c.dropout, kB, kNh, c.T, swizzled);
     const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
                  e_v = rel_err(dv.from_bits(), dv_r.f);
     std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
@@ -464,8 +471,10 @@ bool run_limits() {
 
 bool run(const Case& c, std::mt19937& rng) {
   if (c.kind == "f32") return run_f32(c, rng);
-  if (c.kind == "wgf" || c.kind == "wgb") {
-    if (!supported_head_size(c.hs) || (c.warps != 1 && c.warps != 2)) {
+  if (c.kind == "wgf" || c.kind == "wgb" || c.kind == "wsf" || c.kind == "wsb") {
+    const bool swizzled = c.kind[1] == 's';
+    if (!supported_head_size(c.hs) || (c.warps != 1 && c.warps != 2) ||
+        (swizzled && (c.hs != 64 || c.warps != 1))) {
       std::printf("bad case: head size %d, %d warpgroups\n", c.hs, c.warps);
       return false;
     }
@@ -519,6 +528,8 @@ int main(int argc, char** argv) {
              // then the D pre-pass and the wgmma backward on the kernel's own y and lse
              "wgb:64:1:150:0:packed",  "wgb:64:2:200:1:contig", "wgb:32:1:64:1:packed",
              "wgb:128:1:70:0:contig",  "wgb:64:1:1:0:packed",
+             // and with 128-byte swizzled tiles
+             "wsf:64:1:150:1:packed",  "wsb:64:1:200:0:contig", "wsb:64:1:77:1:packed",
              "limits",                "all"};
   std::mt19937 rng(2024);
   bool ok = true;

@@ -22,7 +22,7 @@
 // Warpgroup MMA (wgmma.mma_async, sm_90a): the 128 threads of a warpgroup issue it together;
 // it runs when they wait for its group (wgmma.wait_group, the latest moment the hardware allows),
 // reading then the A fragment registers, the accumulators and the shared-memory operands named
-// by their descriptors (the canonical layouts without swizzling), so a kernel that touches them
+// by their descriptors (the canonical layouts: no swizzling, or 128-byte), so a kernel that touches them
 // before the wait computes a wrong result. An issue needs a wgmma.fence since the thread's last
 // wait, and the operands' bytes must have been published to the async proxy: their writer ran
 // fence.proxy.async after writing them, in an earlier block epoch (or is the reading thread).
@@ -458,15 +458,28 @@ inline void fence_proxy_async() {
 inline void wgmma_fence() { g_block->fibers[g_cur].wg_fenced = true; }
 
 // One bf16 element of a shared-memory operand by its descriptor: row mn (M or N), column k,
-// in the canonical layouts without swizzling (PTX ISA, "Shared Memory Matrix Layout"): 8 x 8
+// in the canonical layouts (PTX ISA, "Shared Memory Matrix Layout"). Without swizzling: 8 x 8
 // core matrices of 128 contiguous bytes; K-major: 16-byte rows along k, core matrices LBO apart
 // along k and SBO apart along mn; MN-major: 16-byte rows along mn, LBO along k, SBO along mn.
+// 128-byte swizzling: rows of 128 bytes (64 elements along k, K-major; along mn, MN-major), 8
+// of them an atom of 1,024 bytes whose 16-byte chunks are permuted (Swizzle<3,4,3>: address
+// bits 4-6 ^= bits 7-9); K-major atoms SBO apart along mn, MN-major ones LBO apart along mn and
+// SBO along k. The dynamic shared memory's start counts as 1,024-byte aligned (its offset 0).
 inline float wgmma_operand(uint64_t desc, int mn, int k, bool mn_major) {
-  if (desc >> 62) fail("wgmma descriptor with a swizzling mode: only no-swizzle is emulated");
+  const unsigned mode = static_cast<unsigned>(desc >> 62);
+  if (mode != 0 && mode != 1)
+    fail("wgmma descriptor with 64- or 32-byte swizzling: only none and 128 B are emulated");
+  if ((desc >> 49) & 7) fail("wgmma descriptor with a base offset: not emulated");
   const size_t start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4,
                sbo = ((desc >> 32) & 0x3FFF) << 4;
-  const size_t off = mn_major ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
-                              : start + (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  size_t off;
+  if (mode == 0)
+    off = mn_major ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                   : start + (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  else
+    off = mn_major ? start + (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
+                   : start + (mn % 8) * 128 + (mn / 8) * sbo + k * 2;
+  if (mode == 1) off ^= ((off >> 7) & 7) << 4;
   Block& B = *g_block;
   if (off + 2 > B.smem.size()) fail("wgmma operand outside the dynamic shared memory");
   const Shadow& s = B.shadow[off];
