@@ -144,14 +144,18 @@ void launch_backward(const BwdArgs& a, const Dims& d, cudaStream_t s) {
   check_launch(op, shape_of(d) + " (dq conversion)");
 }
 
-// The warpgroup-MMA kernels (kWgmma; opt-in): one warpgroup (64 rows) a CTA. LaunchCheck makes
-// sure the device runs their sm_90a machine code: elsewhere their wgmma would trap.
+// The warpgroup-MMA kernels (kWgmma; opt-in): one warpgroup (64 rows) a CTA, hs=64 with
+// 128-byte swizzled tiles (kLauncherSwizzle), the dropout-free forward then capped to 4 CTAs an
+// SM (123 registers, as timed). LaunchCheck makes sure the device runs their sm_90a machine
+// code: elsewhere their wgmma would trap.
 constexpr int kWgmmaArch = 90;
 
 template <int HS, bool kDrop>
 void launch_forward_wgmma(const FwdArgs& a, const Dims& d, cudaStream_t s) {
-  using C = WgmmaFwdConfig<HS, 1>;
-  const auto kernel = attention_forward_wgmma_kernel<HS, 1, kDrop>;
+  constexpr bool kSw = kLauncherSwizzle<HS>;
+  using C = WgmmaFwdConfig<HS, 1, 64, kSw>;
+  const auto kernel =
+      attention_forward_wgmma_kernel<HS, 1, kDrop, 64, true, kSw, kSw && !kDrop ? 4 : 0>;
   static LaunchCheck ready;
   ready.ensure(reinterpret_cast<const void*>(kernel), "causal_attention",
                "hs=" + std::to_string(HS) + ", one warpgroup (wgmma), " +
@@ -165,9 +169,10 @@ void launch_forward_wgmma(const FwdArgs& a, const Dims& d, cudaStream_t s) {
 // a.d_rows: the (B*nh, T) scratch for D, filled by the pre-pass first
 template <int HS, bool kDrop>
 void launch_backward_wgmma(const BwdArgs& a, const Dims& d, cudaStream_t s) {
-  using C = WgmmaBwdConfig<HS, 1>;
+  constexpr bool kSw = kLauncherSwizzle<HS>;
+  using C = WgmmaBwdConfig<HS, 1, kSw>;
   const char* op = "causal_attention_backward";
-  const auto kernel = attention_backward_wgmma_kernel<HS, 1, kDrop>;
+  const auto kernel = attention_backward_wgmma_kernel<HS, 1, kDrop, 0, true, kSw>;
   static LaunchCheck ready;
   ready.ensure(reinterpret_cast<const void*>(kernel), op,
                "hs=" + std::to_string(HS) + ", one warpgroup (wgmma), " +

@@ -74,6 +74,12 @@ template <int HS, bool kSwizzle> struct WgmmaTile {
   }
 };
 
+// The launchers' tiles (attention_cuda.cu): swizzled where the rows allow. The core-matrix layout
+// without swizzling was slower than the mma.sync kernels on an H100 (forward 221.1 against
+// 149.7 us at gpt2-124m's shape), the swizzled one faster (121.3; backward 348.8 against 485.8;
+// scripts/attention_variants.cu, 2026-12-07, benchmarks/JOURNAL.md).
+template <int HS> constexpr bool kLauncherSwizzle = HS == 64;
+
 // NWG warpgroups of 64 queries, key tiles of KT rows. Tiles are [rows][HS] as WgmmaTile lays
 // them out: no padding, so Q, two K and two V tiles take (64 NWG + 4 KT) HS 2 bytes (and 1 KiB
 // to align swizzled ones).

@@ -170,10 +170,11 @@ bool run_bf16(const Case& c, std::mt19937& rng) {
     Out dq(c), dk(c), dv(c);
     std::vector<float> dq_accum;  // the atomic mode's scratch; empty: two stages
     if (atomic) dq_accum.assign(size_t(kB) * kNh * c.T * c.hs, 0.0f);
+    if (c.warps == kWgmma) dq_accum.assign(size_t(kB) * kNh * c.T, 0.0f);  // D rows
     backward_cuda_bf16(d, as_bf16(grad_h.view(grad.buf, grad.v[0])), as_bf16(qh), as_bf16(kh),
                        as_bf16(vh), as_bf16(View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}),
                        lse.data(), as_bf16(dq.vh()), as_bf16(dk.vh()), as_bf16(dv.vh()),
-                       atomic ? dq_accum.data() : nullptr, launch_of(drop, c.warps));
+                       dq_accum.empty() ? nullptr : dq_accum.data(), launch_of(drop, c.warps));
     const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
                  e_v = rel_err(dv.from_bits(), dv_r.f);
     std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
@@ -311,9 +312,11 @@ int smem_bytes(int hs, int warps, const std::string& kind) {
                   : hs == 64 ? smem_bytes<64>(warps, kind) : smem_bytes<128>(warps, kind);
 }
 
-// Shared memory of the one-warpgroup wgmma instances (attention_*_wgmma.cuh)
+// Shared memory of the one-warpgroup wgmma instances the launchers build (attention_*_wgmma.cuh)
 template <int HS> int wgmma_smem_bytes(bool forward) {
-  return forward ? WgmmaFwdConfig<HS, 1>::kSmemBytes : WgmmaBwdConfig<HS, 1>::kSmemBytes;
+  constexpr bool kSw = kLauncherSwizzle<HS>;
+  return forward ? WgmmaFwdConfig<HS, 1, 64, kSw>::kSmemBytes
+                 : WgmmaBwdConfig<HS, 1, kSw>::kSmemBytes;
 }
 int wgmma_smem_bytes(int hs, bool forward) {
   return hs == 32 ? wgmma_smem_bytes<32>(forward)
@@ -480,9 +483,10 @@ bool run(const Case& c, std::mt19937& rng) {
     }
     return run_wgmma(c, rng);
   }
-  // warps 0 = the launcher's choice, kSplitKeys = the split-keys forward (then the 4-warp
-  // backward)
-  const bool warps_ok = c.warps == 4 || c.warps == 8 || c.warps == 0 || c.warps == kSplitKeys;
+  // warps 0 = the launcher's choice, kWgmma = the wgmma kernels, kSplitKeys = the split-keys
+  // forward (then the 4-warp backward)
+  const bool warps_ok = c.warps == 4 || c.warps == 8 || c.warps == 0 || c.warps == kSplitKeys ||
+                        c.warps == kWgmma;
   if (!supported_head_size(c.hs) || !warps_ok) {
     std::printf("bad case: head size %d, %d warps\n", c.hs, c.warps);
     return false;
@@ -530,6 +534,8 @@ int main(int argc, char** argv) {
              "wgb:128:1:70:0:contig",  "wgb:64:1:1:0:packed",
              // and with 128-byte swizzled tiles
              "wsf:64:1:150:1:packed",  "wsb:64:1:200:0:contig", "wsb:64:1:77:1:packed",
+             // the wgmma kernels through the launchers (warps = kWgmma): hs=64 swizzled
+             "bwd:64:2:150:1:packed",  "bwd:64:2:70:0:contig",  "bwd:32:2:77:0:packed",
              "limits",                "all"};
   std::mt19937 rng(2024);
   bool ok = true;
