@@ -45,6 +45,24 @@ template <int HS, int NWG, bool kSwizzle = false> struct WgmmaBwdConfig {
   static_assert(4 * NWG * kStageBytes <= 4 * kTileBytes, "the dQ stages fit");
 };
 
+// Both sides' first products, all operands K-major in shared memory, HS / 16 steps of 16
+// columns each, as two wgmma groups: x = A_x B_x^T (the scores), then y = A_y B_y^T (dP), so
+// that wgmma_wait<1> returns with x in while y may still run.
+template <int HS, int N, typename Tile>
+__device__ __forceinline__ void issue_score_products(float (&x)[N / 8][4], uint64_t ax,
+                                                     uint64_t bx, float (&y)[N / 8][4],
+                                                     uint64_t ay, uint64_t by) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk)
+    wgmma_ss<N, 0>(x, ax + kk * Tile::kKStep, bx + kk * Tile::kKStep, kk > 0);
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk)
+    wgmma_ss<N, 0>(y, ay + kk * Tile::kKStep, by + kk * Tile::kKStep, kk > 0);
+  wgmma_commit();
+}
+
 // z = 0: dK, dV of keys [k0, k0 + kRows), over the query tiles from the one holding k0 to the end.
 template <int HS, int NWG, bool kDropout, bool kOverlap, bool kSwizzle>
 __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned char* smem) {
@@ -103,21 +121,10 @@ __device__ __forceinline__ void wgmma_backward_keys(const BwdArgs& a, unsigned c
     fence_proxy_async();  // this thread's copies become visible to the tensor cores' reads
     __syncthreads();
     float s[QT / 8][4], dpt[QT / 8][4];  // S^T, dP^T: rows = keys wk0 + g (+8), columns = queries
-    wgmma_fence();
-    {
-      const uint64_t q_desc = Tile::kmajor(q_t(buf));
-      const uint64_t dy_desc = Tile::kmajor(dy_t(buf));
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<QT, 0>(s, k_desc + kk * Tile::kKStep, q_desc + kk * Tile::kKStep, kk > 0);
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<QT, 0>(dpt, v_desc + kk * Tile::kKStep, dy_desc + kk * Tile::kKStep, kk > 0);
-      wgmma_commit();
-      wgmma_wait<kOverlap ? 1 : 0>();  // S^T is in; dP^T may still run
-      fence_tile(s);
-    }
+    issue_score_products<HS, QT, Tile>(s, k_desc, Tile::kmajor(q_t(buf)), dpt, v_desc,
+                                       Tile::kmajor(dy_t(buf)));
+    wgmma_wait<kOverlap ? 1 : 0>();  // S^T is in; dP^T may still run
+    fence_tile(s);
     const float *lse_s = lse_t(buf), *d_s = d_t(buf);
 #pragma unroll
     for (int nt = 0; nt < QT / 8; ++nt) {
@@ -239,21 +246,10 @@ __device__ __forceinline__ void wgmma_backward_queries(const BwdArgs& a, unsigne
     fence_proxy_async();
     __syncthreads();
     float s[KT / 8][4], dpm[KT / 8][4];  // S, dP: rows = queries wq0 + g (+8), columns = keys
-    wgmma_fence();
-    {
-      const uint64_t k_desc = Tile::kmajor(k_t(buf));
-      const uint64_t v_desc = Tile::kmajor(v_t(buf));
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<KT, 0>(s, q_desc + kk * Tile::kKStep, k_desc + kk * Tile::kKStep, kk > 0);
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk)
-        wgmma_ss<KT, 0>(dpm, dy_desc + kk * Tile::kKStep, v_desc + kk * Tile::kKStep, kk > 0);
-      wgmma_commit();
-      wgmma_wait<kOverlap ? 1 : 0>();  // S is in; dP may still run
-      fence_tile(s);
-    }
+    issue_score_products<HS, KT, Tile>(s, q_desc, Tile::kmajor(k_t(buf)), dpm, dy_desc,
+                                       Tile::kmajor(v_t(buf)));
+    wgmma_wait<kOverlap ? 1 : 0>();  // S is in; dP may still run
+    fence_tile(s);
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt)
 #pragma unroll

@@ -467,6 +467,21 @@ def test_cuda_split_keys_forward_refuses_dropout(gen):
             ops.causal_attention(q, k, v, dropout_p=0.2, seed=seed)
 
 
+def _captured(step):
+    """(graph, outputs) of step() captured in a CUDA graph, after warm-up calls on a side
+    stream (torch.cuda.graphs' recipe)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = step()
+    return g, outs
+
+
 def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
@@ -517,15 +532,7 @@ def test_cuda_wgmma_graph_capture(gen):
             y = ops.causal_attention(q, k, v)
             return (y, *torch.autograd.grad(y, (q, k, v), dy))
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = step()
+    g, outs = _captured(step)
     for t in (q, k, v, dy):
         t.data.copy_(torch.randn(shape, generator=gen).to(torch.bfloat16))
     g.replay()
@@ -576,15 +583,7 @@ def test_cuda_graph_capture(dropout_p, backward, gen):
             y = ops.causal_attention(q, k, v, dropout_p=dropout_p)
             return (y, *torch.autograd.grad(y, (q, k, v), dy))
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):  # warm up outside the capture (torch.cuda.graphs' recipe)
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = step()
+    g, outs = _captured(step)
     for t in (q, k, v, dy):
         t.data.copy_(torch.randn(shape, generator=gen).to(torch.bfloat16))
     g.replay()
