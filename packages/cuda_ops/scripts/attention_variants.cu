@@ -374,7 +374,8 @@ int main(int argc, char** argv) {
   // against 159.7 at gpt2-124m's shape on an H200; the kernel no longer takes that shape)
   std::vector<Variant> vs =
       dropout > 0 ? std::vector<Variant>{variant<4, 64, 0, true>(), variant<4, 64, 4, true>(),
-                                         wgmma_variant<1, 64, true>()}
+                                         wgmma_variant<1, 64, true>(),
+                                         wgmma_variant<1, 64, true, true, true>()}
                   : std::vector<Variant>{variant<4, 64, 4>(), variant<4, 64, 0>(),
                                          variant<8, 64, 0>(), variant<4, 32, 0>(),
                                          variant<4, 32, 4>(), wgmma_variant<1, 64>(),
@@ -458,6 +459,8 @@ int main(int argc, char** argv) {
        backward_run<4, false, 3, true>(g, nullptr, B, nh, T)},
       {"atomic dQ, 4w, dropout", backward_run<4, true, 0, true>(g, dq_accum, B, nh, T)},
       {"wgmma, 1 warpgroup, dropout", wgmma_backward_run<1, 0, true>(g, B, nh, T)},
+      {"wgmma, 1 warpgroup, dropout, swizzled",
+       wgmma_backward_run<1, 0, true, true, true>(g, B, nh, T)},
   } : std::vector<Timed>{
       {"two-stage, 4w, >=3 CTA/SM", backward_run<4, false, 3>(g, nullptr, B, nh, T)},
       {"two-stage, 4w", backward_run<4, false, 0>(g, nullptr, B, nh, T)},
@@ -473,6 +476,8 @@ int main(int argc, char** argv) {
       {"wgmma, 1 warpgroup", wgmma_backward_run<1, 0>(g, B, nh, T)},
       {"wgmma, 1 warpgroup, no overlap", wgmma_backward_run<1, 0, false, false>(g, B, nh, T)},
       {"wgmma, 1 warpgroup, swizzled", wgmma_backward_run<1, 0, false, true, true>(g, B, nh, T)},
+      {"wgmma, 1 warpgroup, swizzled, >=3 CTA/SM",
+       wgmma_backward_run<1, 3, false, true, true>(g, B, nh, T)},
       {"wgmma, 1 warpgroup, >=3 CTA/SM", wgmma_backward_run<1, 3>(g, B, nh, T)},
       {"wgmma, 2 warpgroups", wgmma_backward_run<2, 0>(g, B, nh, T)},
   };
