@@ -7,8 +7,8 @@
 //                   P^T (dP~^T - D); dV += P~^T dY and dK += dS^T Q with P~^T and dS^T as the
 //                   register operand and dY, Q read N-major;
 //   z = 1, queries: S = Q K^T, dP = dY V^T, dS = P (dP~ - D), dQ += dS K (K read N-major).
-// Every product takes its operands as they lie in the core-matrix layout (attention_forward_
-// wgmma.cuh's core_offset), so nothing is transposed through shared memory. D = dY . y comes
+// Every product takes its operands as they lie in the tiles (attention_forward_wgmma.cuh's
+// WgmmaTile, K-major or N-major), so nothing is transposed through shared memory. D = dY . y comes
 // from attention_d_rows_kernel's pre-pass (BwdArgs::d_rows): the key CTAs load no Y tile.
 // As in the wgmma forward, every warpgroup computes every tile of its CTA (no wgmma on a
 // branch); masking zeroes what lies outside the causal triangle.

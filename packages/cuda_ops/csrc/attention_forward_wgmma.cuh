@@ -10,14 +10,14 @@
 // from shared memory by the tensor cores, then each warp runs the mma.sync kernel's own masking,
 // online softmax and dropout on its 16 rows of S (the accumulator layout is the same), packs
 // P to bf16 in registers and adds P V with P as wgmma's register operand and V read N-major
-// from shared memory. Tiles are stored in the core-matrix layout wgmma reads without swizzling.
-// Unlike the mma.sync kernel a warpgroup computes whole tiles: 16-key blocks above a warp's
+// from shared memory. Tiles are laid out as wgmma reads them (WgmmaTile: 128-byte swizzled rows
+// for hs=64, the no-swizzle core-matrix layout otherwise). Unlike the mma.sync kernel a warpgroup computes whole tiles: 16-key blocks above a warp's
 // rows but not above its warpgroup's are computed and masked.
 //
 // The softmax of S_j overlaps P_{j-1} V_{j-1} on the tensor cores (kOverlap); other CTAs on the
 // SM fill the rest. Not done yet: a producer warp with TMA loads, ping-pong between warpgroups
 // (FlashAttention-3's other steps). Timed against the mma.sync kernel by
-// scripts/attention_variants.cu; no launcher uses it yet.
+// scripts/attention_variants.cu; opt-in in the launchers (attention_cuda.cu, kWgmma).
 #pragma once
 
 #include "attention_forward.cuh"
