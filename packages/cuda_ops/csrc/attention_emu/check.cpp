@@ -136,6 +136,25 @@ DropoutSpec drop_spec(const Case& c) {
   return d;
 }
 
+// dq, dk, dv of a kernel's backward (run(dq, dk, dv) fills them) against the CPU's, computed
+// from the kernel's own forward output yk (bf16) and the reference lse; prints the errors.
+template <typename Run>
+bool backward_matches(const Case& c, const Operands& in, const Operands& grad,
+                      const std::vector<float>& yk, const std::vector<float>& lse_ref, Run run) {
+  const Dims d{kB, kNh, c.T, c.hs};
+  Out yk_f(c);
+  yk_f.f = yk;
+  const View4<const float> yv{yk_f.f.data(), yk_f.sb, yk_f.sh, yk_f.st};
+  Out dq_r(c), dk_r(c), dv_r(c), dq(c), dk(c), dv(c);
+  backward_cpu<float>(d, grad.v[0], in.v[0], in.v[1], in.v[2], yv, lse_ref.data(), dq_r.vf(),
+                      dk_r.vf(), dv_r.vf(), drop_spec(c), false, 1);
+  run(dq, dk, dv);
+  const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
+               e_v = rel_err(dv.from_bits(), dv_r.f);
+  std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
+  return e_q < kBf16Tol && e_k < kBf16Tol && e_v < kBf16Tol;
+}
+
 bool run_bf16(const Case& c, std::mt19937& rng) {
   const Dims d{kB, kNh, c.T, c.hs};
   const DropoutSpec drop = drop_spec(c);
@@ -160,31 +179,23 @@ bool run_bf16(const Case& c, std::mt19937& rng) {
               c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse);
   if (c.kind == "bwd" || c.kind == "atm") {
     const bool atomic = c.kind == "atm";
-    // reference backward from the kernel's own y (bf16) and the reference lse
-    Out yk_f(c);
-    yk_f.f = yk;
-    View4<const float> yv{yk_f.f.data(), yk_f.sb, yk_f.sh, yk_f.st};
-    Out dq_r(c), dk_r(c), dv_r(c);
-    backward_cpu<float>(d, grad.v[0], in.v[0], in.v[1], in.v[2], yv, lse_ref.data(), dq_r.vf(),
-                        dk_r.vf(), dv_r.vf(), drop, false, 1);
-    Out dq(c), dk(c), dv(c);
     std::vector<float> dq_accum;  // the atomic mode's scratch; empty: two stages
     if (atomic) dq_accum.assign(size_t(kB) * kNh * c.T * c.hs, 0.0f);
     if (c.warps == kWgmma) dq_accum.assign(size_t(kB) * kNh * c.T, 0.0f);  // D rows
-    backward_cuda_bf16(d, as_bf16(grad_h.view(grad.buf, grad.v[0])), as_bf16(qh), as_bf16(kh),
-                       as_bf16(vh), as_bf16(View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}),
-                       lse.data(), as_bf16(dq.vh()), as_bf16(dk.vh()), as_bf16(dv.vh()),
-                       dq_accum.empty() ? nullptr : dq_accum.data(), launch_of(drop, c.warps));
-    const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
-                 e_v = rel_err(dv.from_bits(), dv_r.f);
-    std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
-    ok = ok && e_q < kBf16Tol && e_k < kBf16Tol && e_v < kBf16Tol;
+    ok = backward_matches(c, in, grad, yk, lse_ref, [&](Out& dq, Out& dk, Out& dv) {
+           backward_cuda_bf16(
+               d, as_bf16(grad_h.view(grad.buf, grad.v[0])), as_bf16(qh), as_bf16(kh),
+               as_bf16(vh), as_bf16(View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}),
+               lse.data(), as_bf16(dq.vh()), as_bf16(dk.vh()), as_bf16(dv.vh()),
+               dq_accum.empty() ? nullptr : dq_accum.data(), launch_of(drop, c.warps));
+         }) && ok;
   }
   std::printf("  %s\n", ok ? "ok" : "FAIL");
   return ok;
 }
 
-// The wgmma kernels (no launcher yet), launched directly, against the CPU reference: the
+// The wgmma kernels launched directly (configurations beyond the launchers' one-warpgroup
+// instances: two warpgroups, either tile layout at hs=64) against the CPU reference: the
 // forward's y and lse; with the backward, dq, dk, dv from the kernel's own y.
 template <typename K, typename A>
 void launch_opted_in(K kernel, dim3 grid, int threads, int smem, const char* what, A args) {
@@ -254,22 +265,15 @@ bool run_wgmma(const Case& c, std::mt19937& rng) {
   std::printf("%s hs=%d warpgroups=%d T=%d dropout=%d %s: y %.2e lse %.2e", c.kind.c_str(), c.hs,
               c.warps, c.T, c.dropout, c.packed ? "packed" : "contig", e_y, e_lse);
   if (c.kind == "wgb" || c.kind == "wsb") {
-    Out yk_f(c);
-    yk_f.f = yk;
-    const View4<const float> yv{yk_f.f.data(), yk_f.sb, yk_f.sh, yk_f.st};
-    Out dq_r(c), dk_r(c), dv_r(c), dq(c), dk(c), dv(c);
-    backward_cpu<float>(d, grad.v[0], in.v[0], in.v[1], in.v[2], yv, lse_ref.data(), dq_r.vf(),
-                        dk_r.vf(), dv_r.vf(), drop, false, 1);
     std::vector<float> d_rows(lse.size(), NAN);
-    const BwdArgs g{grad_h.view(grad.buf, grad.v[0]), f.q, f.k, f.v,
-                    View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}, lse.data(), dq.vh(),
-                    dk.vh(), dv.vh(), kNh, c.T, scale, scale * kLog2e, drop.threshold,
-                    static_cast<float>(drop.scale), &kSeed, nullptr, d_rows.data()};
-    launch_wgmma(c.hs, c.warps, f, &g, c.dropout, kB, kNh, c.T, swizzled);
-    const double e_q = rel_err(dq.from_bits(), dq_r.f), e_k = rel_err(dk.from_bits(), dk_r.f),
-                 e_v = rel_err(dv.from_bits(), dv_r.f);
-    std::printf(" | dq %.2e dk %.2e dv %.2e", e_q, e_k, e_v);
-    ok = ok && e_q < kBf16Tol && e_k < kBf16Tol && e_v < kBf16Tol;
+    ok = backward_matches(c, in, grad, yk, lse_ref, [&](Out& dq, Out& dk, Out& dv) {
+           const BwdArgs g{grad_h.view(grad.buf, grad.v[0]), f.q, f.k, f.v,
+                           View4<const uint16_t>{y.h.data(), y.sb, y.sh, y.st}, lse.data(),
+                           dq.vh(), dk.vh(), dv.vh(), kNh, c.T, scale, scale * kLog2e,
+                           drop.threshold, static_cast<float>(drop.scale), &kSeed, nullptr,
+                           d_rows.data()};
+           launch_wgmma(c.hs, c.warps, f, &g, c.dropout, kB, kNh, c.T, swizzled);
+         }) && ok;
   }
   std::printf("  %s\n", ok ? "ok" : "FAIL");
   return ok;
