@@ -74,6 +74,13 @@ Variant wgmma_variant() {
           k, C::kThreads, C::kRows, C::kSmemBytes};
 }
 
+// f rounded to bf16 (nearest even), as bits
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
 float bf16_value(uint16_t b) {
   const uint32_t u = uint32_t(b) << 16;
   float f;
@@ -239,14 +246,9 @@ __global__ void wgmma_probe_kernel(const uint16_t* a_img, const uint16_t* b_img,
 bool probe_wgmma_layouts() {
   std::mt19937 rng(7);
   std::normal_distribution<float> n01;
-  auto bits = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  };
   std::vector<uint16_t> A(64 * 16), Bm(16 * 64);  // A[m][k], B[k][n], row-major
-  for (auto& x : A) x = bits(n01(rng));
-  for (auto& x : Bm) x = bits(n01(rng));
+  for (auto& x : A) x = bf16_bits(n01(rng));
+  for (auto& x : Bm) x = bf16_bits(n01(rng));
   std::vector<float> ref(64 * 64, 0.0f);
   for (int m = 0; m < 64; ++m)
     for (int n = 0; n < 64; ++n)
@@ -338,12 +340,7 @@ int main(int argc, char** argv) {
   std::vector<uint16_t> host(n_qkv);
   std::mt19937 rng(0);
   std::normal_distribution<float> n01;
-  for (auto& x : host) {
-    const float f = n01(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    x = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  }
+  for (auto& x : host) x = bf16_bits(n01(rng));
   uint16_t *qkv, *y;
   float* lse;
   CHECK(cudaMalloc(&qkv, n_qkv * 2));
