@@ -44,10 +44,10 @@ template <int HS, bool kSwizzle> struct WgmmaTile {
   static constexpr int kAlignSlack = kSwizzle ? 1024 : 0;  // align_1024's bytes
 
   __device__ static uint64_t kmajor(const uint16_t* p) {
-    return kSwizzle ? sw128_desc(p) : kmajor_desc(p, 128, kBlockRowBytes);
+    return kSwizzle ? sw128_desc(p) : smem_desc(p, 128, kBlockRowBytes);
   }
   __device__ static uint64_t nmajor(const uint16_t* p) {
-    return kSwizzle ? sw128_desc(p) : nmajor_desc(p, kBlockRowBytes, 128);
+    return kSwizzle ? sw128_desc(p) : smem_desc(p, kBlockRowBytes, 128);
   }
 
   // Copy ROWS rows (global row stride row_stride, rows_valid of them real, the rest zeros)

@@ -78,8 +78,10 @@ template <int R> __device__ __forceinline__ void fence_tile(uint32_t (&x)[R][4])
 #endif
 }
 
-// The matrix descriptor of a shared-memory operand at p (16-byte aligned), no swizzling. Adding
-// n to it moves the start by 16 n bytes.
+// The matrix descriptor of a shared-memory operand at p (16-byte aligned), no swizzling: core
+// matrices lbo bytes apart along K and sbo along M/N, K-major and N-major alike (the PTX ISA's
+// canonical layouts; the probe of scripts/attention_variants.cu matched them on an H100).
+// Adding n to it moves the start by 16 n bytes.
 __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
 #ifdef GS_ATTN_EMULATE
   const uint32_t addr = static_cast<uint32_t>(emu::smem_offset(p, 16, 16));
@@ -91,25 +93,7 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint3
          static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
 }
 
-// The descriptors of the kernels' operands: K-major (16-byte rows along K, core matrices
-// k_stride bytes apart along K and mn_stride along M/N) and N-major (rows along N). The PTX
-// ISA's canonical no-swizzle layouts give LBO the step along K in both; defining
-// GS_WGMMA_NMAJOR_LBO_ALONG_N builds the other reading of its prose for N-major operands, in
-// case scripts/attention_variants.cu's layout probe finds the hardware disagreeing.
-__device__ __forceinline__ uint64_t kmajor_desc(const void* p, uint32_t k_stride,
-                                                uint32_t mn_stride) {
-  return smem_desc(p, k_stride, mn_stride);
-}
-__device__ __forceinline__ uint64_t nmajor_desc(const void* p, uint32_t k_stride,
-                                                uint32_t n_stride) {
-#ifdef GS_WGMMA_NMAJOR_LBO_ALONG_N
-  return smem_desc(p, n_stride, k_stride);
-#else
-  return smem_desc(p, k_stride, n_stride);
-#endif
-}
-
-// The same with 128-byte swizzling (the canonical layouts' Swizzle<3,4,3>: within each
+// smem_desc with 128-byte swizzling (the canonical layouts' Swizzle<3,4,3>: within each
 // 1,024-byte atom of eight 128-byte rows, 16-byte chunk c of row r lies at chunk c ^ (r % 8)),
 // for a tile whose row is 64 bf16: K-major, the next 8 rows SBO = 1,024 bytes on (LBO unused);
 // N-major, the next 8 rows along K SBO = 1,024 bytes on (LBO, the next 64 columns, unused).

@@ -225,10 +225,10 @@ __global__ void wgmma_probe_kernel(const uint16_t* a_img, const uint16_t* b_img,
   af[0][1] = at(g + 8, 2 * t) | at(g + 8, 2 * t + 1) << 16;
   af[0][2] = at(g, 2 * t + 8) | at(g, 2 * t + 9) << 16;
   af[0][3] = at(g + 8, 2 * t + 8) | at(g + 8, 2 * t + 9) << 16;
-  const uint64_t ad = p.sw128 ? sw128_desc(a_s) : kmajor_desc(a_s, 128, 256);
+  const uint64_t ad = p.sw128 ? sw128_desc(a_s) : smem_desc(a_s, 128, 256);
   const uint64_t bd = p.sw128      ? sw128_desc(b_s)
-                      : p.b_nmajor ? nmajor_desc(b_s, 1024, 128)
-                                   : kmajor_desc(b_s, 128, 256);
+                      : p.b_nmajor ? smem_desc(b_s, 1024, 128)
+                                   : smem_desc(b_s, 128, 256);
   wgmma_fence();
   if (kARegs)
     wgmma_rs<64, kTransB>(d, af[0], bd, false);
